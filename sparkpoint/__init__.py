@@ -1,0 +1,1 @@
+"""Flink-style savepoints for Apache Spark Structured Streaming."""

@@ -1,0 +1,3 @@
+from sparkpoint.cli.main import run
+
+run()

@@ -1,0 +1,80 @@
+"""savepoints and prune: thin commands over sparkpoint.core.catalog."""
+
+from __future__ import annotations
+
+import click
+
+from sparkpoint.cli.context import AppContext, emit, human_bytes, output_option
+
+pass_app = click.make_pass_decorator(AppContext)
+
+
+@click.command("savepoints")
+@click.option("--job", help="Only this job's savepoints.")
+@click.option("--dir", "directory", metavar="DIR", help="A savepoints directory [default: the home's].")
+@output_option
+@pass_app
+def savepoints_cmd(app, job, directory, output):
+    """List savepoints, newest first, with incomplete leftovers that prune removes."""
+    from sparkpoint.core import catalog
+
+    settings = app.settings
+    entries = catalog.scan(directory or settings.savepoints_dir(), settings.storage_options)
+    rows = [e.to_json() for e in entries if job is None or e.job == job]
+    emit(output, rows, _render_list)
+
+
+def _render_list(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    if not rows:
+        click.echo("No savepoints.", err=True)
+        return
+    table = Table("job", "created", "queries @ batch", "size", "status")
+    # Ids are what operators copy into the next command: never truncate them.
+    table.add_column("id", overflow="fold")
+    for row in rows:
+        queries = ", ".join(f"{q['name']}@{q['batch_id']}" for q in row["queries"]) or "-"
+        status = row["status"] if row["status"] == "complete" else f"[red]{row['status']}[/red]: {row['problem']}"
+        table.add_row(row["job"] or "-", row["created_at"] or "-", queries, human_bytes(row["bytes"]), status, row["id"])
+    Console().print(table)
+
+
+@click.command("prune")
+@click.option("--keep-last", type=click.IntRange(min=0), help="Keep the newest N savepoints of each job.")
+@click.option("--max-age", metavar="DURATION", help="Delete savepoints older than this (e.g. 7d, 12h, 1d12h).")
+@click.option("--job", help="Only this job's savepoints.")
+@click.option("--dir", "directory", metavar="DIR", help="A savepoints directory [default: the home's].")
+@click.option("--dry-run", is_flag=True, help="Show what would be deleted; delete nothing.")
+@output_option
+@pass_app
+def prune_cmd(app, keep_last, max_age, job, directory, dry_run, output):
+    """Delete old savepoints by retention, and leftovers of interrupted ones.
+
+    With both limits, a savepoint goes only when it is beyond the newest N of its job AND older
+    than DURATION. Savepoints whose creation or disposal was interrupted are removed too; one
+    still being written (its process alive) is left alone.
+    """
+    from sparkpoint.core import catalog
+
+    settings = app.settings
+    result = catalog.prune(
+        directory or settings.savepoints_dir(),
+        keep_last=keep_last,
+        max_age=catalog.parse_duration(max_age) if max_age is not None else None,
+        job=job,
+        dry_run=dry_run,
+        storage_options=settings.storage_options,
+    )
+    emit(output, result, _render_pruned)
+
+
+def _render_pruned(data: dict) -> None:
+    verb = "Would delete" if data["dry_run"] else "Deleted"
+    for row in data["deleted"]:
+        click.echo(f"{verb} {row['id']} ({row['status']}, {human_bytes(row['bytes'])}): {row['path']}")
+    click.echo(f"{verb} {len(data['deleted'])} savepoint(s), {human_bytes(data['freed_bytes'])}; kept {len(data['kept'])}.")
+
+
+COMMANDS = (savepoints_cmd, prune_cmd)

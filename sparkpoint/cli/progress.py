@@ -1,0 +1,38 @@
+"""A rich progress bar on stderr, implementing core.transfer.Progress."""
+
+from __future__ import annotations
+
+import threading
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+
+class RichProgress:
+    def __init__(self) -> None:
+        self._progress: Progress | None = None
+        self._task = None
+        self._lock = threading.Lock()  # transfers advance from several worker threads
+
+    def start(self, description: str, total_bytes: int) -> None:
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task(description, total=total_bytes)
+
+    def advance(self, nbytes: int) -> None:
+        with self._lock:
+            if self._progress is not None:
+                self._progress.advance(self._task, nbytes)
+
+    def finish(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None

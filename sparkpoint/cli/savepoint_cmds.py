@@ -1,0 +1,189 @@
+"""savepoint, restore, verify, inspect: thin commands over sparkpoint.core.savepoint."""
+
+from __future__ import annotations
+
+import click
+
+from sparkpoint.cli.context import AppContext, emit, human_bytes, output_option
+from sparkpoint.errors import BadArgumentError, SavepointInvalidError
+
+pass_app = click.make_pass_decorator(AppContext)
+
+
+@click.command("savepoint")
+@click.argument("target_dir", required=False, metavar="[TARGET_DIR]")
+@click.option("--from-checkpoint", "checkpoint", metavar="CHECKPOINT_DIR",
+              help="A query's checkpoint (live or stopped), or a root of named query checkpoints.")
+@click.option("--dispose", "dispose_path", metavar="SAVEPOINT", help="Delete this savepoint (path or id).")
+@click.option("--name", help="Query name (uid) for a single query's checkpoint [default: its directory name].")
+@click.option("--job", help="Job label in the catalog [default: the checkpoint directory name].")
+@click.option("--batch", type=click.IntRange(min=0), help="Cut at this committed batch [default: the latest].")
+@output_option
+@pass_app
+def savepoint_cmd(app, target_dir, checkpoint, dispose_path, name, job, batch, output):
+    """Take a savepoint of a checkpoint, or dispose of one.
+
+    The savepoint is written to TARGET_DIR/<savepoint-id>, by default below the home's
+    savepoints/<job>/. The checkpoint may belong to a running query: its files are copied at
+    the latest consistent cut, without pausing it.
+    """
+    from sparkpoint.core import catalog, savepoint
+    from sparkpoint.adapters.storage import basename, join, storage_for
+
+    settings = app.settings
+    if bool(checkpoint) == bool(dispose_path):
+        raise BadArgumentError("give exactly one of --from-checkpoint CHECKPOINT_DIR or --dispose SAVEPOINT")
+    if dispose_path:
+        path = catalog.resolve(dispose_path, settings.savepoints_dir(), settings.storage_options)
+        emit(output, savepoint.dispose(path, settings.storage_options), _render_disposed)
+        return
+    source_storage, location = storage_for(checkpoint, settings.storage_options)
+    sources = savepoint.discover_queries(source_storage, location, name)
+    job = job or name or basename(location)
+    parent = target_dir or join(settings.savepoints_dir(), job)
+    target_storage, parent = storage_for(parent, settings.storage_options)
+    result = savepoint.create(
+        sources, source_storage, parent, target_storage,
+        job=job, batch_id=batch, origin={"kind": "checkpoint", "location": location},
+        workers=settings.transfer_workers, attempts=settings.savepoint_attempts, progress=app.progress(),
+    )
+    emit(output, _created_json(result), _render_created)
+
+
+def _created_json(result: dict) -> dict:
+    return {
+        "path": result["path"],
+        "id": result["id"],
+        "job": result["job"],
+        "created_at": result["created_at"],
+        "bytes": result["bytes"],
+        "file_count": result["file_count"],
+        "queries": [
+            {"name": q["name"], "query_id": q["query_id"], "batch_id": q["batch_id"],
+             "planned_batch_id": q["planned_batch_id"], "bytes": q["bytes"]}
+            for q in result["queries"]
+        ],
+    }
+
+
+def _render_created(data: dict) -> None:
+    click.echo(f"Savepoint {data['id']} completed: {data['path']}")
+    for q in data["queries"]:
+        replay = f", batch {q['planned_batch_id']} planned (replayed on restore)" if q["planned_batch_id"] is not None else ""
+        click.echo(f"  {q['name']}: cut at batch {q['batch_id']}{replay}, {human_bytes(q['bytes'])}")
+
+
+def _render_disposed(data: dict) -> None:
+    click.echo(f"Disposed of savepoint {data['id']} ({human_bytes(data['bytes'])}): {data['path']}")
+
+
+@click.command("restore")
+@click.argument("savepoint_ref", metavar="SAVEPOINT")
+@click.argument("checkpoint_dir")
+@click.option("--claim", is_flag=True, help="Hand the savepoint over: it is disposed of once the restore is verified.")
+@click.option("--mode", type=click.Choice(["auto", "copy", "link"]), default="auto", show_default=True,
+              help="auto: hard links on the same local file system, copies elsewhere.")
+@click.option("--query", help="Restore only this query, into CHECKPOINT_DIR itself.")
+@output_option
+@pass_app
+def restore_cmd(app, savepoint_ref, checkpoint_dir, claim, mode, query, output):
+    """Materialize SAVEPOINT as checkpoints for any launcher.
+
+    Each query is restored to CHECKPOINT_DIR/<query name>, the location Spark uses with
+    spark.sql.streaming.checkpointLocation=CHECKPOINT_DIR and .queryName(<query name>).
+    The savepoint itself is never modified (unless --claim). The targets must be new or empty.
+    """
+    from sparkpoint.core import catalog, savepoint
+
+    settings = app.settings
+    loaded = savepoint.load(catalog.resolve(savepoint_ref, settings.savepoints_dir(), settings.storage_options),
+                            settings.storage_options)
+    result = savepoint.restore(
+        loaded, checkpoint_dir, mode="claim" if claim else mode, query=query,
+        workers=settings.transfer_workers, progress=app.progress(), storage_options=settings.storage_options,
+    )
+    emit(output, result, _render_restored)
+
+
+def _render_restored(data: dict) -> None:
+    click.echo(f"Restored savepoint {data['id']} ({data['transfer']}):")
+    for q in data["queries"]:
+        click.echo(f"  {q['name']} -> {q['checkpoint']} (resumes after batch {q['batch_id']})")
+
+
+@click.command("verify")
+@click.argument("savepoint_ref", metavar="SAVEPOINT")
+@output_option
+@pass_app
+def verify_cmd(app, savepoint_ref, output):
+    """Check that every file of SAVEPOINT is present and matches its checksum (exit 6 if not)."""
+    from sparkpoint.core import catalog, savepoint
+
+    settings = app.settings
+    loaded = savepoint.load(catalog.resolve(savepoint_ref, settings.savepoints_dir(), settings.storage_options),
+                            settings.storage_options)
+    report = savepoint.verify(loaded, settings.transfer_workers, app.progress())
+    emit(output, report, _render_verified)
+    if not report["valid"]:
+        raise SavepointInvalidError(f"savepoint {report['path']} failed verification ({len(report['problems'])} problems)")
+
+
+def _render_verified(data: dict) -> None:
+    if data["valid"]:
+        click.echo(f"Savepoint {data['id']} is valid: {data['files']} files, {human_bytes(data['bytes'])} verified")
+    for problem in data["problems"]:
+        click.echo(f"  {problem}")
+
+
+@click.command("inspect")
+@click.argument("savepoint_ref", metavar="SAVEPOINT")
+@click.option("--state", "with_state", is_flag=True, help="Also read the state rows through Spark's state data source.")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="State rows shown per store.")
+@output_option
+@pass_app
+def inspect_cmd(app, savepoint_ref, with_state, limit, output):
+    """Show a savepoint: its cut, source offsets, operators and sizes, optionally the state rows."""
+    from sparkpoint.core import catalog, savepoint
+
+    settings = app.settings
+    loaded = savepoint.load(catalog.resolve(savepoint_ref, settings.savepoints_dir(), settings.storage_options),
+                            settings.storage_options)
+    data = loaded.summary()
+    if with_state:
+        from sparkpoint.core import state_rows
+
+        data["state"] = state_rows.read(loaded, limit=limit)
+    emit(output, data, _render_inspected)
+
+
+def _render_inspected(data: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]{data['id']}[/bold]  job {data['job']}  created {data['created_at']}  "
+                  f"{human_bytes(data['bytes'])} in {data['file_count']} files")
+    console.print(f"path: {data['path']}")
+    if data.get("restored_from"):
+        console.print(f"restored from: {data['restored_from']}")
+    for q in data["queries"]:
+        planned = f" (batch {q['planned_batch_id']} planned)" if q.get("planned_batch_id") is not None else ""
+        console.print(f"\n[bold]{q['name']}[/bold]  query id {q['query_id']}  batch {q['batch_id']}{planned}  "
+                      f"state v{q['state_version']}  {q['provider']}")
+        for index, offset in enumerate(q.get("offsets") or []):
+            console.print(f"  source {index}: {offset}", markup=False, highlight=False)
+        table = Table("operator", "name", "stores", "partitions", "size")
+        for op in q.get("operators") or []:
+            table.add_row(str(op["id"]), op["name"] or "?", ", ".join(op["stores"]), str(op["partitions"]),
+                          human_bytes(op["bytes"]))
+        if q.get("operators"):
+            console.print(table)
+    for store in data.get("state", []):
+        table = Table(*store["columns"], title=f"{store['query']} operator {store['operator']} {store['store']}"
+                      f" ({store['rows']} rows)")
+        for row in store["sample"]:
+            table.add_row(*[str(v) for v in row])
+        console.print(table)
+
+
+COMMANDS = (savepoint_cmd, restore_cmd, verify_cmd, inspect_cmd)

@@ -1,0 +1,116 @@
+"""Configuration, resolved in one place.
+
+Precedence, highest first: a command-line flag > an environment variable ``SPARKPOINT_<KEY>``
+> the configuration file > the defaults below. The file is the one named by ``--config``,
+else by ``SPARKPOINT_CONFIG``, else ``~/.config/sparkpoint/sparkpoint.yaml`` when it exists.
+``conf/sparkpoint.yaml`` in the repository documents every key with its default; a test keeps
+the two in step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from sparkpoint.errors import ConfigError
+
+USER_CONFIG_PATH = Path("~/.config/sparkpoint/sparkpoint.yaml")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    # Root of the registry, live checkpoints and savepoints: a local path or any fsspec URL.
+    home: str = "~/.sparkpoint"
+    # Files transferred in parallel when a savepoint is written or restored.
+    transfer_workers: int = 4
+    # Fresh cuts tried when Spark purges files of a live checkpoint during a savepoint.
+    savepoint_attempts: int = 5
+    # Options for the fsspec file system of the home and of remote paths (endpoint, credentials).
+    storage_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def savepoints_dir(self) -> str:
+        return _join(self.home_url(), "savepoints")
+
+    def home_url(self) -> str:
+        return self.home if "://" in self.home else str(Path(self.home).expanduser())
+
+
+def _join(base: str, *parts: str) -> str:
+    return "/".join([base.rstrip("/"), *parts])
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+
+
+def _coerce(key: str, value: Any, origin: str) -> Any:
+    expected = type(getattr(Settings(), key))
+    if expected is int:
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{origin}: '{key}' must be a whole number, got {value!r}") from None
+        if number < 1:
+            raise ConfigError(f"{origin}: '{key}' must be at least 1, got {number}")
+        return number
+    if expected is str:
+        if not isinstance(value, (str, Path)) or not str(value):
+            raise ConfigError(f"{origin}: '{key}' must be a non-empty string, got {value!r}")
+        return str(value)
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{origin}: '{key}' must be a mapping, got {value!r}")
+    return dict(value)
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"configuration file {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"configuration file {path} is not valid YAML{where}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"configuration file {path} must hold a mapping of keys, not {type(data).__name__}")
+    unknown = sorted(set(data) - set(_FIELDS))
+    if unknown:
+        raise ConfigError(
+            f"configuration file {path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(_FIELDS)}"
+        )
+    return {key: _coerce(key, value, str(path)) for key, value in data.items()}
+
+
+def load_settings(
+    config_path: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Resolve the settings: ``overrides`` (flags) > environment > file > defaults."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+
+    path_text = config_path or environ.get("SPARKPOINT_CONFIG")
+    if path_text:
+        values.update(_read_file(Path(path_text).expanduser()))
+    elif USER_CONFIG_PATH.expanduser().is_file():
+        values.update(_read_file(USER_CONFIG_PATH.expanduser()))
+
+    for key in _FIELDS:
+        env_name = f"SPARKPOINT_{key.upper()}"
+        if key != "storage_options" and environ.get(env_name):
+            values[key] = _coerce(key, environ[env_name], env_name)
+
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            values[key] = _coerce(key, value, f"--{key.replace('_', '-')}")
+    return Settings(**values)

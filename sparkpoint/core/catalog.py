@@ -1,0 +1,237 @@
+"""The savepoint catalog: what a savepoints directory holds, and retention.
+
+A savepoints directory (``<home>/savepoints`` by default) holds savepoints directly or one
+level down (``<job>/<savepoint>``). A directory counts as:
+- ``complete`` when its manifest is valid,
+- ``incomplete`` when it carries sparkpoint's in-progress or disposing marker but no manifest
+  (a crashed create, restore-claim or dispose), which ``prune`` removes,
+- ``invalid`` when its manifest cannot be read; listed, never deleted by prune.
+Any other directory is not sparkpoint's and is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable
+
+from sparkpoint.adapters.storage import Storage, is_url, join, storage_for, translate_errors
+from sparkpoint.core import manifest as mf
+from sparkpoint.core import savepoint as sp
+from sparkpoint.errors import BadArgumentError, NotFoundError, SavepointInvalidError
+
+_DURATION = re.compile(r"(\d+)\s*(w|d|h|m|s)")
+_UNIT_SECONDS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
+# An in-progress savepoint whose owner cannot be checked is left alone for this long.
+STALE_AFTER_SECONDS = 24 * 3600
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '15m', '12h', '7d', '2w', or combinations such as '1d12h', in seconds."""
+    compact = (text or "").strip().lower().replace(" ", "")
+    if not compact or _DURATION.sub("", compact):
+        raise BadArgumentError(f"invalid duration {text!r}: use a number and a unit (s, m, h, d, w), e.g. 7d or 1d12h")
+    seconds = sum(int(n) * _UNIT_SECONDS[u] for n, u in _DURATION.findall(compact))
+    if seconds <= 0:
+        raise BadArgumentError(f"invalid duration {text!r}: it must be longer than zero")
+    return float(seconds)
+
+
+@dataclass
+class Entry:
+    path: str
+    status: str  # complete | incomplete | invalid
+    id: str
+    job: str | None = None
+    created: float | None = None
+    bytes: int = 0
+    queries: list[dict[str, Any]] = field(default_factory=list)
+    problem: str | None = None
+    marker: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "path": self.path,
+            "status": self.status,
+            "job": self.job,
+            "created_at": _iso(self.created),
+            "bytes": self.bytes,
+            "queries": self.queries,
+            "problem": self.problem,
+        }
+
+
+def _iso(ts: float | None) -> str | None:
+    return sp._iso(ts) if ts is not None else None
+
+
+def _parse_time(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def scan(directory: str, storage_options: dict | None = None) -> list[Entry]:
+    """Every savepoint below ``directory`` (depth 1 and 2), newest first."""
+    storage, directory = storage_for(directory, storage_options)
+    entries: list[Entry] = []
+    with translate_errors(directory):
+        if not storage.exists(directory):
+            return []
+        for first in storage.list(directory):
+            if not first.is_dir:
+                continue
+            level1 = join(directory, first.name)
+            entry = _classify(storage, level1)
+            if entry is not None:
+                entries.append(entry)
+                continue
+            for second in storage.list(level1):
+                if second.is_dir:
+                    entry = _classify(storage, join(level1, second.name))
+                    if entry is not None:
+                        entries.append(entry)
+    return sorted(entries, key=lambda e: (e.created or 0, e.id), reverse=True)
+
+
+def _classify(storage: Storage, path: str) -> Entry | None:
+    try:
+        names = {e.name for e in storage.list(path)}
+    except FileNotFoundError:
+        return None
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    if mf.MANIFEST in names:
+        try:
+            savepoint = sp.load_from(storage, path)
+        except SavepointInvalidError as exc:
+            return Entry(path, "invalid", name, problem=str(exc))
+        data = savepoint.manifest
+        return Entry(
+            path,
+            "complete",
+            data.get("id", name),
+            job=data.get("job"),
+            created=_parse_time(data.get("created_at")),
+            bytes=int(data.get("bytes", 0)),
+            queries=[{"name": q["name"], "batch_id": q["batch_id"]} for q in data["queries"]],
+        )
+    for marker in (mf.IN_PROGRESS, mf.DISPOSING):
+        if marker in names:
+            try:
+                info = json.loads(storage.read_bytes(join(path, marker)))
+            except (FileNotFoundError, ValueError):
+                info = {}
+            return Entry(
+                path,
+                "incomplete",
+                name,
+                created=_parse_time(info.get("started_at")) if isinstance(info, dict) else None,
+                problem="creation did not finish" if marker == mf.IN_PROGRESS else "disposal did not finish",
+                marker=dict(info, kind=marker) if isinstance(info, dict) else {"kind": marker},
+            )
+    return None
+
+
+def _owner_alive(marker: dict[str, Any], now: float, created: float | None) -> bool:
+    """Whether an in-progress savepoint may still be being written. Disposals never are."""
+    if marker.get("kind") == mf.DISPOSING:
+        return False
+    if marker.get("host") == socket.gethostname() and isinstance(marker.get("pid"), int):
+        try:
+            os.kill(marker["pid"], 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+    return created is None or now - created < STALE_AFTER_SECONDS
+
+
+def prune_plan(
+    entries: list[Entry],
+    keep_last: int | None,
+    max_age: float | None,
+    job: str | None,
+    now: float,
+) -> tuple[list[Entry], list[Entry]]:
+    """(to delete, to keep). A complete savepoint is deleted only when it is outside the newest
+    ``keep_last`` of its job AND (when given) older than ``max_age``: both limits protect."""
+    if keep_last is None and max_age is None:
+        raise BadArgumentError("prune needs --keep-last N and/or --max-age DURATION")
+    if keep_last is not None and keep_last < 0:
+        raise BadArgumentError("--keep-last must be zero or more")
+    delete: list[Entry] = []
+    keep: list[Entry] = []
+    rank: dict[str | None, int] = {}
+    for entry in entries:  # newest first
+        if job is not None and entry.job != job and entry.status == "complete":
+            continue
+        if entry.status == "incomplete":
+            (keep if _owner_alive(entry.marker or {}, now, entry.created) else delete).append(entry)
+            continue
+        if entry.status != "complete":
+            keep.append(entry)
+            continue
+        rank[entry.job] = rank.get(entry.job, 0) + 1
+        beyond_count = keep_last is None or rank[entry.job] > keep_last
+        too_old = max_age is None or (entry.created is not None and now - entry.created > max_age)
+        (delete if beyond_count and too_old else keep).append(entry)
+    return delete, keep
+
+
+def prune(
+    directory: str,
+    *,
+    keep_last: int | None,
+    max_age: float | None,
+    job: str | None = None,
+    dry_run: bool = False,
+    storage_options: dict | None = None,
+    clock: Callable[[], float] = time.time,
+) -> dict[str, Any]:
+    entries = scan(directory, storage_options)
+    delete, keep = prune_plan(entries, keep_last, max_age, job, clock())
+    deleted = []
+    for entry in delete:
+        if not dry_run:
+            if entry.status == "complete":
+                sp.dispose(entry.path, storage_options)
+            else:
+                storage, path = storage_for(entry.path, storage_options)
+                with translate_errors(path):
+                    storage.remove_tree(path)
+        deleted.append(entry.to_json())
+    return {
+        "directory": directory,
+        "dry_run": dry_run,
+        "deleted": deleted,
+        "kept": [e.to_json() for e in keep],
+        "freed_bytes": sum(e["bytes"] for e in deleted),
+    }
+
+
+def resolve(ref: str, directory: str, storage_options: dict | None = None) -> str:
+    """A savepoint given as a path or URL, or as an id (or unique id prefix) in ``directory``."""
+    storage, path = storage_for(ref, storage_options)
+    with translate_errors(path):
+        if storage.exists(path):
+            return path
+    if "/" in ref or is_url(ref):
+        raise NotFoundError(f"savepoint {ref} does not exist")
+    entries = [e for e in scan(directory, storage_options) if e.status == "complete"]
+    matches = [e for e in entries if e.id == ref] or [e for e in entries if e.id.startswith(ref)]
+    if not matches:
+        raise NotFoundError(f"no savepoint {ref!r} at that path nor in the catalog {directory}")
+    if len(matches) > 1:
+        ids = ", ".join(e.id for e in matches[:5])
+        raise BadArgumentError(f"{ref!r} matches {len(matches)} savepoints ({ids}...): give more of the id")
+    return matches[0].path

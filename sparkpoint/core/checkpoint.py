@@ -1,0 +1,571 @@
+"""Reads Spark Structured Streaming's checkpoint layout. Nothing else parses Spark's files.
+
+A checkpoint is consistent at every committed micro-batch N (a *cut*): ``commits/N`` exists,
+every state store has version N+1, and ``offsets/N`` (plus ``offsets/N+1`` when batch N+1
+was planned) says which input the next run reads. :meth:`CheckpointReader.plan` turns a cut
+into the exact list of files that Spark's own recovery reads at that cut; nothing older.
+
+Layout facts this module relies on (Spark 4.3, verified by experiment; see docs/FORMATS.md):
+
+- ``metadata``: ``{"id": <query id>}``.
+- ``offsets/N``: ``v1``, a JSON line of batch metadata (watermark, timestamp, pinned confs),
+  then one line per source (JSON, or ``-`` when the source has no offset yet).
+- ``commits/N``: ``v1`` or ``v2`` and a JSON line; ``v2`` carries the state stores' unique ids.
+- ``sources/<i>/N``: per-source logs; the file source compacts into ``N.compact``.
+- ``state/<op>/[_metadata|_stateSchema]``: operator metadata and schemas; ``state/<op>/<part>[/<store>]``:
+  versioned state files of one store, by provider:
+  HDFS-backed ``<v>.delta``/``<v>.snapshot``; RocksDB ``<v>.zip`` (naming files in ``SSTs/`` and
+  ``logs/``) and, with changelog checkpointing, ``<v>.changelog``; with checkpoint format v2,
+  ``<v>_<uniqueId>.zip|.changelog`` whose lineage is recorded in ``commits/N`` and the changelog.
+- Beside a file, Hadoop's local file system writes ``.<name>.crc``; format v2 also writes a
+  visible ``<name>.crc``. Both travel with their file when they exist.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+import io
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from sparkpoint.adapters.storage import Entry, Storage, join
+from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError
+
+LOG_DIRS = ("offsets", "commits")
+_BATCH = re.compile(r"^(\d+)(\.compact)?$")
+_STATE_FILE = re.compile(r"^(\d+)(?:_([0-9a-fA-F-]+))?\.(delta|snapshot|zip|changelog)$")
+_TEMP = re.compile(r"(\.tmp$|^\.|^_temporary$)")
+
+PROVIDER_CLASS_CONF = "spark.sql.streaming.stateStore.providerClass"
+SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
+
+
+class VanishedError(Exception):
+    """A file of the checkpoint disappeared while it was read: Spark purged it. Retry at a newer cut."""
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """A file of the checkpoint, relative to its root."""
+
+    path: str
+    size: int
+
+
+@dataclass(frozen=True)
+class OffsetEntry:
+    batch_id: int
+    metadata: dict[str, Any]
+    sources: list[Any]
+
+    @property
+    def confs(self) -> dict[str, str]:
+        return dict(self.metadata.get("conf", {}))
+
+
+@dataclass(frozen=True)
+class Store:
+    """One state store of one partition: the directory holding its versioned files."""
+
+    operator_id: int
+    partition: int
+    name: str
+    path: str  # relative to the checkpoint root
+
+
+@dataclass
+class Operator:
+    operator_id: int
+    name: str | None
+    store_names: list[str]
+    partitions: int
+    bytes: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.operator_id,
+            "name": self.name,
+            "stores": self.store_names,
+            "partitions": self.partitions,
+            "bytes": self.bytes,
+        }
+
+
+@dataclass
+class Cut:
+    """A consistent point of the checkpoint: batch ``batch_id`` committed, state at ``batch_id + 1``."""
+
+    batch_id: int
+    planned_batch_id: int | None
+    offsets: OffsetEntry
+    planned_offsets: OffsetEntry | None
+    commit: dict[str, Any]
+
+    @property
+    def state_version(self) -> int:
+        return self.batch_id + 1
+
+
+@dataclass
+class Plan:
+    """Everything a savepoint at ``cut`` copies."""
+
+    cut: Cut
+    query_id: str
+    provider: str
+    checkpoint_format_version: int
+    operators: list[Operator]
+    files: list[FileRef]
+    # Files holding absolute locations of the checkpoint itself: rewritten on restore.
+    relocate: list[str] = field(default_factory=list)
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def _parse_log(raw: bytes, where: str) -> tuple[str, list[str]]:
+    text = raw.decode("utf-8", errors="strict")
+    lines = text.split("\n")
+    if not lines or not re.fullmatch(r"v\d+", lines[0].strip()):
+        raise NotACheckpointError(f"{where} is not a Spark log file (no version line)")
+    return lines[0].strip(), lines[1:]
+
+
+def parse_offsets(raw: bytes, batch_id: int, where: str) -> OffsetEntry:
+    _version, lines = _parse_log(raw, where)
+    if not lines:
+        raise NotACheckpointError(f"{where} has no batch metadata")
+    try:
+        metadata = json.loads(lines[0])
+    except json.JSONDecodeError:
+        raise NotACheckpointError(f"{where} has malformed batch metadata") from None
+    sources: list[Any] = []
+    for line in lines[1:]:
+        if line == "-":
+            sources.append(None)
+        elif line:
+            try:
+                sources.append(json.loads(line))
+            except json.JSONDecodeError:
+                sources.append(line)  # a source's offset need not be JSON; keep Spark's own text
+    return OffsetEntry(batch_id, metadata if isinstance(metadata, dict) else {}, sources)
+
+
+def parse_commit(raw: bytes, where: str) -> dict[str, Any]:
+    version, lines = _parse_log(raw, where)
+    body = lines[0] if lines else "{}"
+    try:
+        data = json.loads(body or "{}")
+    except json.JSONDecodeError:
+        raise NotACheckpointError(f"{where} has a malformed commit entry") from None
+    data = data if isinstance(data, dict) else {}
+    data["_version"] = version
+    return data
+
+
+def batch_ids(entries: Iterable[Entry]) -> list[int]:
+    """Batch ids of a log directory (not compacted ones, not temp or checksum files)."""
+    ids = []
+    for entry in entries:
+        match = _BATCH.match(entry.name)
+        if match and not entry.is_dir and not match.group(2):
+            ids.append(int(match.group(1)))
+    return sorted(ids)
+
+
+def companions(entries_by_name: dict[str, Entry], name: str) -> list[str]:
+    """Checksum files that travel with ``name``: Hadoop's hidden ``.<name>.crc`` and v2's visible one."""
+    return [c for c in (f".{name}.crc", f"{name}.crc") if c in entries_by_name]
+
+
+class CheckpointReader:
+    """Reads one query's checkpoint at ``root`` on ``storage``."""
+
+    def __init__(self, storage: Storage, root: str):
+        self.storage = storage
+        self.root = root.rstrip("/")
+        self._listing: dict[str, dict[str, Entry]] = {}
+
+    # -- primitives --------------------------------------------------------------------------
+    def _list(self, rel: str) -> dict[str, Entry]:
+        """Entries of a directory, cached for one plan; {} when it does not exist."""
+        if rel not in self._listing:
+            try:
+                entries = self.storage.list(join(self.root, rel) if rel else self.root)
+            except FileNotFoundError:
+                entries = []
+            self._listing[rel] = {e.name: e for e in entries}
+        return self._listing[rel]
+
+    def _read(self, rel: str) -> bytes:
+        try:
+            return self.storage.read_bytes(join(self.root, rel))
+        except FileNotFoundError:
+            raise VanishedError(rel) from None
+
+    def refresh(self) -> None:
+        self._listing.clear()
+
+    # -- identity and logs -------------------------------------------------------------------
+    def validate(self) -> None:
+        if not self.storage.exists(self.root):
+            raise NotFoundError(f"checkpoint {self.root} does not exist")
+        if not self.storage.is_dir(self.root):
+            raise NotACheckpointError(f"{self.root} is a file, not a checkpoint directory")
+        top = self._list("")
+        if "metadata" not in top or "offsets" not in top:
+            raise NotACheckpointError(
+                f"{self.root} is not a Structured Streaming checkpoint (no 'metadata' file and 'offsets' log)"
+            )
+
+    def query_id(self) -> str:
+        try:
+            data = json.loads(self._read("metadata"))
+        except (json.JSONDecodeError, VanishedError):
+            raise NotACheckpointError(f"{self.root}/metadata is not a checkpoint metadata file") from None
+        if not isinstance(data, dict) or "id" not in data:
+            raise NotACheckpointError(f"{self.root}/metadata holds no query id")
+        return str(data["id"])
+
+    def offset_batches(self) -> list[int]:
+        return batch_ids(self._list("offsets").values())
+
+    def commit_batches(self) -> list[int]:
+        return batch_ids(self._list("commits").values())
+
+    def offsets(self, batch_id: int) -> OffsetEntry:
+        rel = f"offsets/{batch_id}"
+        return parse_offsets(self._read(rel), batch_id, join(self.root, rel))
+
+    def commit(self, batch_id: int) -> dict[str, Any]:
+        rel = f"commits/{batch_id}"
+        return parse_commit(self._read(rel), join(self.root, rel))
+
+    def cut(self, batch_id: int | None = None) -> Cut:
+        """The latest consistent cut, or the one at a committed ``batch_id`` still present."""
+        commits = self.commit_batches()
+        offsets = set(self.offset_batches())
+        committed = [b for b in commits if b in offsets]
+        if not committed:
+            raise NotACheckpointError(
+                f"checkpoint {self.root} has no committed batch yet: let the query complete one batch first"
+            )
+        if batch_id is None:
+            chosen = committed[-1]
+        elif batch_id in committed:
+            chosen = batch_id
+        else:
+            raise CutUnavailableError(
+                f"batch {batch_id} is not a committed batch present in {self.root} "
+                f"(present: {_ranges(committed)}); Spark keeps spark.sql.streaming.minBatchesToRetain batches"
+            )
+        if chosen > 0 and chosen - 1 not in offsets:
+            # Spark's recovery reads offsets/N-1 to know what batch N had already consumed.
+            raise CutUnavailableError(f"offsets/{chosen - 1} of {self.root} was purged; batch {chosen} cannot be restored")
+        planned = chosen + 1 if chosen + 1 in offsets else None
+        return Cut(
+            batch_id=chosen,
+            planned_batch_id=planned,
+            offsets=self.offsets(chosen),
+            planned_offsets=self.offsets(planned) if planned is not None else None,
+            commit=self.commit(chosen),
+        )
+
+    # -- the plan ----------------------------------------------------------------------------
+    def plan(self, batch_id: int | None = None) -> Plan:
+        """The exact files Spark's recovery needs at the cut. Raises VanishedError on a race."""
+        self.refresh()
+        self.validate()
+        query_id = self.query_id()
+        cut = self.cut(batch_id)
+        last = cut.planned_batch_id if cut.planned_batch_id is not None else cut.batch_id
+        files: list[FileRef] = []
+        self._add(files, "", "metadata")
+        for b in sorted({max(cut.batch_id - 1, 0), cut.batch_id, last}):
+            self._add(files, "offsets", str(b))
+        self._add(files, "commits", str(cut.batch_id))
+        self._add_sources(files, last)
+        layout = _StateLayout(self, cut, last)
+        operators = layout.collect(files)
+        self._add_unknown_top_level(files)
+        return Plan(
+            cut=cut,
+            query_id=query_id,
+            provider=layout.provider_name(),
+            checkpoint_format_version=2 if cut.commit.get("_version") == "v2" else 1,
+            operators=operators,
+            files=files,
+            relocate=layout.relocate,
+        )
+
+    def _add(self, files: list[FileRef], directory: str, name: str, required: bool = True) -> bool:
+        entries = self._list(directory)
+        entry = entries.get(name)
+        if entry is None:
+            if required:
+                raise VanishedError(join(directory, name) if directory else name)
+            return False
+        prefix = f"{directory}/" if directory else ""
+        files.append(FileRef(prefix + name, entry.size))
+        for companion in companions(entries, name):
+            files.append(FileRef(prefix + companion, entries[companion].size))
+        return True
+
+    def _add_sources(self, files: list[FileRef], last: int) -> None:
+        for source in sorted(self._list("sources")):
+            directory = f"sources/{source}"
+            if not self._list("sources")[source].is_dir:
+                continue
+            entries = self._list(directory)
+            plain = {}
+            compacts = {}
+            for name in entries:
+                match = _BATCH.match(name)
+                if match and int(match.group(1)) <= last:
+                    (compacts if match.group(2) else plain)[int(match.group(1))] = name
+            # A compacted log holds everything up to its batch; without one, every entry is live
+            # (the file source's seen-files list; batch 0 of rate and Kafka sources).
+            start = max(compacts) if compacts else -1
+            if start >= 0:
+                self._add(files, directory, compacts[start])
+            for b in sorted(plain):
+                if b > start:
+                    self._add(files, directory, plain[b])
+
+    def _add_unknown_top_level(self, files: list[FileRef]) -> None:
+        """Files Spark may add in a later version are kept rather than silently dropped."""
+        known = {"metadata", "offsets", "commits", "sources", "state"}
+        for name, entry in self._list("").items():
+            if name in known or _TEMP.search(name) or name.endswith(".crc"):
+                continue
+            if entry.is_dir:
+                for rel, size in self.storage.walk_files(join(self.root, name)):
+                    if not _TEMP.search(rel.rsplit("/", 1)[-1]):
+                        files.append(FileRef(f"{name}/{rel}", size))
+            else:
+                self._add(files, "", name)
+
+
+class _StateLayout:
+    """Finds, for every operator, partition and store, the files of state version N+1."""
+
+    def __init__(self, reader: CheckpointReader, cut: Cut, last_batch: int):
+        self.reader = reader
+        self.cut = cut
+        self.last_batch = last_batch
+        self.relocate: list[str] = []
+        self.kinds: set[str] = set()
+
+    def provider_name(self) -> str:
+        provider_class = self.cut.offsets.confs.get(PROVIDER_CLASS_CONF, "")
+        if "RocksDB" in provider_class or self.kinds & {"zip", "changelog"}:
+            return "rocksdb-changelog" if "changelog" in self.kinds else "rocksdb"
+        if "HDFSBacked" in provider_class or self.kinds:
+            return "hdfs"
+        return provider_class or "none"
+
+    def collect(self, files: list[FileRef]) -> list[Operator]:
+        operators = []
+        state = self.reader._list("state")
+        for op_name in sorted((n for n, e in state.items() if e.is_dir and n.isdigit()), key=int):
+            operators.append(self._operator(int(op_name), files))
+        return operators
+
+    def _operator(self, op_id: int, files: list[FileRef]) -> Operator:
+        op_dir = f"state/{op_id}"
+        entries = self.reader._list(op_dir)
+        info = self._add_operator_metadata(op_dir, entries, files)
+        partitions = sorted((n for n, e in entries.items() if e.is_dir and n.isdigit()), key=int)
+        store_names: list[str] = []
+        data_bytes = 0
+        for part in partitions:
+            for store in self._stores(op_id, int(part), f"{op_dir}/{part}", files):
+                if store.name not in store_names:
+                    store_names.append(store.name)
+                before = len(files)
+                self._add_store_version(store, files)
+                data_bytes += sum(f.size for f in files[before:])
+        stores_info = info.get("stateStoreInfo") or []
+        return Operator(
+            operator_id=op_id,
+            name=(info.get("operatorInfo") or {}).get("operatorName"),
+            store_names=[s.get("storeName", "default") for s in stores_info] or store_names,
+            partitions=int(stores_info[0].get("numPartitions", len(partitions))) if stores_info else len(partitions),
+            bytes=data_bytes,
+        )
+
+    def _add_operator_metadata(self, op_dir: str, entries: dict[str, Entry], files: list[FileRef]) -> dict:
+        """Operator metadata and schema files: small, copied up to the cut's last batch."""
+        info: dict[str, Any] = {}
+        for sub in ("_metadata", "_stateSchema"):
+            if sub not in entries:
+                continue
+            for rel, size in sorted(self.reader.storage.walk_files(join(self.reader.root, op_dir, sub))):
+                name = rel.rsplit("/", 1)[-1]
+                if _TEMP.search(name.removeprefix(".").removesuffix(".crc")) and not name.endswith(".crc"):
+                    continue
+                batch = _leading_batch(rel, sub)
+                if batch is not None and batch > self.last_batch:
+                    continue  # written by a batch after the cut: a later schema the restored query must not see
+                files.append(FileRef(f"{op_dir}/{sub}/{rel}", size))
+        v1 = self._json_log(f"{op_dir}/_metadata/metadata")
+        v2_batches = [
+            int(n) for n in self.reader._list(f"{op_dir}/_metadata/v2") if n.isdigit() and int(n) <= self.last_batch
+        ]
+        if v2_batches:
+            rel = f"{op_dir}/_metadata/v2/{max(v2_batches)}"
+            self.relocate.extend(
+                f"{op_dir}/_metadata/v2/{b}" for b in sorted(v2_batches)
+            )
+            return self._json_log(rel) or v1
+        return v1
+
+    def _json_log(self, rel: str) -> dict[str, Any]:
+        try:
+            _version, lines = _parse_log(self.reader._read(rel), rel)
+            data = json.loads(lines[0])
+        except (VanishedError, NotACheckpointError, json.JSONDecodeError, IndexError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _stores(self, op_id: int, part: int, part_dir: str, files: list[FileRef]) -> list[Store]:
+        entries = self.reader._list(part_dir)
+        stores = []
+        if any(parse_state_file(n) for n in entries):
+            stores.append(Store(op_id, part, "default", part_dir))
+        for name, entry in sorted(entries.items()):
+            if not entry.is_dir or name in ("SSTs", "logs"):
+                continue
+            if name == "_metadata":
+                for meta in sorted(self.reader._list(f"{part_dir}/_metadata")):
+                    if not meta.startswith(".") and not _TEMP.search(meta):
+                        self.reader._add(files, f"{part_dir}/_metadata", meta)
+                continue
+            stores.append(Store(op_id, part, name, f"{part_dir}/{name}"))
+        return stores
+
+    def _add_store_version(self, store: Store, files: list[FileRef]) -> None:
+        version = self.cut.state_version
+        entries = self.reader._list(store.path)
+        by_version: dict[int, dict[str, str]] = {}
+        for name in entries:
+            parsed = parse_state_file(name)
+            if parsed and parsed[1] is None:
+                by_version.setdefault(parsed[0], {})[parsed[2]] = name
+                self.kinds.add(parsed[2])
+        unique_ids = self._unique_ids(store)
+        if unique_ids is not None:
+            needed = self._v2_chain(store, entries, unique_ids)
+        elif any(k in ("zip", "changelog") for v in by_version.values() for k in v):
+            needed = _chain(by_version, version, snapshot="zip", delta="changelog", where=store.path)
+        else:
+            needed = _chain(by_version, version, snapshot="snapshot", delta="delta", where=store.path)
+        for name in needed:
+            self.reader._add(files, store.path, name)
+            if name.endswith(".zip"):
+                self._add_zip_references(store, name, files)
+
+    def _add_zip_references(self, store: Store, zip_name: str, files: list[FileRef]) -> None:
+        """A RocksDB snapshot zip names the shared SST and log files it needs."""
+        try:
+            raw = read_zip_member(self.reader._read(f"{store.path}/{zip_name}"), "metadata")
+            _version, lines = _parse_log(raw, f"{store.path}/{zip_name}")
+            meta = json.loads(lines[0])
+        except (KeyError, zipfile.BadZipFile, json.JSONDecodeError, IndexError):
+            raise NotACheckpointError(f"{self.reader.root}/{store.path}/{zip_name} is not a RocksDB checkpoint zip") from None
+        for sst in meta.get("sstFiles") or []:
+            self.reader._add(files, f"{store.path}/SSTs", sst["dfsSstFileName"])
+        for log in meta.get("logFiles") or []:
+            self.reader._add(files, f"{store.path}/logs", log["dfsLogFileName"])
+
+    def _unique_ids(self, store: Store) -> Any:
+        return None
+
+    def _v2_chain(self, store: Store, entries: dict[str, Entry], unique_ids: Any) -> list[str]:
+        raise NotImplementedError
+
+
+def _chain(by_version: dict[int, dict[str, str]], version: int, snapshot: str, delta: str, where: str) -> list[str]:
+    """Files that load ``version``: the newest snapshot at or below it, then every delta after it.
+
+    This is how both providers load a version (HDFSBackedStateStoreProvider.loadMap,
+    RocksDB.load with changelog checkpointing); version 0 is the empty store.
+    """
+    if snapshot in by_version.get(version, {}):
+        return [by_version[version][snapshot]]
+    base = max((v for v, kinds in by_version.items() if v < version and snapshot in kinds), default=0)
+    needed = [by_version[base][snapshot]] if base else []
+    for v in range(base + 1, version + 1):
+        name = by_version.get(v, {}).get(delta)
+        if name is None:
+            raise VanishedError(f"{where}/{v}.{delta}")
+        needed.append(name)
+    return needed
+
+
+def _leading_batch(rel: str, sub: str) -> int | None:
+    """The batch a versioned metadata or schema file belongs to (``v2/<batch>``, ``<batch>_<uuid>``)."""
+    name = rel.rsplit("/", 1)[-1].removeprefix(".").removesuffix(".crc")
+    head = name.split("_", 1)[0]
+    if sub == "_metadata" and "/" not in rel:
+        return None  # _metadata/metadata: operator metadata v1, not versioned
+    return int(head) if head.isdigit() else None
+
+
+_SCHEMA_PATH_TAIL = re.compile(r"/state/\d+/_stateSchema/.+$")
+
+
+def relocate_metadata(raw: bytes, location_uri: str) -> bytes:
+    """Point an operator metadata file (``state/<op>/_metadata/v2/<batch>``) at a new checkpoint location.
+
+    transformWithState records ABSOLUTE paths of its schema files there
+    (``stateStoreInfo[].stateSchemaFilePaths``, e.g. ``file:/ckpt/state/0/_stateSchema/default/0_<uuid>``);
+    a copied checkpoint would read the original's files, and fail once they are gone.
+    """
+    version, lines = _parse_log(raw, "operator metadata")
+    data = json.loads(lines[0])
+    for info in data.get("stateStoreInfo") or []:
+        for key in ("stateSchemaFilePaths", "stateSchemaFilePath"):
+            value = info.get(key)
+            if isinstance(value, list):
+                info[key] = [_relocated(p, location_uri) for p in value]
+            elif isinstance(value, str):
+                info[key] = _relocated(value, location_uri)
+    return "\n".join([version, json.dumps(data, separators=(",", ":")), *lines[1:]]).encode()
+
+
+def _relocated(path: str, location_uri: str) -> str:
+    match = _SCHEMA_PATH_TAIL.search(path)
+    if not match:
+        raise NotACheckpointError(f"unexpected state schema path {path!r} in operator metadata")
+    return location_uri.rstrip("/") + match.group(0)
+
+
+def parse_state_file(name: str) -> tuple[int, str | None, str] | None:
+    """(version, unique id or None, kind) of a state file name, or None for other files."""
+    match = _STATE_FILE.match(name)
+    if not match:
+        return None
+    return int(match.group(1)), match.group(2), match.group(3)
+
+
+def read_zip_member(raw: bytes, member: str) -> bytes:
+    with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+        return archive.read(member)
+
+
+def _ranges(ids: list[int]) -> str:
+    if not ids:
+        return "none"
+    return f"{ids[0]}..{ids[-1]}" if ids[-1] - ids[0] + 1 == len(ids) else ", ".join(map(str, ids))
+
+
+def is_checkpoint(storage: Storage, path: str) -> bool:
+    try:
+        names = {e.name for e in storage.list(path)}
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return "metadata" in names and "offsets" in names

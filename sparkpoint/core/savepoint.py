@@ -1,0 +1,508 @@
+"""Savepoints: create from a checkpoint (live or stopped), load, verify, restore, dispose.
+
+Creation copies exactly the files of one consistent cut per query (see ``checkpoint.Plan``),
+hashing them as it copies, and writes ``manifest.json`` last. A live checkpoint may lose files
+to Spark's cleanup mid-copy: the query's copy is thrown away and taken again at a newer cut,
+up to ``attempts`` times. A savepoint whose manifest is not written is never listed or restored.
+"""
+
+from __future__ import annotations
+
+import getpass
+import importlib.metadata
+import json
+import os
+import re
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable, Sequence
+
+from sparkpoint.adapters.storage import (
+    HASH_ALGORITHM,
+    Storage,
+    basename,
+    digest_of,
+    is_url,
+    join,
+    parent,
+    storage_for,
+    translate_errors,
+)
+from sparkpoint.core import manifest as mf
+from sparkpoint.core import transfer
+from sparkpoint.core.checkpoint import CheckpointReader, Plan, VanishedError, is_checkpoint, relocate_metadata
+from sparkpoint.errors import (
+    BadArgumentError,
+    CutUnavailableError,
+    NotACheckpointError,
+    NotFoundError,
+    SavepointInvalidError,
+    TargetNotEmptyError,
+)
+
+
+@dataclass(frozen=True)
+class QuerySource:
+    """A query's checkpoint to savepoint, and the name (uid) it will be restored under."""
+
+    name: str
+    location: str
+
+
+def discover_queries(storage: Storage, location: str, name: str | None = None) -> list[QuerySource]:
+    """One query's checkpoint, or a checkpoint root whose subdirectories are named queries."""
+    with translate_errors(location):
+        if not storage.exists(location):
+            raise NotFoundError(f"checkpoint {location} does not exist")
+    if is_checkpoint(storage, location):
+        return [QuerySource(mf.check_query_name(name or basename(location)), location)]
+    if not storage.is_dir(location):
+        raise NotACheckpointError(f"{location} is a file, not a checkpoint directory")
+    found = [
+        QuerySource(mf.check_query_name(entry.name), join(location, entry.name))
+        for entry in sorted(storage.list(location), key=lambda e: e.name)
+        if entry.is_dir and is_checkpoint(storage, join(location, entry.name))
+    ]
+    if not found:
+        raise NotACheckpointError(
+            f"{location} is not a Structured Streaming checkpoint, nor a root of named query checkpoints"
+        )
+    if name is not None:
+        raise BadArgumentError(f"{location} holds {len(found)} query checkpoints; --name applies to a single one")
+    return found
+
+
+def new_savepoint_id(job: str, now: float) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", job).strip("-.") or "job"
+    stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"savepoint-{slug[:60]}-{stamp}-{secrets.token_hex(3)}"
+
+
+def _iso(now: float) -> str:
+    return datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _spark_version() -> str | None:
+    try:
+        return importlib.metadata.version("pyspark")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _inside(child: str, ancestor: str) -> bool:
+    def norm(path: str) -> str:
+        return (path if is_url(path) else os.path.realpath(path)).rstrip("/") + "/"
+
+    return norm(child).startswith(norm(ancestor))
+
+
+def create(
+    sources: Sequence[QuerySource],
+    source_storage: Storage,
+    target_parent: str,
+    target_storage: Storage,
+    *,
+    job: str,
+    batch_id: int | None = None,
+    origin: dict[str, Any] | None = None,
+    restored_from: str | None = None,
+    workers: int = 4,
+    attempts: int = 5,
+    progress: transfer.Progress | None = None,
+    clock: Callable[[], float] = time.time,
+) -> dict[str, Any]:
+    """Write a savepoint of ``sources`` below ``target_parent``; return its manifest (with ``path``)."""
+    progress = progress or transfer.NullProgress()
+    for source in sources:
+        if _inside(target_parent, source.location):
+            raise BadArgumentError(f"target {target_parent} lies inside the checkpoint {source.location}; choose another")
+    # Plan every query before writing anything: bad input fails with nothing written.
+    plans = {source.name: _plan(source_storage, source, batch_id) for source in sources}
+
+    now = clock()
+    savepoint_id = new_savepoint_id(job, now)
+    path = join(target_parent, savepoint_id)
+    with translate_errors(path):
+        if target_storage.exists(path):
+            raise TargetNotEmptyError(f"{path} already exists")
+        target_storage.makedirs(path)
+        target_storage.write_atomic(join(path, mf.IN_PROGRESS), _owner_marker(now))
+    try:
+        queries = []
+        for source in sources:
+            plan, results = _copy_query(
+                source_storage, source, plans[source.name], target_storage, path, batch_id, workers, attempts, progress
+            )
+            queries.append(_query_entry(source, plan, results))
+        data = {
+            "format": mf.FORMAT,
+            "format_version": mf.FORMAT_VERSION,
+            "id": savepoint_id,
+            "job": job,
+            "created_at": _iso(now),
+            "completed_at": _iso(clock()),
+            "sparkpoint_version": importlib.metadata.version("sparkpoint"),
+            "spark_version": _spark_version(),
+            "checksum": HASH_ALGORITHM,
+            "origin": origin or {},
+            "restored_from": restored_from,
+            "bytes": sum(q["bytes"] for q in queries),
+            "file_count": sum(len(q["files"]) for q in queries),
+            "queries": queries,
+        }
+        with translate_errors(path):
+            target_storage.write_atomic(join(path, mf.MANIFEST), mf.dumps(mf.validate(data, path)))
+    except BaseException:
+        _discard(target_storage, path)
+        raise
+    with translate_errors(path):
+        target_storage.remove_file(join(path, mf.IN_PROGRESS))
+    return dict(data, path=path)
+
+
+def _owner_marker(now: float) -> bytes:
+    return json.dumps(
+        {"pid": os.getpid(), "host": socket.gethostname(), "user": getpass.getuser(), "started_at": _iso(now)}
+    ).encode()
+
+
+def _discard(storage: Storage, path: str) -> None:
+    """Remove a savepoint that did not complete. If that fails too, its marker lets prune finish the job."""
+    try:
+        storage.remove_file(join(path, mf.MANIFEST))
+        storage.remove_tree(path)
+    except Exception:  # noqa: BLE001 - the original error is the one to report
+        pass
+
+
+def _plan(storage: Storage, source: QuerySource, batch_id: int | None) -> Plan:
+    reader = CheckpointReader(storage, source.location)
+    try:
+        return reader.plan(batch_id)
+    except VanishedError:
+        # Spark purged a file between listing and reading: plan again once before copying begins.
+        return reader.plan(batch_id)
+
+
+def _copy_query(
+    storage: Storage,
+    source: QuerySource,
+    plan: Plan,
+    target: Storage,
+    path: str,
+    batch_id: int | None,
+    workers: int,
+    attempts: int,
+    progress: transfer.Progress,
+) -> tuple[Plan, list[transfer.Result]]:
+    query_dir = join(path, mf.QUERIES_DIR, source.name)
+    for attempt in range(1, attempts + 1):
+        items = [
+            transfer.Transfer(storage, join(source.location, f.path), target, join(query_dir, f.path), "copy", f.size)
+            for f in plan.files
+        ]
+        try:
+            return plan, transfer.run(items, workers, progress, f"savepoint {source.name} @ batch {plan.cut.batch_id}")
+        except transfer.SourceMissing as missing:
+            vanished = missing.path
+        with translate_errors(query_dir):
+            if target.exists(query_dir):
+                target.remove_tree(query_dir)
+        if batch_id is not None:
+            raise CutUnavailableError(
+                f"Spark purged {vanished} while batch {batch_id} of {source.name} was copied: "
+                "savepoint a newer batch, or omit --batch for the latest"
+            )
+        if attempt == attempts:
+            break
+        try:
+            plan = CheckpointReader(storage, source.location).plan()
+        except VanishedError as exc:
+            vanished = str(exc)
+    raise CutUnavailableError(
+        f"{source.name}: Spark kept purging files faster than they were copied ({attempts} attempts, last: {vanished}); "
+        "raise spark.sql.streaming.minBatchesToRetain or the transfer workers, or stop the query first"
+    )
+
+
+def _query_entry(source: QuerySource, plan: Plan, results: list[transfer.Result]) -> dict[str, Any]:
+    prefix = f"{mf.QUERIES_DIR}/{source.name}/"
+    cut = plan.cut
+    return {
+        "name": source.name,
+        "query_id": plan.query_id,
+        "source_location": source.location,
+        "batch_id": cut.batch_id,
+        "planned_batch_id": cut.planned_batch_id,
+        "state_version": cut.state_version,
+        "batch_timestamp_ms": cut.offsets.metadata.get("batchTimestampMs"),
+        "watermark_ms": cut.commit.get("nextBatchWatermarkMs", cut.offsets.metadata.get("batchWatermarkMs")),
+        "offsets": cut.offsets.sources,
+        "planned_offsets": cut.planned_offsets.sources if cut.planned_offsets else None,
+        "provider": plan.provider,
+        "checkpoint_format_version": plan.checkpoint_format_version,
+        "confs": cut.offsets.confs,
+        "operators": [op.to_json() for op in plan.operators],
+        "bytes": plan.bytes,
+        "files": [
+            {"path": prefix + f.path, "size": r.size, "sha256": r.digest} for f, r in zip(plan.files, results)
+        ],
+        "relocate": [prefix + rel for rel in plan.relocate],
+    }
+
+
+# -- reading a savepoint ---------------------------------------------------------------------
+
+
+@dataclass
+class Savepoint:
+    storage: Storage
+    path: str
+    manifest: dict[str, Any]
+
+    @property
+    def queries(self) -> list[dict[str, Any]]:
+        return self.manifest["queries"]
+
+    def query(self, name: str) -> dict[str, Any]:
+        for query in self.queries:
+            if query["name"] == name:
+                return query
+        names = ", ".join(q["name"] for q in self.queries)
+        raise NotFoundError(f"savepoint {self.path} has no query {name!r} (it has: {names})")
+
+    def summary(self) -> dict[str, Any]:
+        data = {k: v for k, v in self.manifest.items() if k != "queries"}
+        data["path"] = self.path
+        data["queries"] = [
+            {k: v for k, v in q.items() if k not in ("files", "relocate", "confs")} | {"file_count": len(q["files"])}
+            for q in self.queries
+        ]
+        return data
+
+
+def load(path: str, storage_options: dict | None = None) -> Savepoint:
+    storage, path = storage_for(path, storage_options)
+    return load_from(storage, path)
+
+
+def load_from(storage: Storage, path: str) -> Savepoint:
+    with translate_errors(path):
+        if not storage.exists(path):
+            raise NotFoundError(f"savepoint {path} does not exist")
+        try:
+            raw = storage.read_bytes(join(path, mf.MANIFEST))
+        except FileNotFoundError:
+            raw = None
+        if raw is None:
+            if storage.exists(join(path, mf.IN_PROGRESS)):
+                raise SavepointInvalidError(
+                    f"{path} is an incomplete savepoint (its creation never finished): take a new one; prune removes it"
+                )
+            if storage.exists(join(path, mf.DISPOSING)):
+                raise SavepointInvalidError(f"{path} is a savepoint being disposed of")
+            raise SavepointInvalidError(f"{path} is not a savepoint (no {mf.MANIFEST})")
+    return Savepoint(storage, path, mf.parse(raw, join(path, mf.MANIFEST)))
+
+
+def verify(savepoint: Savepoint, workers: int = 4, progress: transfer.Progress | None = None) -> dict[str, Any]:
+    """Check every file of the savepoint: present, same size, same checksum."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    progress = progress or transfer.NullProgress()
+    entries = [f for q in savepoint.queries for f in q["files"]]
+    progress.start("verify", sum(f["size"] for f in entries))
+
+    def check(entry: dict[str, Any]) -> str | None:
+        try:
+            size, digest = digest_of(savepoint.storage, join(savepoint.path, entry["path"]))
+        except FileNotFoundError:
+            return f"missing: {entry['path']}"
+        finally:
+            progress.advance(entry["size"])
+        if size != entry["size"]:
+            return f"size differs: {entry['path']} ({size} bytes, manifest says {entry['size']})"
+        if digest != entry["sha256"]:
+            return f"checksum differs: {entry['path']}"
+        return None
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            problems = [p for p in pool.map(check, entries) if p]
+    finally:
+        progress.finish()
+    return {
+        "path": savepoint.path,
+        "id": savepoint.manifest["id"],
+        "valid": not problems,
+        "files": len(entries),
+        "bytes": sum(f["size"] for f in entries),
+        "problems": problems,
+    }
+
+
+# -- restore ---------------------------------------------------------------------------------
+
+RESTORE_MODES = ("auto", "copy", "link", "claim")
+
+
+def restore(
+    savepoint: Savepoint,
+    target: str,
+    *,
+    mode: str = "auto",
+    query: str | None = None,
+    workers: int = 4,
+    progress: transfer.Progress | None = None,
+    storage_options: dict | None = None,
+) -> dict[str, Any]:
+    """Materialize the savepoint as checkpoints below ``target`` (``target/<query>``), or, with
+    ``query``, that one query's checkpoint at ``target`` itself. The savepoint is untouched
+    unless ``mode='claim'``, which disposes of it once the restored copy is verified."""
+    if mode not in RESTORE_MODES:
+        raise BadArgumentError(f"restore mode must be one of {', '.join(RESTORE_MODES)}, not {mode!r}")
+    progress = progress or transfer.NullProgress()
+    target_storage, target = storage_for(target, storage_options)
+    if _inside(target, savepoint.path) or _inside(savepoint.path, target):
+        raise BadArgumentError(f"restore target {target} and savepoint {savepoint.path} overlap; choose another target")
+    chosen = [savepoint.query(query)] if query else savepoint.queries
+    destinations = {q["name"]: (target if query else join(target, q["name"])) for q in chosen}
+    for name, dest in destinations.items():
+        _check_empty(target_storage, dest)
+
+    resolved = _transfer_mode(mode, savepoint, target_storage, target)
+    created = [dest for dest in destinations.values() if not target_storage.exists(dest)]
+    items: list[tuple[dict[str, Any], transfer.Transfer]] = []
+    relocations: list[tuple[str, str, str]] = []
+    for q in chosen:
+        prefix = f"{mf.QUERIES_DIR}/{q['name']}/"
+        dest = destinations[q["name"]]
+        relocate = set(q.get("relocate", []))
+        for entry in q["files"]:
+            rel = entry["path"][len(prefix):]
+            if entry["path"] in relocate:
+                relocations.append((join(savepoint.path, entry["path"]), join(dest, rel), dest))
+                continue
+            if _checksum_of_relocated(entry["path"], relocate):
+                continue  # its file is rewritten on restore; a stale checksum would fail Hadoop's read
+            src = join(savepoint.path, entry["path"])
+            items.append((entry, transfer.Transfer(savepoint.storage, src, target_storage, join(dest, rel), resolved, entry["size"])))
+    try:
+        results = transfer.run([t for _, t in items], workers, progress, f"restore {savepoint.manifest['id']}")
+        _check_results(savepoint, items, results, target_storage)
+        for src, dst, dest in relocations:
+            with translate_errors(dst):
+                raw = savepoint.storage.read_bytes(src)
+                target_storage.write_atomic(dst, relocate_metadata(raw, _spark_uri(dest)))
+    except transfer.SourceMissing as missing:
+        _undo(target_storage, destinations.values(), created)
+        raise SavepointInvalidError(f"savepoint file {missing.path} is missing: the savepoint is broken") from None
+    except BaseException:
+        _undo(target_storage, destinations.values(), created)
+        raise
+    if mode == "claim":
+        # Claimed only once the restored copy is complete and verified: a failure before this
+        # point leaves the savepoint as it was.
+        dispose(savepoint.path, storage_options)
+    return {
+        "savepoint": savepoint.path,
+        "id": savepoint.manifest["id"],
+        "mode": mode,
+        "transfer": resolved,
+        "queries": [
+            {"name": q["name"], "checkpoint": destinations[q["name"]], "batch_id": q["batch_id"],
+             "planned_batch_id": q.get("planned_batch_id")}
+            for q in chosen
+        ],
+    }
+
+
+def _check_empty(storage: Storage, dest: str) -> None:
+    with translate_errors(dest):
+        if not storage.exists(dest):
+            return
+        if not storage.is_dir(dest):
+            raise TargetNotEmptyError(f"restore target {dest} is a file")
+        if storage.list(dest):
+            raise TargetNotEmptyError(
+                f"restore target {dest} is not empty: restore into a new directory; sparkpoint never overwrites a checkpoint"
+            )
+
+
+def _transfer_mode(mode: str, savepoint: Savepoint, target_storage: Storage, target: str) -> transfer.Mode:
+    """Hard links where the file system allows (same local device), copies otherwise."""
+    linkable = savepoint.storage.local and target_storage.local and target_storage.same_device(savepoint.path, target)
+    if mode == "link" and not linkable:
+        raise BadArgumentError("--mode link needs the savepoint and the target on the same local file system")
+    if mode == "copy":
+        return "copy"
+    return "link" if linkable else "copy"
+
+
+def _checksum_of_relocated(path: str, relocate: set[str]) -> bool:
+    directory, name = path.rsplit("/", 1)
+    for original in relocate:
+        odir, oname = original.rsplit("/", 1)
+        if odir == directory and name in (f".{oname}.crc", f"{oname}.crc"):
+            return True
+    return False
+
+
+def _check_results(
+    savepoint: Savepoint,
+    items: list[tuple[dict[str, Any], transfer.Transfer]],
+    results: list[transfer.Result],
+    target_storage: Storage,
+) -> None:
+    for (entry, item), result in zip(items, results):
+        if result.digest is not None and result.digest != entry["sha256"]:
+            raise SavepointInvalidError(
+                f"checksum of {entry['path']} differs from the manifest: the savepoint is corrupted or was tampered with"
+            )
+        if result.digest is None and target_storage.size(item.dst_path) != entry["size"]:
+            raise SavepointInvalidError(f"size of {entry['path']} differs from the manifest: the savepoint is corrupted")
+
+
+def _undo(storage: Storage, destinations, created: list[str]) -> None:
+    """Remove what a failed restore wrote; a target that existed (empty) before stays, emptied."""
+    for dest in destinations:
+        try:
+            if dest in created:
+                storage.remove_tree(dest)
+            elif storage.exists(dest):
+                for entry in storage.list(dest):
+                    path = join(dest, entry.name)
+                    storage.remove_tree(path) if entry.is_dir else storage.remove_file(path)
+        except Exception:  # noqa: BLE001 - the original error is the one to report
+            pass
+
+
+def _spark_uri(location: str) -> str:
+    """The location as Spark qualifies it in its own files."""
+    return location if is_url(location) else "file:" + os.path.abspath(location)
+
+
+# -- dispose ---------------------------------------------------------------------------------
+
+
+def dispose(path: str, storage_options: dict | None = None) -> dict[str, Any]:
+    """Delete a savepoint. Refuses any directory that is not a sparkpoint savepoint."""
+    storage, path = storage_for(path, storage_options)
+    with translate_errors(path):
+        if not storage.exists(path):
+            raise NotFoundError(f"savepoint {path} does not exist")
+        names = {e.name for e in storage.list(path)} if storage.is_dir(path) else set()
+        if not names & {mf.MANIFEST, mf.IN_PROGRESS, mf.DISPOSING}:
+            raise SavepointInvalidError(f"{path} is not a sparkpoint savepoint; refusing to delete it")
+        info = None
+        if mf.MANIFEST in names:
+            info = load(path, storage_options).summary()
+        # Marker first, manifest next: a crash from here on leaves a directory prune recognises.
+        storage.write_atomic(join(path, mf.DISPOSING), b'{"reason": "dispose"}')
+        storage.remove_file(join(path, mf.MANIFEST))
+        storage.remove_tree(path)
+    return {"path": path, "id": (info or {}).get("id", basename(path)), "disposed": True,
+            "bytes": (info or {}).get("bytes", 0)}

@@ -1,0 +1,102 @@
+"""Moves files between storages in parallel: copy (hashing in the same pass) or hard link.
+
+Callers decide what a missing source means (a race with Spark's cleanup when savepointing a live
+checkpoint; a broken savepoint when restoring), so a missing source surfaces as
+:class:`SourceMissing`. Every other storage failure becomes a StorageError naming the path.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Literal, Protocol, Sequence
+
+from sparkpoint.adapters.storage import Storage, copy_with_digest, parent, translate_errors
+
+Mode = Literal["copy", "link"]
+
+
+class SourceMissing(Exception):
+    def __init__(self, path: str):
+        super().__init__(path)
+        self.path = path
+
+
+class Progress(Protocol):
+    def start(self, description: str, total_bytes: int) -> None: ...
+
+    def advance(self, nbytes: int) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+class NullProgress:
+    def start(self, description: str, total_bytes: int) -> None:
+        pass
+
+    def advance(self, nbytes: int) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Transfer:
+    src: Storage
+    src_path: str
+    dst: Storage
+    dst_path: str
+    mode: Mode
+    size: int
+
+
+@dataclass(frozen=True)
+class Result:
+    size: int
+    digest: str | None  # None when no bytes were read (link)
+
+
+def _one(item: Transfer) -> Result:
+    try:
+        if item.mode == "link":
+            item.dst.link(item.src_path, item.dst_path)
+            return Result(item.size, None)
+        size, digest = copy_with_digest(item.src, item.src_path, item.dst, item.dst_path)
+        return Result(size, digest)
+    except FileNotFoundError as exc:
+        # Destination directories are made before any transfer starts: a missing file is the source's.
+        if exc.filename == item.dst_path:
+            raise
+        raise SourceMissing(item.src_path) from None
+
+
+def run(items: Sequence[Transfer], workers: int, progress: Progress, description: str) -> list[Result]:
+    """Run the transfers, ``workers`` at a time; results in the order of ``items``."""
+    directories = {(parent(item.dst_path), item.dst) for item in items}
+    for directory, storage in sorted(directories, key=lambda pair: pair[0]):
+        with translate_errors(directory):
+            storage.makedirs(directory)
+    progress.start(description, sum(item.size for item in items))
+    results: list[Result | None] = [None] * len(items)
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            futures = {pool.submit(_one, item): index for index, item in enumerate(items)}
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                for future in done:
+                    error = future.exception()
+                    if error is not None:
+                        for other in pending:
+                            other.cancel()
+                        if isinstance(error, SourceMissing):
+                            raise error
+                        with translate_errors(items[futures[future]].dst_path):
+                            raise error
+                    index = futures[future]
+                    results[index] = future.result()
+                    progress.advance(items[index].size)
+    finally:
+        progress.finish()
+    return [r for r in results if r is not None]

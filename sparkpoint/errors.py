@@ -1,0 +1,71 @@
+"""The one exception tree of sparkpoint.
+
+Every error a user can cause or meet derives from :class:`SparkpointError`. Each class
+carries the exit status the CLI returns for it (documented in README.md, "Exit codes"),
+and each message says what went wrong and what to do next, in one line.
+Only ``sparkpoint.cli.main`` turns these into an exit status and a line on stderr.
+"""
+
+from __future__ import annotations
+
+
+class SparkpointError(Exception):
+    """Root of every error sparkpoint reports to a user."""
+
+    exit_code = 1
+
+
+class ConfigError(SparkpointError):
+    """The configuration file or an environment override is malformed."""
+
+    exit_code = 3
+
+
+class NotFoundError(SparkpointError):
+    """A path, savepoint or job named by the user does not exist."""
+
+    exit_code = 4
+
+
+class NotACheckpointError(SparkpointError):
+    """A directory is not a Structured Streaming checkpoint, or has no committed batch."""
+
+    exit_code = 5
+
+
+class SavepointInvalidError(SparkpointError):
+    """A savepoint is incomplete, corrupted, tampered with, unsafe, or of an unknown format."""
+
+    exit_code = 6
+
+
+class TargetNotEmptyError(SparkpointError):
+    """A restore or savepoint target already holds data that sparkpoint must not overwrite."""
+
+    exit_code = 7
+
+
+class CutUnavailableError(SparkpointError):
+    """No consistent cut could be copied: Spark purged the requested batch, or kept
+    purging files faster than the copy could finish."""
+
+    exit_code = 8
+
+
+class StorageError(SparkpointError):
+    """The storage refused a read or write (permissions, disk full, credentials)."""
+
+    exit_code = 9
+
+
+class EnvironmentSetupError(SparkpointError):
+    """Something the machine must provide is missing (Java, pyspark)."""
+
+    exit_code = 10
+
+
+class BadArgumentError(SparkpointError):
+    """A flag or argument is invalid in context: an ambiguous id, a bad duration, overlapping paths.
+    Shares exit status 2 with the parser's own usage errors."""
+
+    exit_code = 2

@@ -5,7 +5,7 @@ every state store has version N+1, and ``offsets/N`` (plus ``offsets/N+1`` when 
 was planned) says which input the next run reads. :meth:`CheckpointReader.plan` turns a cut
 into the exact list of files that Spark's own recovery reads at that cut; nothing older.
 
-Layout facts this module relies on (Spark 4.3, verified by experiment; see docs/FORMATS.md):
+Layout facts this module relies on (Spark 4.3, verified by experiment and in Spark's source):
 
 - ``metadata``: ``{"id": <query id>}``.
 - ``offsets/N``: ``v1``, a JSON line of batch metadata (watermark, timestamp, pinned confs),
@@ -23,10 +23,11 @@ Layout facts this module relies on (Spark 4.3, verified by experiment; see docs/
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import struct
 import zipfile
-import io
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -82,6 +83,8 @@ class Operator:
     store_names: list[str]
     partitions: int
     bytes: int = 0
+    # transformWithState's state variables: the state data source reads one at a time.
+    state_variables: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -90,6 +93,7 @@ class Operator:
             "stores": self.store_names,
             "partitions": self.partitions,
             "bytes": self.bytes,
+            "state_variables": self.state_variables,
         }
 
 
@@ -177,8 +181,9 @@ def batch_ids(entries: Iterable[Entry]) -> list[int]:
 
 
 def companions(entries_by_name: dict[str, Entry], name: str) -> list[str]:
-    """Checksum files that travel with ``name``: Hadoop's hidden ``.<name>.crc`` and v2's visible one."""
-    return [c for c in (f".{name}.crc", f"{name}.crc") if c in entries_by_name]
+    """Checksum files that travel with ``name``: Hadoop's hidden ``.<name>.crc``, format v2's visible
+    ``<name>.crc``, and Hadoop's checksum of that one."""
+    return [c for c in (f".{name}.crc", f"{name}.crc", f".{name}.crc.crc") if c in entries_by_name]
 
 
 class CheckpointReader:
@@ -395,6 +400,7 @@ class _StateLayout:
             store_names=[s.get("storeName", "default") for s in stores_info] or store_names,
             partitions=int(stores_info[0].get("numPartitions", len(partitions))) if stores_info else len(partitions),
             bytes=data_bytes,
+            state_variables=_state_variables(info),
         )
 
     def _add_operator_metadata(self, op_dir: str, entries: dict[str, Entry], files: list[FileRef]) -> dict:
@@ -453,9 +459,10 @@ class _StateLayout:
         by_version: dict[int, dict[str, str]] = {}
         for name in entries:
             parsed = parse_state_file(name)
+            if parsed:
+                self.kinds.add(parsed[2])
             if parsed and parsed[1] is None:
                 by_version.setdefault(parsed[0], {})[parsed[2]] = name
-                self.kinds.add(parsed[2])
         unique_ids = self._unique_ids(store)
         if unique_ids is not None:
             needed = self._v2_chain(store, entries, unique_ids)
@@ -481,11 +488,47 @@ class _StateLayout:
         for log in meta.get("logFiles") or []:
             self.reader._add(files, f"{store.path}/logs", log["dfsLogFileName"])
 
-    def _unique_ids(self, store: Store) -> Any:
-        return None
+    def _unique_ids(self, store: Store) -> list[str] | None:
+        """Checkpoint format v2: the unique ids committed for this partition's stores at the cut."""
+        per_operator = (self.cut.commit.get("stateUniqueIds") or {}).get(str(store.operator_id))
+        if not per_operator or store.partition >= len(per_operator):
+            return None
+        ids = per_operator[store.partition]
+        return [ids] if isinstance(ids, str) else [i for i in ids if isinstance(i, str)]
 
-    def _v2_chain(self, store: Store, entries: dict[str, Entry], unique_ids: Any) -> list[str]:
-        raise NotImplementedError
+    def _v2_chain(self, store: Store, entries: dict[str, Entry], unique_ids: list[str]) -> list[str]:
+        """Files that load version V of a format-v2 store: its own snapshot, or its changelog and,
+        following the lineage recorded in that changelog, the changelogs back to the newest snapshot."""
+        version = self.cut.state_version
+        # Several stores share a partition (joins); the committed ids are unique, so the file names tell which.
+        owned = [u for u in unique_ids if f"{version}_{u}.zip" in entries or f"{version}_{u}.changelog" in entries]
+        if not owned:
+            raise VanishedError(f"{store.path}/{version}_<{'|'.join(unique_ids)}>")
+        unique_id = owned[0]
+        if f"{version}_{unique_id}.zip" in entries:
+            return [f"{version}_{unique_id}.zip"]
+        changelog = f"{version}_{unique_id}.changelog"
+        lineage = changelog_lineage(self.reader._read(f"{store.path}/{changelog}"), f"{store.path}/{changelog}")
+        needed = [changelog]
+        for entry_version, entry_id in reversed(lineage):
+            snapshot = f"{entry_version}_{entry_id}.zip"
+            if snapshot in entries:
+                return [snapshot, *needed]
+            older = f"{entry_version}_{entry_id}.changelog"
+            if older not in entries:
+                raise VanishedError(f"{store.path}/{older}")
+            needed.insert(0, older)
+        if lineage and lineage[0][0] != 1:
+            raise VanishedError(f"{store.path}/{lineage[0][0]}_{lineage[0][1]}.zip")
+        return needed
+
+
+def _state_variables(info: dict[str, Any]) -> list[str]:
+    try:
+        properties = json.loads(info.get("operatorPropertiesJson") or "{}")
+    except json.JSONDecodeError:
+        return []
+    return [v["stateName"] for v in properties.get("stateVariables", []) if isinstance(v, dict) and "stateName" in v]
 
 
 def _chain(by_version: dict[int, dict[str, str]], version: int, snapshot: str, delta: str, where: str) -> list[str]:
@@ -542,6 +585,50 @@ def _relocated(path: str, location_uri: str) -> str:
     if not match:
         raise NotACheckpointError(f"unexpected state schema path {path!r} in operator metadata")
     return location_uri.rstrip("/") + match.group(0)
+
+
+def changelog_lineage(raw: bytes, where: str) -> list[tuple[int, str]]:
+    """The (version, unique id) lineage in the header of a format-v2 RocksDB changelog.
+
+    The file is an lz4-java ``LZ4BlockOutputStream`` (Spark's default state compression codec);
+    it starts with two Java ``writeUTF`` strings: the changelog format (``v3``, ``v4``) and the
+    lineage as JSON, ``[{"version": 4, "checkpointUniqueId": "..."}, ...]``, oldest first.
+    """
+    header = _lz4_block_prefix(raw, where, want=4 + 65535 * 2)
+    try:
+        (length,) = struct.unpack(">H", header[:2])
+        fmt = header[2 : 2 + length].decode()
+        (lineage_length,) = struct.unpack(">H", header[2 + length : 4 + length])
+        text = header[4 + length : 4 + length + lineage_length].decode()
+        if fmt in ("v1", "v2"):
+            return []  # formats without lineage: the file follows its predecessor version
+        lineage = json.loads(text)
+        return [(int(e["version"]), str(e["checkpointUniqueId"])) for e in lineage]
+    except (struct.error, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+        raise NotACheckpointError(f"{where}: unreadable changelog header") from None
+
+
+def _lz4_block_prefix(raw: bytes, where: str, want: int) -> bytes:
+    """Decode lz4-java block framing until ``want`` bytes (or the end): the header, not the records."""
+    import lz4.block
+
+    out = bytearray()
+    position = 0
+    while position < len(raw) and len(out) < want:
+        if raw[position : position + 8] != b"LZ4Block":
+            raise NotACheckpointError(
+                f"{where} is not lz4-compressed: sparkpoint reads format-v2 changelogs written with "
+                "spark.sql.streaming.stateStore.compression.codec=lz4 (the default)"
+            )
+        token = raw[position + 8]
+        compressed, decompressed, _checksum = struct.unpack("<iii", raw[position + 9 : position + 21])
+        position += 21
+        if decompressed == 0:
+            break
+        block = raw[position : position + compressed]
+        position += compressed
+        out += block if token & 0xF0 == 0x10 else lz4.block.decompress(block, uncompressed_size=decompressed)
+    return bytes(out)
 
 
 def parse_state_file(name: str) -> tuple[int, str | None, str] | None:

@@ -18,11 +18,16 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 import fsspec
+import xxhash
 
 from sparkpoint.errors import NotFoundError, StorageError
 
 CHUNK = 4 << 20
-HASH_ALGORITHM = "sha256"
+# The checksum detects corrupted and altered files. xxh3-128 keeps a copy-and-hash pass as fast as
+# `cp -r` (sha256 costs ~1.6x here); a forger who can rewrite files can rewrite the manifest too,
+# so a cryptographic hash would add cost, not safety. Manifests name their algorithm.
+HASH_ALGORITHM = "xxh3_128"
+HASH_ALGORITHMS = {"xxh3_128": xxhash.xxh3_128, "sha256": hashlib.sha256}
 
 
 @dataclass(frozen=True)
@@ -201,9 +206,11 @@ def storage_for(path: str, options: Mapping[str, Any] | None = None) -> tuple[St
     return Storage(fs, local=False), path
 
 
-def copy_with_digest(src: Storage, src_path: str, dst: Storage, dst_path: str) -> tuple[int, str]:
+def copy_with_digest(
+    src: Storage, src_path: str, dst: Storage, dst_path: str, algorithm: str = HASH_ALGORITHM
+) -> tuple[int, str]:
     """Copy one file, hashing it in the same pass. Returns (size, hex digest)."""
-    digest = hashlib.new(HASH_ALGORITHM)
+    digest = HASH_ALGORITHMS[algorithm]()
     size = 0
     buffer = bytearray(CHUNK)
     view = memoryview(buffer)
@@ -215,8 +222,8 @@ def copy_with_digest(src: Storage, src_path: str, dst: Storage, dst_path: str) -
     return size, digest.hexdigest()
 
 
-def digest_of(storage: Storage, path: str) -> tuple[int, str]:
-    digest = hashlib.new(HASH_ALGORITHM)
+def digest_of(storage: Storage, path: str, algorithm: str = HASH_ALGORITHM) -> tuple[int, str]:
+    digest = HASH_ALGORITHMS[algorithm]()
     size = 0
     with storage.open_read(path) as reader:
         while chunk := reader.read(CHUNK):

@@ -131,7 +131,10 @@ class Plan:
 
 
 def _parse_log(raw: bytes, where: str) -> tuple[str, list[str]]:
-    text = raw.decode("utf-8", errors="strict")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise NotACheckpointError(f"{where} is not a Spark log file (not UTF-8 text)") from None
     lines = text.split("\n")
     if not lines or not re.fullmatch(r"v\d+", lines[0].strip()):
         raise NotACheckpointError(f"{where} is not a Spark log file (no version line)")

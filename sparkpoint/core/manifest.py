@@ -13,6 +13,7 @@ import posixpath
 import re
 from typing import Any
 
+from sparkpoint.adapters.storage import HASH_ALGORITHMS
 from sparkpoint.errors import SavepointInvalidError
 
 MANIFEST = "manifest.json"
@@ -46,7 +47,7 @@ def check_relative_path(path: str, where: str) -> str:
         or re.match(r"^[A-Za-z]:", path)
         or "://" in path
         or posixpath.normpath(path) != path
-        or path.split("/", 1)[0] == ".."
+        or path == "."
         or ".." in path.split("/")
     ):
         raise SavepointInvalidError(f"{where}: path {path!r} escapes the savepoint directory; refusing to use it")
@@ -64,6 +65,8 @@ def validate(data: Any, where: str) -> dict[str, Any]:
         raise SavepointInvalidError(
             f"{where} has manifest format {version}, newer than this sparkpoint reads ({FORMAT_VERSION}): upgrade sparkpoint"
         )
+    if data.get("checksum_algorithm") not in HASH_ALGORITHMS:
+        raise SavepointInvalidError(f"{where} names an unknown checksum algorithm {data.get('checksum_algorithm')!r}")
     queries = data.get("queries")
     if not isinstance(queries, list) or not queries:
         raise SavepointInvalidError(f"{where} lists no queries")
@@ -83,7 +86,7 @@ def validate(data: Any, where: str) -> dict[str, Any]:
         prefix = f"{QUERIES_DIR}/{name}/"
         for entry in files:
             if not isinstance(entry, dict) or not isinstance(entry.get("size"), int) or not isinstance(
-                entry.get("sha256"), str
+                entry.get("digest"), str
             ):
                 raise SavepointInvalidError(f"{where}: query {name!r} has a malformed file entry")
             path = check_relative_path(entry.get("path"), where)

@@ -146,7 +146,7 @@ def create(
             "completed_at": _iso(clock()),
             "sparkpoint_version": importlib.metadata.version("sparkpoint"),
             "spark_version": _spark_version(),
-            "checksum": HASH_ALGORITHM,
+            "checksum_algorithm": HASH_ALGORITHM,
             "origin": origin or {},
             "restored_from": restored_from,
             "bytes": sum(q["bytes"] for q in queries),
@@ -199,13 +199,21 @@ def _copy_query(
     progress: transfer.Progress,
 ) -> tuple[Plan, list[transfer.Result]]:
     query_dir = join(path, mf.QUERIES_DIR, source.name)
-    for attempt in range(1, attempts + 1):
+    vanished = ""
+    current: Plan | None = plan
+    for _attempt in range(attempts):
+        if current is None:
+            try:
+                current = CheckpointReader(storage, source.location).plan()
+            except VanishedError as exc:
+                vanished = str(exc)
+                continue
         items = [
             transfer.Transfer(storage, join(source.location, f.path), target, join(query_dir, f.path), "copy", f.size)
-            for f in plan.files
+            for f in current.files
         ]
         try:
-            return plan, transfer.run(items, workers, progress, f"savepoint {source.name} @ batch {plan.cut.batch_id}")
+            return current, transfer.run(items, workers, progress, f"savepoint {source.name} @ batch {current.cut.batch_id}")
         except transfer.SourceMissing as missing:
             vanished = missing.path
         with translate_errors(query_dir):
@@ -216,12 +224,7 @@ def _copy_query(
                 f"Spark purged {vanished} while batch {batch_id} of {source.name} was copied: "
                 "savepoint a newer batch, or omit --batch for the latest"
             )
-        if attempt == attempts:
-            break
-        try:
-            plan = CheckpointReader(storage, source.location).plan()
-        except VanishedError as exc:
-            vanished = str(exc)
+        current = None
     raise CutUnavailableError(
         f"{source.name}: Spark kept purging files faster than they were copied ({attempts} attempts, last: {vanished}); "
         "raise spark.sql.streaming.minBatchesToRetain or the transfer workers, or stop the query first"
@@ -248,7 +251,7 @@ def _query_entry(source: QuerySource, plan: Plan, results: list[transfer.Result]
         "operators": [op.to_json() for op in plan.operators],
         "bytes": plan.bytes,
         "files": [
-            {"path": prefix + f.path, "size": r.size, "sha256": r.digest} for f, r in zip(plan.files, results)
+            {"path": prefix + f.path, "size": r.size, "digest": r.digest} for f, r in zip(plan.files, results)
         ],
         "relocate": [prefix + rel for rel in plan.relocate],
     }
@@ -318,14 +321,16 @@ def verify(savepoint: Savepoint, workers: int = 4, progress: transfer.Progress |
 
     def check(entry: dict[str, Any]) -> str | None:
         try:
-            size, digest = digest_of(savepoint.storage, join(savepoint.path, entry["path"]))
+            size, digest = digest_of(
+                savepoint.storage, join(savepoint.path, entry["path"]), savepoint.manifest["checksum_algorithm"]
+            )
         except FileNotFoundError:
             return f"missing: {entry['path']}"
         finally:
             progress.advance(entry["size"])
         if size != entry["size"]:
             return f"size differs: {entry['path']} ({size} bytes, manifest says {entry['size']})"
-        if digest != entry["sha256"]:
+        if digest != entry["digest"]:
             return f"checksum differs: {entry['path']}"
         return None
 
@@ -374,7 +379,11 @@ def restore(
         _check_empty(target_storage, dest)
 
     resolved = _transfer_mode(mode, savepoint, target_storage, target)
-    created = [dest for dest in destinations.values() if not target_storage.exists(dest)]
+    # What a failed restore removes again: the target itself when it is new, else the new query directories.
+    created = (
+        [target] if not target_storage.exists(target)
+        else [dest for dest in destinations.values() if not target_storage.exists(dest)]
+    )
     items: list[tuple[dict[str, Any], transfer.Transfer]] = []
     relocations: list[tuple[str, str, str]] = []
     for q in chosen:
@@ -389,7 +398,8 @@ def restore(
             if _checksum_of_relocated(entry["path"], relocate):
                 continue  # its file is rewritten on restore; a stale checksum would fail Hadoop's read
             src = join(savepoint.path, entry["path"])
-            items.append((entry, transfer.Transfer(savepoint.storage, src, target_storage, join(dest, rel), resolved, entry["size"])))
+            items.append((entry, transfer.Transfer(savepoint.storage, src, target_storage, join(dest, rel), resolved,
+                                                   entry["size"], savepoint.manifest["checksum_algorithm"])))
     try:
         results = transfer.run([t for _, t in items], workers, progress, f"restore {savepoint.manifest['id']}")
         _check_results(savepoint, items, results, target_storage)
@@ -458,7 +468,7 @@ def _check_results(
     target_storage: Storage,
 ) -> None:
     for (entry, item), result in zip(items, results):
-        if result.digest is not None and result.digest != entry["sha256"]:
+        if result.digest is not None and result.digest != entry["digest"]:
             raise SavepointInvalidError(
                 f"checksum of {entry['path']} differs from the manifest: the savepoint is corrupted or was tampered with"
             )
@@ -468,16 +478,16 @@ def _check_results(
 
 def _undo(storage: Storage, destinations, created: list[str]) -> None:
     """Remove what a failed restore wrote; a target that existed (empty) before stays, emptied."""
-    for dest in destinations:
-        try:
-            if dest in created:
-                storage.remove_tree(dest)
-            elif storage.exists(dest):
+    try:
+        for path in created:
+            storage.remove_tree(path)
+        for dest in destinations:
+            if not any(_inside(dest, path) for path in created) and storage.exists(dest):
                 for entry in storage.list(dest):
                     path = join(dest, entry.name)
                     storage.remove_tree(path) if entry.is_dir else storage.remove_file(path)
-        except Exception:  # noqa: BLE001 - the original error is the one to report
-            pass
+    except Exception:  # noqa: BLE001 - the original error is the one to report
+        pass
 
 
 def _spark_uri(location: str) -> str:

@@ -11,7 +11,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Literal, Protocol, Sequence
 
-from sparkpoint.adapters.storage import Storage, copy_with_digest, parent, translate_errors
+from sparkpoint.adapters.storage import HASH_ALGORITHM, Storage, copy_with_digest, parent, translate_errors
 
 Mode = Literal["copy", "link"]
 
@@ -49,6 +49,7 @@ class Transfer:
     dst_path: str
     mode: Mode
     size: int
+    algorithm: str = HASH_ALGORITHM
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def _one(item: Transfer) -> Result:
         if item.mode == "link":
             item.dst.link(item.src_path, item.dst_path)
             return Result(item.size, None)
-        size, digest = copy_with_digest(item.src, item.src_path, item.dst, item.dst_path)
+        size, digest = copy_with_digest(item.src, item.src_path, item.dst, item.dst_path, item.algorithm)
         return Result(size, digest)
     except FileNotFoundError as exc:
         # Destination directories are made before any transfer starts: a missing file is the source's.

@@ -1,0 +1,108 @@
+"""Writes checkpoint trees in Spark 4.3's on-disk format (as seen in real checkpoints), so that
+edge cases — purged files, compacted logs, planned batches, lineage — can be set up exactly."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import zipfile
+from pathlib import Path
+
+import lz4.block
+
+CONFS = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+}
+
+
+def write(path: Path, data: bytes | str, crc: bool = True) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    if crc:  # Hadoop's local file system writes a hidden checksum beside every file
+        (path.parent / f".{path.name}.crc").write_bytes(b"crc\x00" + os.urandom(8))
+
+
+def offsets(batch: int, sources: int = 1, confs: dict | None = None) -> str:
+    meta = {"batchWatermarkMs": 0, "batchTimestampMs": 1_700_000_000_000 + batch, "conf": confs or CONFS}
+    return "\n".join(["v1", json.dumps(meta), *[json.dumps({"logOffset": batch}) for _ in range(sources)]])
+
+
+def commit(unique_ids: dict | None = None) -> str:
+    body = {"nextBatchWatermarkMs": 0}
+    if unique_ids is not None:
+        body["stateUniqueIds"] = unique_ids
+        return "v2\n" + json.dumps(body)
+    return "v1\n" + json.dumps(body)
+
+
+def operator_metadata(name: str = "stateStoreSave", stores=("default",), partitions: int = 2) -> str:
+    info = {
+        "operatorInfo": {"operatorId": 0, "operatorName": name},
+        "stateStoreInfo": [{"storeName": s, "numColsPrefixKey": 0, "numPartitions": partitions} for s in stores],
+    }
+    return "v1\n" + json.dumps(info)
+
+
+def hdfs_checkpoint(
+    root: Path,
+    committed: int,
+    planned: bool = False,
+    first_batch: int = 0,
+    snapshots: tuple[int, ...] = (),
+    first_delta: int = 1,
+    partitions: int = 2,
+    compact_every: int | None = None,
+) -> Path:
+    """Batches first_batch..committed committed (+1 planned); HDFS-provider state with deltas from
+    ``first_delta`` and snapshots at the given versions."""
+    write(root / "metadata", json.dumps({"id": "6a1b0c5e-query-id"}))
+    last = committed + 1 if planned else committed
+    for batch in range(first_batch, last + 1):
+        write(root / "offsets" / str(batch), offsets(batch))
+        if batch <= committed:
+            write(root / "commits" / str(batch), commit())
+    for batch in range(0, last + 1):
+        compacted = compact_every and (batch + 1) % compact_every == 0
+        name = f"{batch}.compact" if compacted else str(batch)
+        write(root / "sources" / "0" / name, "v1\n" + json.dumps({"path": f"file:///in/{batch}.json", "batchId": batch}))
+    write(root / "state" / "0" / "_metadata" / "metadata", operator_metadata(partitions=partitions))
+    write(root / "state" / "0" / "0" / "_metadata" / "schema", b"\x00schema")
+    top = last + 1
+    for part in range(partitions):
+        store = root / "state" / "0" / str(part)
+        for version in range(first_delta, top + 1):
+            write(store / f"{version}.delta", f"delta {part} {version}".encode() * 10)
+        for version in snapshots:
+            write(store / f"{version}.snapshot", f"snapshot {part} {version}".encode() * 20)
+    return root
+
+
+def rocksdb_zip(sst_names: list[str]) -> bytes:
+    meta = {"sstFiles": [{"localFileName": n.split("-")[0] + ".sst", "dfsSstFileName": n, "sizeBytes": 10}
+                         for n in sst_names], "numKeys": 1}
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("metadata", "v1\n" + json.dumps(meta))
+        archive.writestr("CURRENT", "MANIFEST-000005\n")
+    return buffer.getvalue()
+
+
+def lz4_block_stream(payload: bytes) -> bytes:
+    """lz4-java LZ4BlockOutputStream framing: one compressed block, then the end mark."""
+    block = lz4.block.compress(payload, store_size=False)
+    header = b"LZ4Block" + bytes([0x20]) + struct.pack("<iii", len(block), len(payload), 0)
+    end = b"LZ4Block" + bytes([0x10]) + struct.pack("<iii", 0, 0, 0)
+    return header + block + end
+
+
+def v2_changelog(lineage: list[tuple[int, str]]) -> bytes:
+    def utf(text: str) -> bytes:
+        raw = text.encode()
+        return struct.pack(">H", len(raw)) + raw
+
+    lineage_json = json.dumps([{"version": v, "checkpointUniqueId": u} for v, u in lineage])
+    return lz4_block_stream(utf("v3") + utf(lineage_json) + b"\x00\x00\x00\x10records")

@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from checkpoints import hdfs_checkpoint
+
+from sparkpoint.adapters.storage import storage_for
+from sparkpoint.core import catalog
+from sparkpoint.core import manifest as mf
+from sparkpoint.core import savepoint as sp
+from sparkpoint.errors import BadArgumentError, NotFoundError
+
+DAY = 86400.0
+NOW = 1_800_000_000.0
+
+
+def make_savepoint(checkpoint, directory, job, created):
+    storage, path = storage_for(str(checkpoint))
+    target_storage, target = storage_for(str(directory / job))
+    return sp.create([sp.QuerySource("q", path)], storage, target, target_storage, job=job, clock=lambda: created)
+
+
+@pytest.fixture
+def populated(tmp_path):
+    checkpoint = hdfs_checkpoint(tmp_path / "ckpt", committed=2)
+    directory = tmp_path / "savepoints"
+    made = {}
+    for job, ages in {"alarms": [1, 3, 10, 20], "billing": [30]}.items():
+        for age in ages:
+            made[(job, age)] = make_savepoint(checkpoint, directory, job, NOW - age * DAY)["path"]
+    return directory, made
+
+
+@pytest.mark.parametrize("text,seconds", [("90s", 90), ("15m", 900), ("12h", 43200), ("7d", 604800),
+                                          ("2w", 1209600), ("1d12h", 129600), (" 1h 30m ", 5400)])
+def test_parse_duration(text, seconds):
+    assert catalog.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "7", "d", "7x", "-1d", "0s", "1.5h", "7days"])
+def test_parse_duration_refuses_nonsense(text):
+    with pytest.raises(BadArgumentError, match="invalid duration"):
+        catalog.parse_duration(text)
+
+
+def test_scan_lists_newest_first_with_jobs(populated):
+    directory, made = populated
+    entries = catalog.scan(str(directory))
+    assert [e.path for e in entries] == [made[k] for k in
+                                         [("alarms", 1), ("alarms", 3), ("alarms", 10), ("alarms", 20), ("billing", 30)]]
+    assert {e.status for e in entries} == {"complete"}
+    assert entries[0].queries == [{"name": "q", "batch_id": 2}]
+
+
+def test_keep_last_and_max_age_both_protect(populated):
+    directory, made = populated
+    result = catalog.prune(str(directory), keep_last=2, max_age=5 * DAY, clock=lambda: NOW)
+    assert sorted(e["path"] for e in result["deleted"]) == sorted([made[("alarms", 10)], made[("alarms", 20)]])
+    # billing's only savepoint is old but within its job's newest 2: kept
+    assert os.path.exists(made[("billing", 30)])
+    assert not os.path.exists(made[("alarms", 20)])
+
+
+def test_dry_run_deletes_nothing_and_job_filter_limits_scope(populated):
+    directory, made = populated
+    dry = catalog.prune(str(directory), keep_last=0, max_age=None, job="billing", dry_run=True, clock=lambda: NOW)
+    assert [e["path"] for e in dry["deleted"]] == [made[("billing", 30)]]
+    assert all(os.path.exists(p) for p in made.values())
+
+
+def test_prune_needs_a_limit(populated):
+    with pytest.raises(BadArgumentError, match="keep-last"):
+        catalog.prune(str(populated[0]), keep_last=None, max_age=None)
+
+
+def test_leftovers_of_crashed_operations_are_pruned_but_live_ones_kept(populated, tmp_path):
+    directory, _ = populated
+    dead = directory / "alarms" / "savepoint-dead"
+    (dead / "queries" / "q").mkdir(parents=True)
+    (dead / mf.IN_PROGRESS).write_text(json.dumps({"pid": 2**22 + 12345, "host": os.uname().nodename,
+                                                   "started_at": "2026-01-01T00:00:00Z"}))
+    alive = directory / "alarms" / "savepoint-alive"
+    alive.mkdir()
+    (alive / mf.IN_PROGRESS).write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename}))
+    disposing = directory / "alarms" / "savepoint-disposing"
+    disposing.mkdir()
+    (disposing / mf.DISPOSING).write_text("{}")
+    foreign = directory / "alarms" / "notes"
+    foreign.mkdir()
+    (foreign / "readme.txt").write_text("not ours")
+
+    listed = {e.id: e.status for e in catalog.scan(str(directory))}
+    assert listed["savepoint-dead"] == listed["savepoint-alive"] == "incomplete"
+    assert "notes" not in listed
+    result = catalog.prune(str(directory), keep_last=100, max_age=None, clock=lambda: NOW)
+    assert sorted(e["id"] for e in result["deleted"]) == ["savepoint-dead", "savepoint-disposing"]
+    assert alive.exists() and foreign.exists() and not dead.exists()
+
+
+def test_resolve_by_path_id_and_prefix(populated):
+    directory, made = populated
+    target = made[("billing", 30)]
+    identifier = os.path.basename(target)
+    assert catalog.resolve(target, str(directory)) == target
+    assert catalog.resolve(identifier, str(directory)) == target
+    assert catalog.resolve("savepoint-billing", str(directory)) == target
+    with pytest.raises(BadArgumentError, match="matches 4 savepoints"):
+        catalog.resolve("savepoint-alarms", str(directory))
+    with pytest.raises(NotFoundError):
+        catalog.resolve("savepoint-nope", str(directory))

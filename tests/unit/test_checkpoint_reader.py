@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from checkpoints import commit, hdfs_checkpoint, offsets, rocksdb_zip, v2_changelog, write
+
+from sparkpoint.adapters.storage import storage_for
+from sparkpoint.core.checkpoint import CheckpointReader, VanishedError, changelog_lineage, relocate_metadata
+from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError
+
+
+def plan_of(root, batch_id=None):
+    storage, path = storage_for(str(root))
+    return CheckpointReader(storage, path).plan(batch_id)
+
+
+def state_files(plan, part=0):
+    prefix = f"state/0/{part}/"
+    return sorted(
+        f.path[len(prefix):] for f in plan.files
+        if f.path.startswith(prefix) and "/" not in f.path[len(prefix):] and not f.path.endswith(".crc")
+    )
+
+
+def test_latest_cut_takes_offsets_n_minus_1_n_and_commit_n(tmp_path):
+    plan = plan_of(hdfs_checkpoint(tmp_path / "c", committed=4))
+    paths = {f.path for f in plan.files}
+    assert (plan.cut.batch_id, plan.cut.planned_batch_id, plan.cut.state_version) == (4, None, 5)
+    assert {p for p in paths if p.startswith(("offsets/", "commits/")) and ".crc" not in p} == {
+        "offsets/3", "offsets/4", "commits/4"}
+    assert {"metadata", ".metadata.crc", "offsets/.4.crc", "state/0/_metadata/metadata",
+            "state/0/0/_metadata/schema"} <= paths
+
+
+def test_planned_batch_keeps_its_offsets_and_source_entry(tmp_path):
+    plan = plan_of(hdfs_checkpoint(tmp_path / "c", committed=4, planned=True))
+    paths = {f.path for f in plan.files}
+    assert (plan.cut.batch_id, plan.cut.planned_batch_id) == (4, 5)
+    assert {"offsets/5", "sources/0/5"} <= paths
+    assert "commits/5" not in paths
+    assert plan.cut.planned_offsets.sources == [{"logOffset": 5}]
+
+
+def test_hdfs_state_is_newest_snapshot_plus_later_deltas(tmp_path):
+    plan = plan_of(hdfs_checkpoint(tmp_path / "c", committed=7, snapshots=(3, 6), first_delta=2))
+    assert state_files(plan) == ["6.snapshot", "7.delta", "8.delta"]
+    assert plan.provider == "hdfs"
+
+
+def test_hdfs_state_without_snapshot_needs_every_delta_from_1(tmp_path):
+    plan = plan_of(hdfs_checkpoint(tmp_path / "c", committed=2))
+    assert state_files(plan, part=1) == ["1.delta", "2.delta", "3.delta"]
+
+
+def test_hdfs_state_with_a_purged_delta_and_no_snapshot_is_a_race(tmp_path):
+    root = hdfs_checkpoint(tmp_path / "c", committed=4, first_delta=3)
+    with pytest.raises(VanishedError):
+        plan_of(root)
+
+
+def test_older_cut_excludes_later_state_and_logs(tmp_path):
+    plan = plan_of(hdfs_checkpoint(tmp_path / "c", committed=6, snapshots=(5,)), batch_id=2)
+    paths = {f.path for f in plan.files}
+    assert (plan.cut.batch_id, plan.cut.planned_batch_id) == (2, 3)
+    assert state_files(plan) == ["1.delta", "2.delta", "3.delta"]
+    assert not {p for p in paths if p.startswith("sources/0/") and int(p.rsplit("/", 1)[1].split(".")[0] or 0) > 3
+                and not p.rsplit("/", 1)[1].startswith(".")}
+
+
+def test_source_log_starts_at_the_latest_compaction(tmp_path):
+    plan = plan_of(hdfs_checkpoint(tmp_path / "c", committed=7, compact_every=3))
+    sources = sorted(f.path for f in plan.files if f.path.startswith("sources/") and not f.path.endswith(".crc"))
+    assert sources == ["sources/0/5.compact", "sources/0/6", "sources/0/7"]
+
+
+def test_a_requested_batch_that_was_purged_is_refused_clearly(tmp_path):
+    root = hdfs_checkpoint(tmp_path / "c", committed=6, first_batch=3)
+    with pytest.raises(CutUnavailableError, match=r"batch 1 is not a committed batch present .*3\.\.6"):
+        plan_of(root, batch_id=1)
+    with pytest.raises(CutUnavailableError, match="offsets/2 .* was purged"):
+        plan_of(root, batch_id=3)
+
+
+def test_not_a_checkpoint_and_no_committed_batch_are_clear_errors(tmp_path):
+    with pytest.raises(NotFoundError):
+        plan_of(tmp_path / "missing")
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "notes.txt").write_text("hello")
+    with pytest.raises(NotACheckpointError, match="not a Structured Streaming checkpoint"):
+        plan_of(tmp_path / "plain")
+    root = tmp_path / "fresh"
+    write(root / "metadata", json.dumps({"id": "q"}))
+    write(root / "offsets" / "0", offsets(0))
+    with pytest.raises(NotACheckpointError, match="no committed batch yet"):
+        plan_of(root)
+
+
+def test_temp_files_are_never_copied(tmp_path):
+    root = hdfs_checkpoint(tmp_path / "c", committed=2)
+    write(root / "state" / "0" / "0" / ".4.delta.3f2a.tmp", b"partial", crc=False)
+    write(root / "offsets" / ".3.9c1d.tmp", b"partial", crc=False)
+    assert not [f for f in plan_of(root).files if ".tmp" in f.path]
+
+
+def test_rocksdb_zip_brings_exactly_the_ssts_it_names(tmp_path):
+    root = hdfs_checkpoint(tmp_path / "c", committed=1, partitions=1)
+    store = root / "state" / "0" / "0"
+    for delta in store.glob("*delta*"):
+        delta.unlink()
+    write(store / "1.zip", rocksdb_zip(["000008-aaa.sst"]))
+    write(store / "2.zip", rocksdb_zip(["000008-aaa.sst", "000011-bbb.sst"]))
+    for name in ("000008-aaa.sst", "000011-bbb.sst", "000005-old.sst"):
+        write(store / "SSTs" / name, b"sst")
+    plan = plan_of(root)
+    assert plan.provider == "rocksdb"
+    assert sorted(f.path for f in plan.files if "SSTs/0" in f.path) == [
+        "state/0/0/SSTs/000008-aaa.sst", "state/0/0/SSTs/000011-bbb.sst"]
+    assert state_files(plan) == ["2.zip"]
+
+
+def test_format_v2_follows_the_changelog_lineage_to_a_snapshot(tmp_path):
+    u3, u4, u5, orphan, other = (f"{n:08x}-7162-4048-a28c-d9e9fe892389" for n in (3, 4, 5, 0xBAD, 0xF00))
+    root = hdfs_checkpoint(tmp_path / "c", committed=4, partitions=1)
+    store = root / "state" / "0" / "0"
+    for delta in store.glob("*delta*"):
+        delta.unlink()
+    write(root / "commits" / "4", commit({"0": [[u5]]}))
+    write(store / f"3_{u3}.zip", rocksdb_zip(["000009-c.sst"]))
+    write(store / "SSTs" / "000009-c.sst", b"sst")
+    write(store / f"3_{orphan}.zip", rocksdb_zip([]))  # a re-run's snapshot, not on the committed lineage
+    write(store / f"4_{u4}.changelog", v2_changelog([(3, u3)]))
+    write(store / f"5_{u5}.changelog", v2_changelog([(3, u3), (4, u4)]))
+    write(store / f"5_{other}.changelog", v2_changelog([(4, other)]))
+    plan = plan_of(root)
+    assert plan.checkpoint_format_version == 2
+    assert state_files(plan) == [f"3_{u3}.zip", f"4_{u4}.changelog", f"5_{u5}.changelog"]
+    assert "state/0/0/SSTs/000009-c.sst" in {f.path for f in plan.files}
+
+
+def test_changelog_lineage_header():
+    assert changelog_lineage(v2_changelog([(4, "f1a0"), (5, "cb4c")]), "x") == [(4, "f1a0"), (5, "cb4c")]
+    with pytest.raises(NotACheckpointError, match="not lz4-compressed"):
+        changelog_lineage(b"\x28\xb5\x2f\xfd zstd", "x")
+
+
+def test_relocate_metadata_rewrites_only_the_schema_paths():
+    raw = ("v2\n" + json.dumps({"operatorInfo": {"operatorId": 0}, "stateStoreInfo": [{
+        "storeName": "default", "stateSchemaFilePaths": ["file:/old/ckpt/q/state/0/_stateSchema/default/0_ab"]}],
+        "operatorPropertiesJson": "{\"stateVariables\":[]}"})).encode()
+    out = relocate_metadata(raw, "file:/new/place")
+    version, body = out.decode().split("\n", 1)
+    assert version == "v2"
+    info = json.loads(body)
+    assert info["stateStoreInfo"][0]["stateSchemaFilePaths"] == ["file:/new/place/state/0/_stateSchema/default/0_ab"]
+    assert info["operatorPropertiesJson"] == "{\"stateVariables\":[]}"

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkpoint.config import Settings, load_settings
+from sparkpoint.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_precedence_flag_over_env_over_file_over_default(tmp_path):
+    config = tmp_path / "sp.yaml"
+    config.write_text("home: /from/file\ntransfer_workers: 3\nsavepoint_attempts: 7\n")
+    env = {"SPARKPOINT_HOME": "/from/env", "SPARKPOINT_TRANSFER_WORKERS": "6"}
+    settings = load_settings(str(config), {"home": "/from/flag"}, env)
+    assert (settings.home, settings.transfer_workers, settings.savepoint_attempts) == ("/from/flag", 6, 7)
+    assert load_settings(str(config), {}, env).home == "/from/env"
+    assert load_settings(str(config), {}, {}).home == "/from/file"
+    assert load_settings(None, {}, {}).savepoint_attempts == Settings().savepoint_attempts
+
+
+def test_config_file_from_environment(tmp_path):
+    config = tmp_path / "sp.yaml"
+    config.write_text("home: s3://bucket/sparkpoint\n")
+    settings = load_settings(None, {}, {"SPARKPOINT_CONFIG": str(config)})
+    assert settings.savepoints_dir() == "s3://bucket/sparkpoint/savepoints"
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [("home: [unclosed", "not valid YAML at line 1"), ("- a\n- b\n", "must hold a mapping"),
+     ("homme: /x\n", "unknown key"), ("transfer_workers: many\n", "whole number"),
+     ("transfer_workers: 0\n", "at least 1"), ("storage_options: 3\n", "mapping")],
+)
+def test_malformed_config_is_one_clear_error(tmp_path, text, message):
+    config = tmp_path / "sp.yaml"
+    config.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_settings(str(config), {}, {})
+
+
+def test_missing_config_file_and_bad_env_value(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(str(tmp_path / "none.yaml"), {}, {})
+    with pytest.raises(ConfigError, match="SPARKPOINT_TRANSFER_WORKERS"):
+        load_settings(None, {}, {"SPARKPOINT_TRANSFER_WORKERS": "x"})
+
+
+def test_documented_defaults_match_the_code():
+    documented = yaml.safe_load((REPO / "conf" / "sparkpoint.yaml").read_text())
+    assert documented == {f.name: getattr(Settings(), f.name) for f in dataclasses.fields(Settings)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from sparkpoint.cli.context import AppContext, emit, human_bytes, output_option
+from sparkpoint.cli.context import console as make_console
 
 pass_app = click.make_pass_decorator(AppContext)
 
@@ -25,7 +26,6 @@ def savepoints_cmd(app, job, directory, output):
 
 
 def _render_list(rows: list[dict]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     if not rows:
@@ -38,7 +38,7 @@ def _render_list(rows: list[dict]) -> None:
         queries = ", ".join(f"{q['name']}@{q['batch_id']}" for q in row["queries"]) or "-"
         status = row["status"] if row["status"] == "complete" else f"[red]{row['status']}[/red]: {row['problem']}"
         table.add_row(row["job"] or "-", row["created_at"] or "-", queries, human_bytes(row["bytes"]), status, row["id"])
-    Console().print(table)
+    make_console().print(table)
 
 
 @click.command("prune")

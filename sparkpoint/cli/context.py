@@ -53,6 +53,13 @@ def emit(output: str, data: Any, render: Callable[[Any], None]) -> None:
         render(data)
 
 
+def console():
+    """Tables for stdout; wide when piped or logged, so ids and paths are never wrapped."""
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 200)
+
+
 def human_bytes(count: int | None) -> str:
     value = float(count or 0)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):

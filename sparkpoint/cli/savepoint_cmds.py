@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from sparkpoint.cli.context import AppContext, emit, human_bytes, output_option
+from sparkpoint.cli.context import console as make_console
 from sparkpoint.errors import BadArgumentError, SavepointInvalidError
 
 pass_app = click.make_pass_decorator(AppContext)
@@ -157,10 +158,9 @@ def inspect_cmd(app, savepoint_ref, with_state, limit, output):
 
 
 def _render_inspected(data: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     console.print(f"[bold]{data['id']}[/bold]  job {data['job']}  created {data['created_at']}  "
                   f"{human_bytes(data['bytes'])} in {data['file_count']} files")
     console.print(f"path: {data['path']}")

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs sparkpoint, Spark (pyspark) and the test tools into .venv/ at the project root.
+# Needs Java 17 and Python 3.11 on the machine; everything else comes from the package index.
+# Re-running is cheap: it reinstalls only when pyproject.toml changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -z "${JAVA_HOME:-}" ] && ! command -v java >/dev/null 2>&1; then
+  echo "sparkpoint: error: Java 17 is required (Spark runs on the JVM) and none was found." >&2
+  echo "  Install it, e.g. 'apt-get install -y openjdk-17-jre-headless', or set JAVA_HOME." >&2
+  exit 10
+fi
+java_bin="${JAVA_HOME:+$JAVA_HOME/bin/}java"
+java_major=$("$java_bin" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1)
+if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then
+  echo "sparkpoint: error: Spark 4 needs Java 17 or newer; found '${java_major:-unknown}' at $java_bin." >&2
+  exit 10
+fi
+
+python_bin="${PYTHON:-}"
+if [ -z "$python_bin" ]; then
+  for candidate in python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+      python_bin=$candidate
+      break
+    fi
+  done
+fi
+if [ -z "$python_bin" ]; then
+  echo "sparkpoint: error: Python 3.11 is required (set PYTHON=/path/to/python3.11)." >&2
+  exit 10
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "Creating .venv with $python_bin ..." >&2
+  "$python_bin" -m venv .venv
+fi
+stamp=".venv/.sparkpoint-installed-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  echo "Installing sparkpoint and its dependencies (pyspark is ~450 MB; about a minute the first time) ..." >&2
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e ".[test]"
+  rm -f .venv/.sparkpoint-installed-*
+  touch "$stamp"
+fi

@@ -1,0 +1,153 @@
+"""The CLI through its real entry point: exit codes, stdout vs stderr, JSON keys."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from checkpoints import hdfs_checkpoint, offsets, write
+
+from sparkpoint.cli.main import cli, main
+from sparkpoint.core import manifest as mf
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, *args):
+    code, out, err = run(capsys, *args, "--output", "json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    return hdfs_checkpoint(tmp_path / "alarms", committed=3, planned=True)
+
+
+def test_every_command_has_help(capsys):
+    for name, command in cli.commands.items():
+        code, out, _ = run(capsys, name, "--help")
+        assert code == 0 and "Usage: sparkpoint " + name in out and command.help
+
+
+def test_savepoint_list_inspect_verify_restore_dispose(capsys, home, checkpoint, tmp_path):
+    created = run_json(capsys, "savepoint", "--from-checkpoint", str(checkpoint))
+    assert created["queries"][0]["batch_id"] == 3
+    assert created["queries"][0]["planned_batch_id"] == 4
+    assert created["path"].startswith(str(home / "savepoints" / "alarms"))
+    assert set(created) == {"path", "id", "job", "created_at", "bytes", "file_count", "queries"}
+
+    listed = run_json(capsys, "savepoints")
+    assert [(e["id"], e["status"], e["job"]) for e in listed] == [(created["id"], "complete", "alarms")]
+    assert run_json(capsys, "savepoints", "--job", "other") == []
+
+    inspected = run_json(capsys, "inspect", created["id"])
+    query = inspected["queries"][0]
+    assert (query["name"], query["batch_id"], query["offsets"], query["provider"]) == (
+        "alarms", 3, [{"logOffset": 3}], "hdfs")
+    assert query["operators"][0]["stores"] == ["default"]
+
+    assert run_json(capsys, "verify", created["id"])["valid"] is True
+
+    restored = run_json(capsys, "restore", created["id"], str(tmp_path / "restored"))
+    assert restored["queries"] == [{"name": "alarms", "checkpoint": str(tmp_path / "restored" / "alarms"),
+                                    "batch_id": 3, "planned_batch_id": 4}]
+
+    code, out, err = run(capsys, "savepoint", "--dispose", created["id"])
+    assert code == 0 and "Disposed of savepoint" in out and err == ""
+    assert run_json(capsys, "savepoints") == []
+
+
+def test_human_output_goes_to_stdout_and_names_the_cut(capsys, home, checkpoint):
+    code, out, err = run(capsys, "savepoint", "--from-checkpoint", str(checkpoint), "--name", "counts")
+    assert code == 0
+    assert "counts: cut at batch 3, batch 4 planned (replayed on restore)" in out
+    assert err == ""  # no progress bar when stderr is not a terminal
+
+
+@pytest.mark.parametrize(
+    "args,code,message",
+    [
+        (["savepoint", "--from-checkpoint", "{tmp}/nowhere"], 4, "does not exist"),
+        (["savepoint", "--from-checkpoint", "{tmp}/plain"], 5, "not a Structured Streaming checkpoint"),
+        (["savepoint", "--from-checkpoint", "{tmp}/fresh"], 5, "no committed batch yet"),
+        (["savepoint", "--from-checkpoint", "{tmp}/alarms", "--batch", "7"], 8, "not a committed batch present"),
+        (["savepoint"], 2, "exactly one of"),
+        (["savepoint", "--from-checkpoint", "{tmp}/alarms", "--batch", "-1"], 2, "Invalid value"),
+        (["savepoint", "--from-checkpoint", "{tmp}/alarms", "--name", "bad/name"], 6, "cannot name"),
+        (["savepoint", "--dispose", "{tmp}/plain"], 6, "not a sparkpoint savepoint"),
+        (["restore", "{tmp}/plain", "{tmp}/out"], 6, "not a savepoint"),
+        (["restore", "savepoint-unknown", "{tmp}/out"], 4, "no savepoint 'savepoint-unknown'"),
+        (["inspect", "{tmp}/nowhere"], 4, "does not exist"),
+        (["prune"], 2, "needs --keep-last"),
+        (["prune", "--max-age", "soon"], 2, "invalid duration"),
+        (["--config", "{tmp}/bad.yaml", "savepoints"], 3, "not valid YAML"),
+    ],
+)
+def test_bad_input_is_one_line_on_stderr_with_its_exit_code(capsys, home, checkpoint, tmp_path, args, code, message):
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "data.txt").write_text("x")
+    write(tmp_path / "fresh" / "metadata", json.dumps({"id": "q"}))
+    write(tmp_path / "fresh" / "offsets" / "0", offsets(0))
+    (tmp_path / "bad.yaml").write_text("home: [")
+    before = sorted(os.walk(tmp_path))
+    got, out, err = run(capsys, *[a.format(tmp=tmp_path) for a in args])
+    assert got == code, err
+    assert message in err and out == ""
+    assert len(err.strip().splitlines()) == 1 or "Usage:" in err
+    assert sorted(os.walk(tmp_path)) == before  # nothing written
+
+
+def test_restore_into_non_empty_target_and_tampered_savepoint(capsys, home, checkpoint, tmp_path):
+    created = run_json(capsys, "savepoint", "--from-checkpoint", str(checkpoint))
+    (tmp_path / "busy" / "alarms").mkdir(parents=True)
+    (tmp_path / "busy" / "alarms" / "x").write_text("x")
+    code, _, err = run(capsys, "restore", created["path"], str(tmp_path / "busy"))
+    assert code == 7 and "not empty" in err
+
+    victim = os.path.join(created["path"], "queries", "alarms", "commits", "3")
+    size = os.path.getsize(victim)
+    with open(victim, "ab") as handle:
+        handle.write(b" ")
+    code, out, err = run(capsys, "verify", created["path"], "--output", "json")
+    assert code == 6
+    assert json.loads(out)["problems"] == [f"size differs: queries/alarms/commits/3 ({size + 1} bytes, manifest says {size})"]
+    code, _, err = run(capsys, "restore", created["path"], str(tmp_path / "fresh-target"), "--mode", "copy")
+    assert code == 6 and "corrupted" in err and not (tmp_path / "fresh-target").exists()
+
+    manifest_path = os.path.join(created["path"], mf.MANIFEST)
+    data = json.loads(open(manifest_path).read())
+    data["queries"][0]["files"][0]["path"] = "queries/alarms/../../../../etc/passwd"
+    open(manifest_path, "w").write(json.dumps(data))
+    code, _, err = run(capsys, "inspect", created["path"])
+    assert code == 6 and "escapes the savepoint directory" in err
+
+
+def test_prune_cli_reports_what_it_deleted(capsys, home, checkpoint):
+    for _ in range(3):
+        run_json(capsys, "savepoint", "--from-checkpoint", str(checkpoint))
+    dry = run_json(capsys, "prune", "--keep-last", "1", "--dry-run")
+    assert dry["dry_run"] is True and len(dry["deleted"]) == 2 and len(run_json(capsys, "savepoints")) == 3
+    code, out, _ = run(capsys, "prune", "--keep-last", "1")
+    assert code == 0 and "Deleted 2 savepoint(s)" in out
+    assert len(run_json(capsys, "savepoints")) == 1
+
+
+def test_fast_paths_never_import_pyspark():
+    probe = ("import sys; from sparkpoint.cli.main import main; "
+             "main(['savepoints', '--help']); main(['--help']); "
+             "assert 'pyspark' not in sys.modules, 'pyspark imported'")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_module_entry_point(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "sparkpoint", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and "version" in done.stdout

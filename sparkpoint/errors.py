@@ -69,3 +69,9 @@ class BadArgumentError(SparkpointError):
     Shares exit status 2 with the parser's own usage errors."""
 
     exit_code = 2
+
+
+class SparkFailureError(SparkpointError):
+    """Spark refused an operation on a checkpoint or savepoint (its error, in one line)."""
+
+    exit_code = 11

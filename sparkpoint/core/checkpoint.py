@@ -445,16 +445,20 @@ class _StateLayout:
         stores = []
         if any(parse_state_file(n) for n in entries):
             stores.append(Store(op_id, part, "default", part_dir))
+        self._add_schema_files(part_dir, files)
         for name, entry in sorted(entries.items()):
-            if not entry.is_dir or name in ("SSTs", "logs"):
-                continue
-            if name == "_metadata":
-                for meta in sorted(self.reader._list(f"{part_dir}/_metadata")):
-                    if not meta.startswith(".") and not _TEMP.search(meta):
-                        self.reader._add(files, f"{part_dir}/_metadata", meta)
+            if not entry.is_dir or name in ("SSTs", "logs", "_metadata"):
                 continue
             stores.append(Store(op_id, part, name, f"{part_dir}/{name}"))
+            # A join keeps one schema per store (state/<op>/0/<store>/_metadata/schema).
+            self._add_schema_files(f"{part_dir}/{name}", files)
         return stores
+
+    def _add_schema_files(self, directory: str, files: list[FileRef]) -> None:
+        """The state schema Spark validates an upgraded query against: without it, Spark skips the check."""
+        for name in sorted(self.reader._list(f"{directory}/_metadata")):
+            if not name.startswith(".") and not _TEMP.search(name):
+                self.reader._add(files, f"{directory}/_metadata", name)
 
     def _add_store_version(self, store: Store, files: list[FileRef]) -> None:
         version = self.cut.state_version

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from typing import Any
 
-from sparkpoint.errors import EnvironmentSetupError, SparkpointError
+from sparkpoint.errors import EnvironmentSetupError, SparkFailureError
 
 
 def read_options(operator: dict[str, Any]) -> list[dict[str, str]]:
@@ -72,7 +72,7 @@ def read(savepoint, limit: int = 20) -> list[dict[str, Any]]:
                         count = frame.count()
                         sample = frame.limit(limit).collect()
                     except Exception as exc:  # noqa: BLE001 - Spark's error, reported as one line
-                        raise SparkpointError(
+                        raise SparkFailureError(
                             f"Spark could not read state of {query['name']} operator {operator['id']} "
                             f"({options}): {str(exc).splitlines()[0]}"
                         ) from None

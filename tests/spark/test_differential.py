@@ -4,6 +4,7 @@ the outputs and the final state must equal those of an uninterrupted run."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import workloads
@@ -48,6 +49,12 @@ def references(spark, tmp_path_factory):
     return get
 
 
+def metadata_files(root) -> set[str]:
+    """Operator metadata and state schemas: Spark validates an upgraded query against them."""
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "_metadata" in p.parts
+            and not p.name.startswith(".")}
+
+
 def savepoint_of(checkpoint: str, name: str, target: str, batch_id=None) -> sp.Savepoint:
     storage, path = storage_for(checkpoint)
     target_storage, target = storage_for(target)
@@ -67,6 +74,7 @@ def test_savepoint_restore_continues_like_an_uninterrupted_run(spark, tmp_path, 
     first = workloads.run(spark, workload, inputs, str(tmp_path / "ckpt"))
     saved = savepoint_of(str(tmp_path / "ckpt"), "q", str(tmp_path / "savepoints"))
     assert saved.query("q")["batch_id"] == CUT_AFTER - 1
+    assert metadata_files(tmp_path / "ckpt") <= metadata_files(Path(saved.path) / "queries" / "q")
 
     # Relocatable: nothing of the original may be needed any more.
     shutil.rmtree(tmp_path / "ckpt")

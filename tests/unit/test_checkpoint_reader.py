@@ -154,3 +154,21 @@ def test_relocate_metadata_rewrites_only_the_schema_paths():
     info = json.loads(body)
     assert info["stateStoreInfo"][0]["stateSchemaFilePaths"] == ["file:/new/place/state/0/_stateSchema/default/0_ab"]
     assert info["operatorPropertiesJson"] == "{\"stateVariables\":[]}"
+
+
+def test_join_stores_bring_their_own_schema_files(tmp_path):
+    root = hdfs_checkpoint(tmp_path / "c", committed=1, partitions=1)
+    part = root / "state" / "0" / "0"
+    for delta in part.glob("*delta*"):
+        delta.unlink()
+    stores = ["left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue"]
+    for store in stores:
+        write(part / store / "_metadata" / "schema", b"\x00schema")
+        for version in (1, 2):
+            write(part / store / f"{version}.delta", b"delta")
+    plan = plan_of(root)
+    paths = {f.path for f in plan.files}
+    for store in stores:
+        assert {f"state/0/0/{store}/_metadata/schema", f"state/0/0/{store}/1.delta",
+                f"state/0/0/{store}/2.delta"} <= paths
+    assert plan.operators[0].partitions == 2  # from the operator metadata, not the directory count

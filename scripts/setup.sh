@@ -11,7 +11,7 @@ if [ -z "${JAVA_HOME:-}" ] && ! command -v java >/dev/null 2>&1; then
   exit 10
 fi
 java_bin="${JAVA_HOME:+$JAVA_HOME/bin/}java"
-java_major=$("$java_bin" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1)
+java_major=$("$java_bin" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1) || java_major=""
 if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then
   echo "sparkpoint: error: Spark 4 needs Java 17 or newer; found '${java_major:-unknown}' at $java_bin." >&2
   exit 10

@@ -120,7 +120,7 @@ def create(
         if _inside(target_parent, source.location):
             raise BadArgumentError(f"target {target_parent} lies inside the checkpoint {source.location}; choose another")
     # Plan every query before writing anything: bad input fails with nothing written.
-    plans = {source.name: _plan(source_storage, source, batch_id) for source in sources}
+    plans = {source.name: _plan(source_storage, source, batch_id, attempts) for source in sources}
 
     now = clock()
     savepoint_id = new_savepoint_id(job, now)
@@ -178,13 +178,27 @@ def _discard(storage: Storage, path: str) -> None:
         pass
 
 
-def _plan(storage: Storage, source: QuerySource, batch_id: int | None) -> Plan:
-    reader = CheckpointReader(storage, source.location)
-    try:
-        return reader.plan(batch_id)
-    except VanishedError:
-        # Spark purged a file between listing and reading: plan again once before copying begins.
-        return reader.plan(batch_id)
+def _plan(storage: Storage, source: QuerySource, batch_id: int | None, attempts: int) -> Plan:
+    """Plan a cut; Spark may purge a file between listing and reading it, so plan again, within bounds."""
+    vanished = ""
+    for _attempt in range(attempts):
+        try:
+            return CheckpointReader(storage, source.location).plan(batch_id)
+        except VanishedError as exc:
+            vanished = str(exc)
+    raise _purged_too_fast(source, batch_id, attempts, vanished)
+
+
+def _purged_too_fast(source: QuerySource, batch_id: int | None, attempts: int, vanished: str) -> CutUnavailableError:
+    if batch_id is not None:
+        return CutUnavailableError(
+            f"Spark purged {vanished} while batch {batch_id} of {source.name} was copied: "
+            "savepoint a newer batch, or omit --batch for the latest"
+        )
+    return CutUnavailableError(
+        f"{source.name}: Spark kept purging files faster than they were copied ({attempts} attempts, last: {vanished}); "
+        "raise spark.sql.streaming.minBatchesToRetain or the transfer workers, or stop the query first"
+    )
 
 
 def _copy_query(
@@ -199,36 +213,23 @@ def _copy_query(
     progress: transfer.Progress,
 ) -> tuple[Plan, list[transfer.Result]]:
     query_dir = join(path, mf.QUERIES_DIR, source.name)
-    vanished = ""
-    current: Plan | None = plan
-    for _attempt in range(attempts):
-        if current is None:
-            try:
-                current = CheckpointReader(storage, source.location).plan()
-            except VanishedError as exc:
-                vanished = str(exc)
-                continue
+    for attempt in range(attempts):
+        if attempt:
+            plan = _plan(storage, source, None, attempts - attempt)
         items = [
             transfer.Transfer(storage, join(source.location, f.path), target, join(query_dir, f.path), "copy", f.size)
-            for f in current.files
+            for f in plan.files
         ]
         try:
-            return current, transfer.run(items, workers, progress, f"savepoint {source.name} @ batch {current.cut.batch_id}")
+            return plan, transfer.run(items, workers, progress, f"savepoint {source.name} @ batch {plan.cut.batch_id}")
         except transfer.SourceMissing as missing:
             vanished = missing.path
         with translate_errors(query_dir):
             if target.exists(query_dir):
                 target.remove_tree(query_dir)
         if batch_id is not None:
-            raise CutUnavailableError(
-                f"Spark purged {vanished} while batch {batch_id} of {source.name} was copied: "
-                "savepoint a newer batch, or omit --batch for the latest"
-            )
-        current = None
-    raise CutUnavailableError(
-        f"{source.name}: Spark kept purging files faster than they were copied ({attempts} attempts, last: {vanished}); "
-        "raise spark.sql.streaming.minBatchesToRetain or the transfer workers, or stop the query first"
-    )
+            break
+    raise _purged_too_fast(source, batch_id, attempts, vanished)
 
 
 def _query_entry(source: QuerySource, plan: Plan, results: list[transfer.Result]) -> dict[str, Any]:

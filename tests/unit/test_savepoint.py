@@ -220,3 +220,25 @@ def test_race_with_a_requested_batch_or_endless_purging_fails_clearly(checkpoint
         create(checkpoint, tmp_path / "sps2", storage=storage, attempts=3)
     assert storage.fired == 3
     assert os.listdir(tmp_path / "sps2") == []  # no broken savepoint is left visible
+
+
+class VanishingMetadataStorage(Storage):
+    """Every read of the cut's commit finds it purged: planning itself keeps racing Spark."""
+
+    def __init__(self):
+        super().__init__(fsspec.filesystem("file"), local=True)
+        self.reads = 0
+
+    def read_bytes(self, path):
+        if path.endswith("commits/4"):
+            self.reads += 1
+            raise FileNotFoundError(path)
+        return super().read_bytes(path)
+
+
+def test_planning_that_keeps_racing_fails_clearly_and_writes_nothing(checkpoint, tmp_path):
+    storage = VanishingMetadataStorage()
+    with pytest.raises(CutUnavailableError, match="kept purging"):
+        create(checkpoint, tmp_path / "sps", storage=storage, attempts=3)
+    assert storage.reads == 3
+    assert not (tmp_path / "sps").exists()

@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 from sparkpoint.adapters.storage import (
     HASH_ALGORITHM,
+    HASH_ALGORITHMS,
     Storage,
     basename,
     digest_of,
@@ -385,28 +386,14 @@ def restore(
         [target] if not target_storage.exists(target)
         else [dest for dest in destinations.values() if not target_storage.exists(dest)]
     )
-    items: list[tuple[dict[str, Any], transfer.Transfer]] = []
-    relocations: list[tuple[str, str, str]] = []
-    for q in chosen:
-        prefix = f"{mf.QUERIES_DIR}/{q['name']}/"
-        dest = destinations[q["name"]]
-        relocate = set(q.get("relocate", []))
-        for entry in q["files"]:
-            rel = entry["path"][len(prefix):]
-            if entry["path"] in relocate:
-                relocations.append((join(savepoint.path, entry["path"]), join(dest, rel), dest))
-                continue
-            if _checksum_of_relocated(entry["path"], relocate):
-                continue  # its file is rewritten on restore; a stale checksum would fail Hadoop's read
-            src = join(savepoint.path, entry["path"])
-            items.append((entry, transfer.Transfer(savepoint.storage, src, target_storage, join(dest, rel), resolved,
-                                                   entry["size"], savepoint.manifest["checksum_algorithm"])))
+    items, relocations = _restore_items(savepoint, chosen, destinations, target_storage, resolved)
     try:
         results = transfer.run([t for _, t in items], workers, progress, f"restore {savepoint.manifest['id']}")
         _check_results(savepoint, items, results, target_storage)
-        for src, dst, dest in relocations:
+        for entry, dst, dest in relocations:
             with translate_errors(dst):
-                raw = savepoint.storage.read_bytes(src)
+                raw = savepoint.storage.read_bytes(join(savepoint.path, entry["path"]))
+                _check_digest(savepoint, entry, raw)
                 target_storage.write_atomic(dst, relocate_metadata(raw, _spark_uri(dest)))
     except transfer.SourceMissing as missing:
         _undo(target_storage, destinations.values(), created)
@@ -429,6 +416,43 @@ def restore(
             for q in chosen
         ],
     }
+
+
+def _restore_items(
+    savepoint: Savepoint,
+    chosen: list[dict[str, Any]],
+    destinations: dict[str, str],
+    target_storage: Storage,
+    mode: transfer.Mode,
+) -> tuple[list[tuple[dict[str, Any], transfer.Transfer]], list[tuple[dict[str, Any], str, str]]]:
+    """The files to transfer as they are, and the metadata files to rewrite for the new location."""
+    items = []
+    relocations = []
+    for q in chosen:
+        prefix = f"{mf.QUERIES_DIR}/{q['name']}/"
+        dest = destinations[q["name"]]
+        relocate = set(q.get("relocate", []))
+        for entry in q["files"]:
+            dst = join(dest, entry["path"][len(prefix):])
+            if entry["path"] in relocate:
+                relocations.append((entry, dst, dest))
+            elif not _checksum_of_relocated(entry["path"], relocate):
+                # (A relocated file's checksum companion would be stale: Hadoop would refuse to read it.)
+                src = join(savepoint.path, entry["path"])
+                items.append((entry, transfer.Transfer(savepoint.storage, src, target_storage, dst, mode,
+                                                       entry["size"], savepoint.manifest["checksum_algorithm"])))
+    return items, relocations
+
+
+def _check_digest(savepoint: Savepoint, entry: dict[str, Any], raw: bytes) -> None:
+    if HASH_ALGORITHMS[savepoint.manifest["checksum_algorithm"]](raw).hexdigest() != entry["digest"]:
+        raise _tampered(entry)
+
+
+def _tampered(entry: dict[str, Any]) -> SavepointInvalidError:
+    return SavepointInvalidError(
+        f"checksum of {entry['path']} differs from the manifest: the savepoint is corrupted or was tampered with"
+    )
 
 
 def _check_empty(storage: Storage, dest: str) -> None:
@@ -470,9 +494,7 @@ def _check_results(
 ) -> None:
     for (entry, item), result in zip(items, results):
         if result.digest is not None and result.digest != entry["digest"]:
-            raise SavepointInvalidError(
-                f"checksum of {entry['path']} differs from the manifest: the savepoint is corrupted or was tampered with"
-            )
+            raise _tampered(entry)
         if result.digest is None and target_storage.size(item.dst_path) != entry["size"]:
             raise SavepointInvalidError(f"size of {entry['path']} differs from the manifest: the savepoint is corrupted")
 

@@ -242,3 +242,23 @@ def test_planning_that_keeps_racing_fails_clearly_and_writes_nothing(checkpoint,
         create(checkpoint, tmp_path / "sps", storage=storage, attempts=3)
     assert storage.reads == 3
     assert not (tmp_path / "sps").exists()
+
+
+def test_a_tampered_relocated_metadata_file_is_refused(checkpoint, tmp_path):
+    v2_meta = checkpoint / "state" / "0" / "_metadata" / "v2" / "0"
+    write(v2_meta, "v2\n" + json.dumps({"operatorInfo": {"operatorId": 0, "operatorName": "transformWithStateInPySparkExec"},
+                                        "stateStoreInfo": [{"storeName": "default", "stateSchemaFilePaths": [
+                                            f"file:{checkpoint}/state/0/_stateSchema/default/0_ab"]}]}))
+    saved = sp.load(create(checkpoint, tmp_path / "sps")["path"])
+    assert saved.query("q")["relocate"] == ["queries/q/state/0/_metadata/v2/0"]
+    good = sp.restore(saved, str(tmp_path / "good"), mode="copy")["queries"][0]["checkpoint"]
+    rewritten = (tmp_path / "good" / "q" / "state" / "0" / "_metadata" / "v2" / "0").read_text()
+    assert f"file:{good}/state/0/_stateSchema/default/0_ab" in rewritten
+    assert not (tmp_path / "good" / "q" / "state" / "0" / "_metadata" / "v2" / ".0.crc").exists()
+
+    stored = os.path.join(saved.path, "queries", "q", "state", "0", "_metadata", "v2", "0")
+    with open(stored, "a") as handle:
+        handle.write(" ")
+    with pytest.raises(SavepointInvalidError, match="tampered"):
+        sp.restore(saved, str(tmp_path / "bad"))
+    assert not (tmp_path / "bad").exists()

@@ -32,7 +32,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 # Spark reads these when it launches its JVM and Python workers: set them before it starts.
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"

@@ -16,7 +16,8 @@ import shutil
 import threading
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any
+from collections.abc import Iterator, Mapping
 
 import fsspec
 import xxhash

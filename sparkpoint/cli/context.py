@@ -6,7 +6,8 @@ import json
 import sys
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import click
 

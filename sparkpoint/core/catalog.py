@@ -18,7 +18,8 @@ import socket
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from sparkpoint.adapters.storage import Storage, is_url, join, storage_for, translate_errors
 from sparkpoint.core import manifest as mf

@@ -29,7 +29,8 @@ import re
 import struct
 import zipfile
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from sparkpoint.adapters.storage import Entry, Storage, join
 from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError
@@ -408,7 +409,6 @@ class _StateLayout:
 
     def _add_operator_metadata(self, op_dir: str, entries: dict[str, Entry], files: list[FileRef]) -> dict:
         """Operator metadata and schema files: small, copied up to the cut's last batch."""
-        info: dict[str, Any] = {}
         for sub in ("_metadata", "_stateSchema"):
             if sub not in entries:
                 continue

@@ -17,8 +17,9 @@ import secrets
 import socket
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable, Sequence
+from datetime import datetime, UTC
+from typing import Any
+from collections.abc import Callable, Sequence
 
 from sparkpoint.adapters.storage import (
     HASH_ALGORITHM,
@@ -28,7 +29,6 @@ from sparkpoint.adapters.storage import (
     digest_of,
     is_url,
     join,
-    parent,
     storage_for,
     translate_errors,
 )
@@ -78,12 +78,12 @@ def discover_queries(storage: Storage, location: str, name: str | None = None) -
 
 def new_savepoint_id(job: str, now: float) -> str:
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", job).strip("-.") or "job"
-    stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%d-%H%M%S")
     return f"savepoint-{slug[:60]}-{stamp}-{secrets.token_hex(3)}"
 
 
 def _iso(now: float) -> str:
-    return datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _spark_version() -> str | None:
@@ -253,7 +253,7 @@ def _query_entry(source: QuerySource, plan: Plan, results: list[transfer.Result]
         "operators": [op.to_json() for op in plan.operators],
         "bytes": plan.bytes,
         "files": [
-            {"path": prefix + f.path, "size": r.size, "digest": r.digest} for f, r in zip(plan.files, results)
+            {"path": prefix + f.path, "size": r.size, "digest": r.digest} for f, r in zip(plan.files, results, strict=True)
         ],
         "relocate": [prefix + rel for rel in plan.relocate],
     }
@@ -377,7 +377,7 @@ def restore(
         raise BadArgumentError(f"restore target {target} and savepoint {savepoint.path} overlap; choose another target")
     chosen = [savepoint.query(query)] if query else savepoint.queries
     destinations = {q["name"]: (target if query else join(target, q["name"])) for q in chosen}
-    for name, dest in destinations.items():
+    for dest in destinations.values():
         _check_empty(target_storage, dest)
 
     resolved = _transfer_mode(mode, savepoint, target_storage, target)
@@ -492,7 +492,7 @@ def _check_results(
     results: list[transfer.Result],
     target_storage: Storage,
 ) -> None:
-    for (entry, item), result in zip(items, results):
+    for (entry, item), result in zip(items, results, strict=True):
         if result.digest is not None and result.digest != entry["digest"]:
             raise _tampered(entry)
         if result.digest is None and target_storage.size(item.dst_path) != entry["size"]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Literal, Protocol, Sequence
+from typing import Literal, Protocol
+from collections.abc import Sequence
 
 from sparkpoint.adapters.storage import HASH_ALGORITHM, Storage, copy_with_digest, parent, translate_errors
 

@@ -12,7 +12,9 @@ from sparkpoint.adapters.storage import Storage, storage_for
 from sparkpoint.core import manifest as mf
 from sparkpoint.core import savepoint as sp
 from sparkpoint.errors import (
+    BadArgumentError,
     CutUnavailableError,
+    NotACheckpointError,
     NotFoundError,
     SavepointInvalidError,
     TargetNotEmptyError,
@@ -150,18 +152,18 @@ def test_dispose_refuses_what_is_not_a_savepoint(checkpoint, tmp_path):
 
 def test_bad_input_writes_nothing(tmp_path):
     (tmp_path / "notckpt").mkdir()
-    with pytest.raises(Exception):
+    with pytest.raises(NotACheckpointError, match="not a Structured Streaming checkpoint"):
         sp.discover_queries(storage_for(str(tmp_path / "notckpt"))[0], str(tmp_path / "notckpt"))
     root = tmp_path / "fresh"
     write(root / "metadata", json.dumps({"id": "q"}))
     write(root / "offsets" / "0", offsets(0))
-    with pytest.raises(Exception, match="no committed batch"):
+    with pytest.raises(NotACheckpointError, match="no committed batch"):
         create(root, tmp_path / "sps")
     assert not (tmp_path / "sps").exists()
 
 
 def test_target_inside_the_checkpoint_is_refused(checkpoint):
-    with pytest.raises(Exception, match="inside the checkpoint"):
+    with pytest.raises(BadArgumentError, match="inside the checkpoint"):
         create(checkpoint, checkpoint / "savepoints")
 
 

@@ -75,3 +75,16 @@ class SparkFailureError(SparkpointError):
     """Spark refused an operation on a checkpoint or savepoint (its error, in one line)."""
 
     exit_code = 11
+
+
+class JobNotRunningError(SparkpointError):
+    """The job is not running (finished, failed, cancelled or lost), or its agent does not answer.
+    Distinct from a failed savepoint, so that a scheduled savepoint alerts only when it should."""
+
+    exit_code = 12
+
+
+class JobFailedError(SparkpointError):
+    """The application failed: Spark refused to restore its state, or it raised an error."""
+
+    exit_code = 13

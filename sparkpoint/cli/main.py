@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from sparkpoint.cli import catalog_cmds, savepoint_cmds
+from sparkpoint.cli import catalog_cmds, job_cmds, savepoint_cmds
 from sparkpoint.cli.context import AppContext
 from sparkpoint.errors import SparkpointError
 
@@ -24,13 +24,14 @@ from sparkpoint.errors import SparkpointError
 def cli(ctx: click.Context, home: str | None, config_path: str | None, quiet: bool) -> None:
     """Flink-style savepoints for Spark Structured Streaming.
 
-    Take a consistent, self-contained savepoint of a streaming query's checkpoint, restore it
-    anywhere, and keep a catalog of savepoints with retention.
+    Run streaming applications as managed jobs; savepoint them while they run; stop them at a
+    micro-batch boundary with a savepoint; start upgraded versions from any savepoint. Savepoints of
+    plain checkpoints, restore for any launcher, and a catalog with retention.
     """
     ctx.obj = AppContext(config_path=config_path, overrides={"home": home}, quiet=quiet)
 
 
-for command in (*savepoint_cmds.COMMANDS, *catalog_cmds.COMMANDS):
+for command in (*job_cmds.COMMANDS, *savepoint_cmds.COMMANDS, *catalog_cmds.COMMANDS):
     cli.add_command(command)
 
 

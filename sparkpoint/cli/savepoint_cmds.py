@@ -12,59 +12,62 @@ pass_app = click.make_pass_decorator(AppContext)
 
 
 @click.command("savepoint")
-@click.argument("target_dir", required=False, metavar="[TARGET_DIR]")
+@click.argument("args", nargs=-1, metavar="[JOB] [TARGET_DIR]")
 @click.option("--from-checkpoint", "checkpoint", metavar="CHECKPOINT_DIR",
               help="A query's checkpoint (live or stopped), or a root of named query checkpoints.")
 @click.option("--dispose", "dispose_path", metavar="SAVEPOINT", help="Delete this savepoint (path or id).")
 @click.option("--name", help="Query name (uid) for a single query's checkpoint [default: its directory name].")
 @click.option("--job", help="Job label in the catalog [default: the checkpoint directory name].")
 @click.option("--batch", type=click.IntRange(min=0), help="Cut at this committed batch [default: the latest].")
+@click.option("--keep-last", type=click.IntRange(min=0), help="After success, prune the job's older savepoints.")
 @output_option
 @pass_app
-def savepoint_cmd(app, target_dir, checkpoint, dispose_path, name, job, batch, output):
-    """Take a savepoint of a checkpoint, or dispose of one.
+def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_last, output):
+    """Take a savepoint of a running job or of a checkpoint, or dispose of one.
 
-    The savepoint is written to TARGET_DIR/<savepoint-id>, by default below the home's
-    savepoints/<job>/. The checkpoint may belong to a running query: its files are copied at
-    the latest consistent cut, without pausing it.
+    sparkpoint savepoint JOB [TARGET_DIR]: every query of a running managed job, without pausing it.
+    Exit status 12 means the job is not running; any other failure is the savepoint's.
+
+    sparkpoint savepoint --from-checkpoint CHECKPOINT_DIR [TARGET_DIR]: a query's checkpoint, live or
+    stopped, at its latest consistent cut.
+
+    The savepoint is written to TARGET_DIR/<savepoint-id>, by default below the home's savepoints/<job>/.
     """
-    from sparkpoint.core import catalog, savepoint
     from sparkpoint.adapters.storage import basename, join, storage_for
+    from sparkpoint.core import catalog, control, savepoint
 
     settings = app.settings
-    if bool(checkpoint) == bool(dispose_path):
-        raise BadArgumentError("give exactly one of --from-checkpoint CHECKPOINT_DIR or --dispose SAVEPOINT")
+    if checkpoint and dispose_path:
+        raise BadArgumentError("give either --from-checkpoint or --dispose, not both")
     if dispose_path:
+        if args:
+            raise BadArgumentError("--dispose takes no other argument")
         path = catalog.resolve(dispose_path, settings.savepoints_dir(), settings.storage_options)
         emit(output, savepoint.dispose(path, settings.storage_options), _render_disposed)
         return
+    if not checkpoint:
+        if not args or len(args) > 2:
+            raise BadArgumentError("give a JOB (and optionally TARGET_DIR), or --from-checkpoint CHECKPOINT_DIR")
+        result = control.savepoint_job(settings, args[0], args[1] if len(args) > 1 else None, keep_last,
+                                       progress=app.progress())
+        emit(output, result, _render_created)
+        return
+    if len(args) > 1:
+        raise BadArgumentError("with --from-checkpoint, the only argument is TARGET_DIR")
     source_storage, location = storage_for(checkpoint, settings.storage_options)
     sources = savepoint.discover_queries(source_storage, location, name)
     job = job or name or basename(location)
-    parent = target_dir or join(settings.savepoints_dir(), job)
+    parent = args[0] if args else join(settings.savepoints_dir(), job)
     target_storage, parent = storage_for(parent, settings.storage_options)
     result = savepoint.create(
         sources, source_storage, parent, target_storage,
         job=job, batch_id=batch, origin={"kind": "checkpoint", "location": location},
         workers=settings.transfer_workers, attempts=settings.savepoint_attempts, progress=app.progress(),
     )
-    emit(output, _created_json(result), _render_created)
-
-
-def _created_json(result: dict) -> dict:
-    return {
-        "path": result["path"],
-        "id": result["id"],
-        "job": result["job"],
-        "created_at": result["created_at"],
-        "bytes": result["bytes"],
-        "file_count": result["file_count"],
-        "queries": [
-            {"name": q["name"], "query_id": q["query_id"], "batch_id": q["batch_id"],
-             "planned_batch_id": q["planned_batch_id"], "bytes": q["bytes"]}
-            for q in result["queries"]
-        ],
-    }
+    if keep_last is not None:
+        catalog.prune(join(settings.savepoints_dir(), job), keep_last=keep_last, max_age=None, job=job,
+                      storage_options=settings.storage_options)
+    emit(output, savepoint.created_summary(result), _render_created)
 
 
 def _render_created(data: dict) -> None:

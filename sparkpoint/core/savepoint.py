@@ -164,6 +164,23 @@ def create(
     return dict(data, path=path)
 
 
+def created_summary(result: dict[str, Any]) -> dict[str, Any]:
+    """What commands report of a new savepoint (its manifest without the file lists)."""
+    return {
+        "path": result["path"],
+        "id": result["id"],
+        "job": result["job"],
+        "created_at": result["created_at"],
+        "bytes": result["bytes"],
+        "file_count": result["file_count"],
+        "queries": [
+            {"name": q["name"], "query_id": q["query_id"], "batch_id": q["batch_id"],
+             "planned_batch_id": q["planned_batch_id"], "bytes": q["bytes"]}
+            for q in result["queries"]
+        ],
+    }
+
+
 def _owner_marker(now: float) -> bytes:
     return json.dumps(
         {"pid": os.getpid(), "host": socket.gethostname(), "user": getpass.getuser(), "started_at": _iso(now)}

@@ -1,0 +1,39 @@
+"""HTTP client of a job's agent: one session factory, timeouts, the job's token on every request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import requests
+
+from sparkpoint.errors import JobNotRunningError, SparkpointError
+
+
+class AgentClient:
+    def __init__(self, host: str, port: int, job_id: str, token: str, timeout: float = 5.0):
+        self.base = f"http://{host}:{port}"
+        self.job_id = job_id
+        self.timeout = timeout
+        self.session = requests.Session()
+        self.session.headers.update({"Authorization": f"Bearer {token}", "X-Sparkpoint-Job": job_id,
+                                     "User-Agent": "sparkpoint"})
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None, timeout: float | None = None) -> dict:
+        try:
+            response = self.session.request(method, self.base + path, json=body, timeout=timeout or self.timeout)
+        except requests.RequestException as exc:
+            raise JobNotRunningError(f"the agent of job {self.job_id} does not answer at {self.base}: "
+                                     f"{type(exc).__name__}") from None
+        if response.status_code != 200:
+            raise SparkpointError(f"the agent of job {self.job_id} refused {path}: {response.status_code} "
+                                  f"{response.text[:200]}")
+        return response.json()
+
+    def status(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/status")
+
+    def stop(self, timeout: float) -> list[dict[str, Any]]:
+        return self._call("POST", "/v1/stop", {"timeout": timeout}, timeout=timeout + 30)["stopped"]
+
+    def cancel(self) -> list[str]:
+        return self._call("POST", "/v1/cancel", {}, timeout=30)["cancelled"]

@@ -1,0 +1,68 @@
+"""spark-submit: locating it, splitting its arguments from the application's, launching it.
+
+Always an argument list, never a shell: application arguments with spaces and quotes arrive intact.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO
+
+from sparkpoint.errors import BadArgumentError, EnvironmentSetupError
+
+# spark-submit options that take no value (SparkSubmitOptionParser); every other option takes one.
+_FLAGS = {"--verbose", "-v", "--supervise"}
+
+
+def split_arguments(tokens: list[str], own_options: set[str]) -> tuple[list[str], str, list[str]]:
+    """(spark-submit options, the application, its arguments) from what follows sparkpoint's options."""
+    submit: list[str] = []
+    index = 0
+    while index < len(tokens) and tokens[index].startswith("-"):
+        option = tokens[index]
+        if option.split("=", 1)[0] in own_options:
+            raise BadArgumentError(f"{option} is a sparkpoint option: put it before spark-submit's options")
+        if option in _FLAGS or "=" in option:
+            submit.append(option)
+            index += 1
+            continue
+        if index + 1 >= len(tokens):
+            raise BadArgumentError(f"spark-submit option {option} needs a value")
+        submit += [option, tokens[index + 1]]
+        index += 2
+    if index >= len(tokens):
+        raise BadArgumentError("no application given: sparkpoint run [OPTIONS] APP.py [APP_ARGS]...")
+    return submit, tokens[index], tokens[index + 1:]
+
+
+def spark_submit() -> str:
+    beside = Path(sys.executable).parent / "spark-submit"
+    found = str(beside) if beside.exists() else shutil.which("spark-submit")
+    if not found:
+        raise EnvironmentSetupError("spark-submit not found: run scripts/setup.sh (it installs pyspark)")
+    return found
+
+
+def launch(argv: list[str], env: dict[str, str], log_path: str | None = None, stdout: IO | None = None
+           ) -> subprocess.Popen:
+    """Start spark-submit in its own process group, so that cancel can end the driver and its Python.
+    Its output goes to ``log_path`` (a detached job) or to ``stdout``."""
+    if log_path:
+        with open(log_path, "ab") as log:  # the child keeps its own descriptor
+            return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+    return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stdout,
+                            start_new_session=True)
+
+
+def driver_environment(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The driver must run this interpreter (it has sparkpoint and pyspark), bound to loopback by default."""
+    env = dict(os.environ if base is None else base)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    return env

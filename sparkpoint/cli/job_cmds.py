@@ -1,0 +1,141 @@
+"""run, list, stop, cancel: thin commands over sparkpoint.core.control."""
+
+from __future__ import annotations
+
+import click
+
+from sparkpoint.cli.context import AppContext, emit, output_option
+from sparkpoint.cli.context import console as make_console
+
+pass_app = click.make_pass_decorator(AppContext)
+
+
+@click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--name", help="Job name [default: the application's file name].")
+@click.option("-s", "--from-savepoint", "from_savepoint", metavar="SAVEPOINT", help="Restore from this savepoint.")
+@click.option("--allow-non-restored-state", is_flag=True, help="Start even if saved state has no query to take it.")
+@click.option("--claim-mode", type=click.Choice(["no_claim", "claim"]), default="no_claim", show_default=True,
+              help="claim: the savepoint is handed over to the job (disposed of after a verified restore).")
+@click.option("--restore-grace", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              help="Seconds after the first query starts for every saved query to start.")
+@click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
+@click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Spark configuration (repeatable).")
+@click.option("--detach", is_flag=True, help="Return once the job runs; its output goes to the job's driver.log.")
+@output_option
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, required=True, metavar="[SPARK_SUBMIT_OPTIONS] APP.py [APP_ARGS]")
+@pass_app
+def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, restore_grace, master, confs, detach,
+            output, args):
+    """Run a streaming application under spark-submit as a managed job.
+
+    sparkpoint's options come first; spark-submit's own (--py-files, --archives, --jars, --packages,
+    --files, --driver-memory, ...) follow unchanged, then the application and its arguments. The
+    job's queries checkpoint to <home>/jobs/<id>/checkpoints/<query name>: name every query with
+    .queryName(...). With -s, each saved query is restored there first.
+    """
+    from sparkpoint.adapters.spark_submit import split_arguments
+    from sparkpoint.core import control
+
+    submit_args, application, app_args = split_arguments(list(args), control.RUN_OPTIONS)
+    request = control.RunRequest(
+        app=application, app_args=app_args, submit_args=submit_args, name=name, master=master,
+        confs=list(confs), detach=detach, savepoint=from_savepoint, allow_non_restored_state=allow_non_restored_state,
+        claim=claim_mode == "claim", restore_grace=restore_grace,
+    )
+    emit(output, control.run_job(app.settings, request, progress=app.progress()), _render_job)
+
+
+def _render_job(job: dict) -> None:
+    click.echo(f"Job {job['id']} ({job['name']}): {job['state']}" + (f" — {job['error']}" if job["error"] else ""))
+    if job.get("restored_from"):
+        click.echo(f"  restored from {job['restored_from']}")
+    if job.get("log"):
+        click.echo(f"  driver log: {job['log']}")
+
+
+@click.command("list")
+@click.option("--all", "include_all", is_flag=True, help="Also jobs that ended.")
+@output_option
+@pass_app
+def list_cmd(app, include_all, output):
+    """Jobs with their state, Spark application id and streaming queries."""
+    from sparkpoint.core import control
+
+    emit(output, control.list_jobs(app.settings, include_all), _render_jobs)
+
+
+def _rate(value) -> str:
+    return "-" if value is None else f"{value:.1f}/s"
+
+
+def _plain(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def _render_jobs(jobs: list[dict]) -> None:
+    from rich.table import Table
+
+    if not jobs:
+        click.echo("No running jobs (--all lists ended ones).", err=True)
+        return
+    table = Table("job", "state", "application", "query", "batch", "input", "processed", "state rows",
+                  "last savepoint")
+    for job in jobs:
+        queries = job["queries"] or [{}]
+        for index, query in enumerate(queries):
+            first = index == 0
+            table.add_row(
+                job["id"] if first else "", job["state"] if first else "", (job["app_id"] or "-") if first else "",
+                query.get("name") or "-", _plain(query.get("batch_id")), _rate(query.get("input_rate")),
+                _rate(query.get("processing_rate")), _plain(query.get("state_rows")),
+                (job["last_savepoint"] or "-").rsplit("/", 1)[-1] if first else "",
+            )
+    make_console().print(table)
+
+
+@click.command("stop")
+@click.argument("job_ref", metavar="JOB")
+@click.option("--savepoint-path", metavar="DIR", help="Where the savepoint goes [default: the home's catalog].")
+@click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Seconds to wait for a micro-batch boundary before stopping anyway.")
+@output_option
+@pass_app
+def stop_cmd(app, job_ref, savepoint_path, timeout, output):
+    """Stop a job at a micro-batch boundary and take a savepoint."""
+    from sparkpoint.core import control
+
+    result = control.stop_job(app.settings, job_ref, savepoint_path, timeout, progress=app.progress())
+    emit(output, result, _render_stopped)
+
+
+def _render_stopped(result: dict) -> None:
+    click.echo(f"Job {result['job']['id']} stopped ({result['job']['state']}); savepoint {result['path']}")
+    for q in result["queries"]:
+        where = "at a batch boundary" if q["at_boundary"] else "mid-batch (timeout)"
+        replay = (f"; batch {q['replayed_batch_id']} is replayed on restore" if q["replayed_batch_id"] is not None
+                  else "; no batch is replayed")
+        click.echo(f"  {q['name']}: stopped {where}, cut at batch {q['batch_id']}{replay}")
+
+
+@click.command("cancel")
+@click.argument("job_ref", metavar="JOB")
+@click.option("--with-savepoint", "with_savepoint", is_flag=True,
+              help="Savepoint at a batch boundary first, like stop (Flink's cancel -s).")
+@click.option("--savepoint-path", metavar="DIR", help="Where that savepoint goes [default: the home's catalog].")
+@click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="With --with-savepoint: seconds to wait for a batch boundary.")
+@output_option
+@pass_app
+def cancel_cmd(app, job_ref, with_savepoint, savepoint_path, timeout, output):
+    """Cancel a job: stop it without a savepoint, even when its agent no longer answers."""
+    from sparkpoint.core import control
+
+    if with_savepoint:
+        result = control.stop_job(app.settings, job_ref, savepoint_path, timeout, progress=app.progress(),
+                                  cancelled=True)
+        emit(output, result, _render_stopped)
+        return
+    emit(output, control.cancel_job(app.settings, job_ref), _render_job)
+
+
+COMMANDS = (run_cmd, list_cmd, stop_cmd, cancel_cmd)

@@ -1,0 +1,293 @@
+"""Operating managed jobs: run (optionally from a savepoint), list, savepoint, stop, cancel.
+
+Waiting is done with the ``sleep`` and ``clock`` given, so tests need not wait for real.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from collections.abc import Callable
+
+from sparkpoint.adapters import spark_submit
+from sparkpoint.adapters.agent_client import AgentClient
+from sparkpoint.adapters.storage import join, storage_for
+from sparkpoint.config import Settings
+from sparkpoint.core import catalog, savepoint
+from sparkpoint.core import manifest as mf
+from sparkpoint.core.jobs import ACTIVE_STATES, Job, Registry, now_iso, pid_alive, read_agent_file, state_of
+from sparkpoint.core.transfer import Progress
+from sparkpoint.errors import BadArgumentError, JobFailedError, JobNotRunningError, NotFoundError, SparkpointError
+
+BOOTSTRAP = str(Path(__file__).resolve().parents[1] / "runtime" / "bootstrap.py")
+RUN_OPTIONS = {"--name", "-s", "--from-savepoint", "--allow-non-restored-state", "--claim-mode", "--master",
+               "--conf", "--detach", "--output", "-o", "--restore-grace"}
+
+
+@dataclass
+class RunRequest:
+    app: str
+    app_args: list[str] = field(default_factory=list)
+    submit_args: list[str] = field(default_factory=list)
+    name: str | None = None
+    master: str = "local[2]"
+    confs: list[str] = field(default_factory=list)
+    detach: bool = False
+    savepoint: str | None = None
+    allow_non_restored_state: bool = False
+    claim: bool = False
+    restore_grace: float = 60.0
+
+
+def _parse_confs(confs: list[str]) -> list[str]:
+    argv = []
+    for conf in confs:
+        key, sep, _value = conf.partition("=")
+        if not sep or not key:
+            raise BadArgumentError(f"--conf {conf!r}: expected KEY=VALUE")
+        if key == "spark.sql.streaming.checkpointLocation":
+            raise BadArgumentError("the checkpoint location of a managed job is sparkpoint's: do not set it")
+        argv += ["--conf", conf]
+    return argv
+
+
+def run_job(settings: Settings, request: RunRequest, progress: Progress | None = None,
+            sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
+            start_timeout: float = 180.0) -> dict[str, Any]:
+    """Launch the application under spark-submit, restored from a savepoint when asked."""
+    app = os.path.abspath(request.app)
+    if not os.path.isfile(app):
+        raise NotFoundError(f"application {request.app} does not exist")
+    conf_args = _parse_confs(request.confs)
+    saved = None
+    if request.savepoint:
+        saved = savepoint.load(catalog.resolve(request.savepoint, settings.savepoints_dir(), settings.storage_options),
+                               settings.storage_options)
+    registry = Registry(settings.home_url())
+    job = registry.new_job(
+        request.name or Path(app).stem.replace("_", "-"), app=app, app_args=request.app_args,
+        master=request.master, submit_args=request.submit_args, detached=request.detach,
+        restored_from=saved.path if saved else None,
+    )
+    try:
+        if saved is not None:
+            savepoint.restore(saved, job.checkpoint_root, mode="claim" if request.claim else "auto",
+                              workers=settings.transfer_workers, progress=progress)
+        argv = [spark_submit.spark_submit(), "--master", request.master, "--name", job.id,
+                "--conf", f"spark.sql.streaming.checkpointLocation={job.checkpoint_root}", *conf_args,
+                *request.submit_args, BOOTSTRAP, job.directory, app, *request.app_args]
+        env = spark_submit.driver_environment()
+        env["SPARKPOINT_RESTORE_GRACE"] = str(request.restore_grace)
+        env["SPARKPOINT_ALLOW_NON_RESTORED_STATE"] = "1" if request.allow_non_restored_state else "0"
+        env["SPARKPOINT_EXPECTED_QUERIES"] = ",".join(q["name"] for q in saved.queries) if saved else ""
+        # Foreground: the driver's output goes to stderr, so stdout stays clean for --output json.
+        process = spark_submit.launch(argv, env, job.log_path if request.detach else None,
+                                      stdout=None if request.detach else sys.stderr)
+    except BaseException as exc:
+        job.ended = {"state": "failed", "error": str(exc), "at": now_iso()}
+        registry.save(job)
+        raise
+    job.pid = process.pid
+    registry.save(job)
+    if request.detach:
+        return _await_start(registry, job, process, sleep, clock, start_timeout)
+    return _await_end(registry, job, process)
+
+
+def _await_start(registry: Registry, job: Job, process: subprocess.Popen, sleep, clock, timeout: float) -> dict:
+    deadline = clock() + timeout
+    while clock() < deadline:
+        if process.poll() is not None:
+            return _await_end(registry, job, process)
+        if read_agent_file(job.directory).get("state") == "running":
+            return describe_job(registry.load(job.id))
+        sleep(0.2)
+    return describe_job(registry.load(job.id))
+
+
+def _await_end(registry: Registry, job: Job, process: subprocess.Popen) -> dict:
+    try:
+        code = process.wait()
+    except KeyboardInterrupt:
+        _terminate(process.pid)
+        job.ended = {"state": "cancelled", "reason": "interrupted", "at": now_iso()}
+        registry.save(job)
+        raise
+    job = registry.load(job.id)
+    if job.agent.get("state") not in ("finished", "failed"):
+        # The driver died before its agent could record the end (a JVM crash, a kill -9).
+        job.ended = {"state": "failed", "exit_code": code, "at": now_iso(),
+                     "error": f"spark-submit exited with status {code}; see the output above"}
+        registry.save(job)
+    info = describe_job(job)
+    if info["state"] == "failed":
+        raise JobFailedError(f"job {job.id} failed: {info['error']}")
+    return info
+
+
+def describe_job(job: Job, status: dict[str, Any] | None = None) -> dict[str, Any]:
+    state = state_of(job)
+    return {
+        "id": job.id,
+        "name": job.name,
+        "state": state,
+        "app_id": (status or {}).get("app_id") or job.agent.get("app_id"),
+        "pid": job.pid,
+        "created_at": job.created_at,
+        "app": job.app,
+        "checkpoint_root": job.checkpoint_root,
+        "restored_from": job.restored_from,
+        "log": job.log_path if job.detached else None,
+        "error": job.agent.get("error") or job.agent.get("restore_error") or (job.ended or {}).get("error"),
+        "queries": (status or {}).get("queries", []),
+    }
+
+
+def client_for(registry: Registry, job: Job, timeout: float = 5.0) -> AgentClient:
+    state = state_of(job)
+    if state != "running" or not job.agent.get("port"):
+        raise JobNotRunningError(
+            f"job {job.id} is not running (state: {state})"
+            + (f"; its checkpoints stay in {job.checkpoint_root}" if state in ("lost", "failed") else "")
+        )
+    return AgentClient(job.agent["host"], int(job.agent["port"]), job.id, registry.token(job), timeout=timeout)
+
+
+def list_jobs(settings: Settings, include_all: bool = False) -> list[dict[str, Any]]:
+    registry = Registry(settings.home_url())
+    jobs = [j for j in registry.all() if include_all or state_of(j) in ACTIVE_STATES]
+
+    def live(job: Job) -> dict[str, Any]:
+        status = None
+        if state_of(job) == "running":
+            try:
+                status = client_for(registry, job, timeout=1.0).status()
+            except SparkpointError:
+                status = None
+        info = describe_job(job, status)
+        info["last_savepoint"] = last_savepoint(settings, job.name)
+        return info
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(live, jobs))
+
+
+def last_savepoint(settings: Settings, job_name: str) -> str | None:
+    """The newest complete savepoint of a job name: ids sort by time, so no manifest is parsed."""
+    directory = Path(settings.savepoints_dir()) / job_name
+    if not directory.is_dir():
+        return None
+    for entry in sorted(directory.iterdir(), reverse=True):
+        if (entry / mf.MANIFEST).is_file():
+            return str(entry)
+    return None
+
+
+def _job_sources(queries: list[dict[str, Any]]) -> list[savepoint.QuerySource]:
+    sources = []
+    for query in queries:
+        if not query.get("name"):
+            raise BadArgumentError(
+                f"query {query['id']} has no name and cannot be savepointed: name it with .queryName(...)"
+            )
+        location = query["checkpoint"].removeprefix("file:").replace("///", "/", 1)
+        sources.append(savepoint.QuerySource(query["name"], location))
+    return sources
+
+
+def savepoint_job(settings: Settings, reference: str, target_dir: str | None = None, keep_last: int | None = None,
+                  progress: Progress | None = None) -> dict[str, Any]:
+    """A savepoint of every query of a running job, without pausing it."""
+    registry = Registry(settings.home_url())
+    job = registry.resolve(reference)
+    status = client_for(registry, job).status()
+    if not status["queries"]:
+        raise JobNotRunningError(f"job {job.id} runs no streaming query yet")
+    result = savepoint.created_summary(_create(settings, job, _job_sources(status["queries"]), target_dir, progress))
+    if keep_last is not None:
+        result["pruned"] = catalog.prune(join(settings.savepoints_dir(), job.name), keep_last=keep_last,
+                                         max_age=None, job=job.name, storage_options=settings.storage_options)["deleted"]
+    return result
+
+
+def _create(settings: Settings, job: Job, sources, target_dir: str | None, progress) -> dict[str, Any]:
+    source_storage, _ = storage_for(job.checkpoint_root)
+    target_storage, parent = storage_for(target_dir or join(settings.savepoints_dir(), job.name),
+                                         settings.storage_options)
+    return savepoint.create(sources, source_storage, parent, target_storage, job=job.name,
+                            origin={"kind": "job", "job_id": job.id}, restored_from=job.restored_from,
+                            workers=settings.transfer_workers, attempts=settings.savepoint_attempts,
+                            progress=progress)
+
+
+def stop_job(settings: Settings, reference: str, target_dir: str | None = None, timeout: float = 60.0,
+             progress: Progress | None = None, cancelled: bool = False,
+             sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """Stop every query at a micro-batch boundary (within ``timeout``), then savepoint the checkpoints."""
+    registry = Registry(settings.home_url())
+    job = registry.resolve(reference)
+    stopped = client_for(registry, job).stop(timeout)
+    if not stopped:
+        raise JobNotRunningError(f"job {job.id} runs no streaming query to stop")
+    result = savepoint.created_summary(_create(settings, job, _job_sources(stopped), target_dir, progress))
+    boundary = {q["name"]: q["at_boundary"] for q in stopped}
+    for query in result["queries"]:
+        query["at_boundary"] = boundary[query["name"]]
+        query["replayed_batch_id"] = query["planned_batch_id"]
+    _await_exit(job.pid, grace=30.0, sleep=sleep)
+    job = registry.load(job.id)
+    if cancelled or state_of(job) in ACTIVE_STATES or state_of(job) == "lost":
+        job.ended = {"state": "cancelled" if cancelled else "finished", "reason": "stopped with savepoint",
+                     "at": now_iso()}
+        registry.save(job)
+    result["job"] = describe_job(registry.load(job.id))
+    return result
+
+
+def cancel_job(settings: Settings, reference: str, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """Stop without savepoint. Works without the agent: the process group is ended."""
+    registry = Registry(settings.home_url())
+    job = registry.resolve(reference)
+    state = state_of(job)
+    if state in ("finished", "failed", "cancelled"):
+        raise JobNotRunningError(f"job {job.id} is already {state}")
+    # An agent that is gone or wedged is no obstacle: the process group is ended below.
+    with contextlib.suppress(SparkpointError):
+        client_for(registry, job).cancel()
+    _await_exit(job.pid, grace=15.0, sleep=sleep)
+    job.ended = {"state": "cancelled", "reason": "cancel", "previous_state": state, "at": now_iso()}
+    registry.save(job)
+    return describe_job(registry.load(job.id))
+
+
+def _await_exit(pid: int | None, grace: float, sleep: Callable[[float], None]) -> None:
+    """Let the driver exit by itself within ``grace``, then end its whole process group."""
+    waited = 0.0
+    while pid_alive(pid) and waited < grace:
+        sleep(0.2)
+        waited += 0.2
+    if pid and pid_alive(pid):
+        _terminate(pid)
+    elif pid:
+        _signal_group(pid, signal.SIGKILL)  # leftovers of the group (a Python driver outliving its JVM)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _terminate(pid: int, grace: float = 10.0) -> None:
+    _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    _signal_group(pid, signal.SIGKILL)

@@ -1,0 +1,200 @@
+"""The registry of jobs launched by ``sparkpoint run``, and their states.
+
+A job lives in ``<home>/jobs/<job id>/``:
+- ``job.json``: what was launched, written by the CLI once (and again when it records an end);
+- ``token``: the per-job secret of the agent's control endpoint, readable by its owner only;
+- ``agent.json``: written by the driver-side agent: its address while it runs, then how the
+  application ended;
+- ``checkpoints/``: the checkpoint root (``spark.sql.streaming.checkpointLocation``), one directory
+  per named query;
+- ``driver.log``: the driver's output, for a detached job.
+Each writer owns its files, so the CLI and the driver never overwrite each other's records.
+
+States: ``starting`` (launched, agent not up yet), ``running``, ``finished``, ``failed``,
+``cancelled``, and ``lost`` (the driver process is gone without recording an end).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sparkpoint.errors import BadArgumentError, NotFoundError, SparkpointError
+
+JOB_FILE = "job.json"
+AGENT_FILE = "agent.json"
+TOKEN_FILE = "token"
+CHECKPOINTS_DIR = "checkpoints"
+LOG_FILE = "driver.log"
+ACTIVE_STATES = ("starting", "running")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def now_iso(now: float | None = None) -> str:
+    moment = datetime.fromtimestamp(time.time() if now is None else now, UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Job:
+    id: str
+    name: str
+    app: str
+    app_args: list[str]
+    master: str
+    submit_args: list[str]
+    created_at: str
+    directory: str
+    pid: int | None = None
+    detached: bool = False
+    restored_from: str | None = None
+    ended: dict[str, Any] | None = None  # recorded by the CLI: cancelled, or the launcher's exit
+    agent: dict[str, Any] = field(default_factory=dict)  # agent.json, as last read
+
+    @property
+    def checkpoint_root(self) -> str:
+        return os.path.join(self.directory, CHECKPOINTS_DIR)
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.directory, LOG_FILE)
+
+    def record(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("agent")
+        return data
+
+
+class Registry:
+    """Jobs below ``<home>/jobs``. The home is a local directory for managed jobs: the driver of a
+    local or client-mode job writes its agent address there."""
+
+    def __init__(self, home: str):
+        if "://" in home and not home.startswith("file://"):
+            raise SparkpointError(f"managed jobs need a local home directory, not {home}; set --home to a local path")
+        self.root = Path(home.removeprefix("file://")).expanduser() / "jobs"
+
+    def new_job(self, name: str, **fields: Any) -> Job:
+        if not _NAME.match(name):
+            raise BadArgumentError(f"job name {name!r}: use letters, digits, '_', '.', '-' (at most 64)")
+        self.root.mkdir(parents=True, exist_ok=True)
+        for _ in range(20):
+            job_id = f"{name}-{secrets.token_hex(2)}"
+            directory = self.root / job_id
+            try:
+                directory.mkdir()
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise SparkpointError(f"could not allocate a job id for {name!r}")
+        token_path = directory / TOKEN_FILE
+        fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(32))
+        job = Job(id=job_id, name=name, created_at=now_iso(), directory=str(directory), **fields)
+        (directory / CHECKPOINTS_DIR).mkdir()
+        self.save(job)
+        return job
+
+    def save(self, job: Job) -> None:
+        _write_json(Path(job.directory) / JOB_FILE, job.record())
+
+    def load(self, job_id: str) -> Job:
+        directory = self.root / job_id
+        try:
+            data = json.loads((directory / JOB_FILE).read_text())
+        except FileNotFoundError:
+            raise NotFoundError(f"no job {job_id!r} in {self.root}") from None
+        except json.JSONDecodeError:
+            raise SparkpointError(f"the registry entry {directory / JOB_FILE} is corrupted") from None
+        job = Job(**data)
+        job.agent = read_agent_file(directory)
+        return job
+
+    def all(self) -> list[Job]:
+        if not self.root.is_dir():
+            return []
+        jobs = []
+        for entry in sorted(self.root.iterdir()):
+            if (entry / JOB_FILE).is_file():
+                try:
+                    jobs.append(self.load(entry.name))
+                except SparkpointError:
+                    continue
+        return sorted(jobs, key=lambda j: j.created_at, reverse=True)
+
+    def resolve(self, reference: str) -> Job:
+        """A job by its id, a unique id prefix, or the name of its one active run."""
+        if (self.root / reference / JOB_FILE).is_file():
+            return self.load(reference)
+        jobs = self.all()
+        matches = [j for j in jobs if j.id.startswith(reference)]
+        if not matches:
+            matches = [j for j in jobs if j.name == reference and state_of(j) in ACTIVE_STATES]
+        if not matches:
+            raise NotFoundError(f"no job {reference!r}: see 'sparkpoint list --all'")
+        if len(matches) > 1:
+            ids = ", ".join(j.id for j in matches[:5])
+            raise BadArgumentError(f"{reference!r} matches {len(matches)} jobs ({ids}): give the job id")
+        return matches[0]
+
+    def token(self, job: Job) -> str:
+        return (Path(job.directory) / TOKEN_FILE).read_text().strip()
+
+
+def read_agent_file(directory: Path | str) -> dict[str, Any]:
+    try:
+        data = json.loads((Path(directory) / AGENT_FILE).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
+
+
+def write_agent_file(directory: Path | str, data: dict[str, Any]) -> None:
+    _write_json(Path(directory) / AGENT_FILE, data)
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A child that exited but was not reaped yet is a zombie: gone for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ", 1)[1][:1] != "Z"
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+def state_of(job: Job) -> str:
+    """The job's state, from what the CLI recorded, what the agent recorded, and the process."""
+    if job.ended and job.ended.get("state") == "cancelled":
+        return "cancelled"
+    agent_state = job.agent.get("state")
+    if agent_state in ("finished", "failed"):
+        return agent_state
+    if job.ended:
+        return job.ended.get("state", "failed")
+    alive = pid_alive(job.pid) and (not job.agent.get("pid") or pid_alive(job.agent["pid"]))
+    if not alive:
+        return "lost"
+    return "running" if agent_state == "running" else "starting"

@@ -1,0 +1,279 @@
+"""The driver-side agent: reports the application's streaming queries and stops them on request.
+
+It runs inside the user's driver (started by ``bootstrap``), so it may import pyspark. Its control
+endpoint listens on loopback by default and answers only requests that carry the job's id and its
+secret token; bodies are capped, and a Host header that is not the agent's own is refused (no DNS
+rebinding from a browser).
+
+Spark has no graceful stop: ``query.stop()`` interrupts a running batch. The agent stops each query
+when no trigger is active — a micro-batch boundary — within a deadline; the caller then reads the
+checkpoint to know whether a planned batch will be replayed.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import re
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from collections.abc import Callable
+
+from sparkpoint.core.jobs import now_iso, write_agent_file
+
+MAX_BODY = 64 * 1024
+_ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)*)\]")
+
+
+def _progress(query) -> dict[str, Any]:
+    progress = query.lastProgress
+    if not progress:
+        return {}
+    return json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
+
+
+def describe(query) -> dict[str, Any]:
+    progress = _progress(query)
+    operators = progress.get("stateOperators") or []
+    return {
+        "name": query.name,
+        "id": str(query.id),
+        "run_id": str(query.runId),
+        "batch_id": progress.get("batchId"),
+        "input_rate": progress.get("inputRowsPerSecond"),
+        "processing_rate": progress.get("processedRowsPerSecond"),
+        "state_rows": sum(int(op.get("numRowsTotal") or 0) for op in operators),
+        "state_bytes": sum(int(op.get("memoryUsedBytes") or 0) for op in operators),
+        "trigger_active": bool(query.status.get("isTriggerActive")),
+        "checkpoint": query._jsq.streamingQuery().resolvedCheckpointRoot(),
+    }
+
+
+def stop_at_boundary(query, deadline: float, clock: Callable[[], float] = time.monotonic,
+                     sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Stop ``query`` between two micro-batches if one comes before ``deadline``; True if it did."""
+    while clock() < deadline:
+        if not query.status.get("isTriggerActive"):
+            query.stop()
+            return True
+        sleep(0.005)
+    query.stop()
+    return False
+
+
+def spark_error_line(text: str) -> str:
+    """The innermost Spark error class and its message, from a StreamingQueryException's text."""
+    first = text.strip().splitlines()[0] if text.strip() else "unknown error"
+    classes = [m for m in _ERROR_CLASS.finditer(first) if m.group(1) != "STREAM_FAILED"]
+    return first[classes[-1].start():] if classes else first
+
+
+class Agent:
+    def __init__(self, job_id: str, job_dir: str, token: str, host: str = "127.0.0.1",
+                 expected_queries: tuple[str, ...] = (), allow_non_restored: bool = False,
+                 restore_grace: float = 60.0):
+        self.job_id = job_id
+        self.job_dir = job_dir
+        self._token = token
+        self.host = host
+        self.expected_queries = tuple(expected_queries)
+        self.allow_non_restored = allow_non_restored
+        self.restore_grace = restore_grace
+        self.started_queries: dict[str, str] = {}  # query id -> name
+        self.failures: dict[str, str] = {}  # query name -> Spark's error, one line
+        self.restore_error: str | None = None
+        self._server: ThreadingHTTPServer | None = None
+        self._lock = threading.Lock()
+
+    # -- the Spark side --------------------------------------------------------------------
+    def session(self):
+        from pyspark.sql import SparkSession
+
+        return SparkSession._instantiatedSession
+
+    def queries(self) -> list:
+        session = self.session()
+        return list(session.streams.active) if session is not None else []
+
+    def status(self) -> dict[str, Any]:
+        session = self.session()
+        return {
+            "job_id": self.job_id,
+            "app_id": session.sparkContext.applicationId if session is not None else None,
+            "queries": [describe(q) for q in self.queries()],
+            "failures": self.failures,
+        }
+
+    def stop(self, timeout: float) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        report = []
+        for query in self.queries():
+            info = {"name": query.name, "id": str(query.id),
+                    "checkpoint": query._jsq.streamingQuery().resolvedCheckpointRoot()}
+            info["at_boundary"] = stop_at_boundary(query, deadline)
+            report.append(info)
+        return report
+
+    def cancel(self) -> list[str]:
+        names = []
+        for query in self.queries():
+            query.stop()
+            names.append(query.name)
+        return names
+
+    # -- watching the application ----------------------------------------------------------
+    def _watch(self) -> None:
+        """Attach a listener once the application has created its session; check restored state."""
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        agent = self
+
+        class Tracker(StreamingQueryListener):
+            def onQueryStarted(self, event):
+                with agent._lock:
+                    agent.started_queries[str(event.id)] = event.name
+
+            def onQueryProgress(self, event):
+                pass
+
+            def onQueryIdle(self, event):
+                pass
+
+            def onQueryTerminated(self, event):
+                if event.exception:
+                    name = agent.started_queries.get(str(event.id), str(event.id))
+                    agent.failures[name or str(event.id)] = spark_error_line(event.exception)
+
+        while self.session() is None:
+            time.sleep(0.1)
+        session = self.session()
+        session.streams.addListener(Tracker())
+        for query in session.streams.active:
+            self.started_queries[str(query.id)] = query.name
+        self._write_state("running", app_id=session.sparkContext.applicationId)
+        if self.expected_queries:
+            self._check_restored_state()
+
+    def _check_restored_state(self) -> None:
+        """Saved state whose query the application never starts is an error (unless allowed):
+        checked once the first query started plus a grace period, or all expected ones started."""
+        while not self.started_queries:
+            time.sleep(0.1)
+        deadline = time.monotonic() + self.restore_grace
+        while time.monotonic() < deadline:
+            if set(self.expected_queries) <= set(self.started_queries.values()):
+                return
+            time.sleep(0.2)
+        missing = sorted(set(self.expected_queries) - set(self.started_queries.values()))
+        if missing and not self.allow_non_restored:
+            self.restore_error = (
+                f"the savepoint holds state for {', '.join(missing)} but the application did not start "
+                f"{'that query' if len(missing) == 1 else 'those queries'} within {self.restore_grace:g} s; "
+                "start it under the same .queryName(), or pass --allow-non-restored-state"
+            )
+            self._write_state("running", restore_error=self.restore_error)
+            self.cancel()
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        self._server = ThreadingHTTPServer((self.host, 0), _handler(self))
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="sparkpoint-agent", daemon=True).start()
+        self._write_state("starting")
+        threading.Thread(target=self._watch, name="sparkpoint-watch", daemon=True).start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        assert self._server is not None
+        return self._server.server_address[:2]
+
+    def finish(self, exit_code: int, error: str | None) -> None:
+        # The most precise account wins: a refused restore, then Spark's own query errors, then the app's.
+        if self.restore_error:
+            error = self.restore_error
+        elif self.failures:
+            error = "; ".join(f"query '{name}' failed: {failure}" for name, failure in self.failures.items())
+        self._write_state("failed" if exit_code or error else "finished", exit_code=exit_code, error=error,
+                          ended_at=now_iso())
+        if self._server is not None:
+            self._server.shutdown()
+
+    def _write_state(self, state: str, **extra: Any) -> None:
+        with self._lock:
+            host, port = self.address
+            previous = {}
+            try:
+                with open(os.path.join(self.job_dir, "agent.json")) as handle:
+                    previous = json.load(handle)
+            except (FileNotFoundError, json.JSONDecodeError):
+                pass
+            record = {**previous, "state": state, "host": host, "port": port, "pid": os.getpid(),
+                      "updated_at": now_iso(), **extra}
+            write_agent_file(self.job_dir, record)
+
+    def authorized(self, headers) -> bool:
+        token = headers.get("Authorization", "").removeprefix("Bearer ")
+        job = headers.get("X-Sparkpoint-Job", "")
+        return hmac.compare_digest(token.encode(), self._token.encode()) and hmac.compare_digest(
+            job.encode(), self.job_id.encode())
+
+
+def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "sparkpoint-agent"
+
+        def log_message(self, *args) -> None:  # the driver's log is the user's: stay quiet
+            pass
+
+        def _reply(self, status: HTTPStatus, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _admit(self) -> dict[str, Any] | None:
+            host, port = agent.address
+            if self.headers.get("Host") not in (f"{host}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"):
+                self._reply(HTTPStatus.FORBIDDEN, {"error": "unexpected Host header"})
+                return None
+            if not agent.authorized(self.headers):
+                self._reply(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong token for this job"})
+                return None
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                self._reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": "body too large"})
+                return None
+            try:
+                body = json.loads(self.rfile.read(length) or b"{}") if length else {}
+            except json.JSONDecodeError:
+                self._reply(HTTPStatus.BAD_REQUEST, {"error": "body is not JSON"})
+                return None
+            return body if isinstance(body, dict) else {}
+
+        def do_GET(self) -> None:
+            if self._admit() is None:
+                return
+            if self.path == "/v1/status":
+                self._reply(HTTPStatus.OK, agent.status())
+            else:
+                self._reply(HTTPStatus.NOT_FOUND, {"error": "no such endpoint"})
+
+        def do_POST(self) -> None:
+            body = self._admit()
+            if body is None:
+                return
+            if self.path == "/v1/stop":
+                timeout = float(body.get("timeout", 60))
+                self._reply(HTTPStatus.OK, {"stopped": agent.stop(max(0.0, min(timeout, 3600.0)))})
+            elif self.path == "/v1/cancel":
+                self._reply(HTTPStatus.OK, {"cancelled": agent.cancel()})
+            else:
+                self._reply(HTTPStatus.NOT_FOUND, {"error": "no such endpoint"})
+
+    return Handler

@@ -1,0 +1,54 @@
+"""What ``sparkpoint run`` hands to spark-submit instead of the application: it starts the agent,
+then runs the application unchanged in this same interpreter, and records how it ended.
+
+usage (by sparkpoint only): bootstrap.py JOB_DIR APP.py [APP_ARGS...]
+Environment: SPARKPOINT_AGENT_HOST (default 127.0.0.1), SPARKPOINT_EXPECTED_QUERIES (comma-separated
+query names of a restored savepoint), SPARKPOINT_ALLOW_NON_RESTORED_STATE (1/0),
+SPARKPOINT_RESTORE_GRACE (seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import traceback
+
+
+def main(argv: list[str]) -> int:
+    job_dir, app, *app_args = argv
+    with open(os.path.join(job_dir, "job.json")) as handle:
+        job = json.load(handle)
+    with open(os.path.join(job_dir, "token")) as handle:
+        token = handle.read().strip()
+
+    from sparkpoint.runtime.agent import Agent
+
+    expected = tuple(n for n in os.environ.get("SPARKPOINT_EXPECTED_QUERIES", "").split(",") if n)
+    agent = Agent(
+        job["id"], job_dir, token,
+        host=os.environ.get("SPARKPOINT_AGENT_HOST", "127.0.0.1"),
+        expected_queries=expected,
+        allow_non_restored=os.environ.get("SPARKPOINT_ALLOW_NON_RESTORED_STATE") == "1",
+        restore_grace=float(os.environ.get("SPARKPOINT_RESTORE_GRACE", "60")),
+    )
+    agent.start()
+
+    # The application sees itself as __main__ with its own arguments and directory, as under spark-submit.
+    sys.argv = [app, *app_args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(app)))
+    exit_code, error = 0, None
+    try:
+        runpy.run_path(app, run_name="__main__")
+    except SystemExit as exc:
+        exit_code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException as exc:  # noqa: BLE001 - recorded for the operator, then re-reported as spark-submit would
+        traceback.print_exc()
+        exit_code, error = 1, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    agent.finish(exit_code, error)
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

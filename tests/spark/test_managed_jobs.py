@@ -1,0 +1,149 @@
+"""Managed jobs end to end, with real spark-submit processes and the real CLI, as an operator runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+APP = str(Path(__file__).parent / "apps" / "room_counts.py")
+ROOMS = ["kitchen", "hall", "garage"]
+
+
+def cli(home, *args, timeout=300):
+    done = subprocess.run([sys.executable, "-m", "sparkpoint", "--home", str(home), *args],
+                          capture_output=True, text=True, timeout=timeout)
+    return done.returncode, done.stdout, done.stderr
+
+
+def cli_json(home, command, *args):
+    # Right after the command: after a job's application, options belong to the application.
+    code, out, err = cli(home, command, "--output", "json", *args)
+    assert code == 0, err[-3000:]
+    return json.loads(out)
+
+
+def events(batch):
+    return [{"room": ROOMS[(batch + i) % 3], "event": "motion"} for i in range(batch % 3 + 2)]
+
+
+def feed(directory: Path, batch: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"events-{batch:03d}.json"
+    tmp = directory / f".events-{batch:03d}.tmp"
+    tmp.write_text("\n".join(json.dumps(e) for e in events(batch)))
+    os.utime(tmp, (1_700_000_000 + batch,) * 2)
+    os.replace(tmp, path)
+
+
+def expected_counts(batches) -> dict:
+    return dict(Counter(e["room"] for b in batches for e in events(b)))
+
+
+def wait_for(predicate, timeout=120.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def outputs(directory: Path) -> dict[int, dict]:
+    return {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in directory.glob("batch-*.json")}
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+
+
+def test_pit_stop_savepoint_stop_and_resume(tmp_path):
+    home, inputs = tmp_path / "home", tmp_path / "in"
+    for batch in range(3):
+        feed(inputs, batch)
+    job = cli_json(home, "run", "--detach", "--name", "counts", APP, str(inputs), str(tmp_path / "out1"))
+    assert job["state"] == "running", job
+    wait_for(lambda: 2 in outputs(tmp_path / "out1"), what="batch 2 of v1")
+
+    listed = cli_json(home, "list")
+    assert [(j["id"], j["state"]) for j in listed] == [(job["id"], "running")]
+    query = listed[0]["queries"][0]
+    assert query["name"] == "counts" and query["batch_id"] >= 2 and listed[0]["app_id"].startswith("local-")
+
+    live = cli_json(home, "savepoint", job["id"])
+    assert live["queries"][0]["batch_id"] >= 2
+    assert cli(home, "verify", live["path"])[0] == 0
+
+    for batch in (3, 4):
+        feed(inputs, batch)
+    wait_for(lambda: 4 in outputs(tmp_path / "out1"), what="batch 4 of v1")
+    stopped = cli_json(home, "stop", job["id"], "--timeout", "30")
+    cut = stopped["queries"][0]
+    assert cut["batch_id"] == 4 and cut["replayed_batch_id"] is None and cut["at_boundary"] is True
+    assert stopped["job"]["state"] == "finished"
+    assert process_gone(job["pid"])
+    assert cli_json(home, "list") == []
+
+    resumed = cli_json(home, "run", "--detach", "--name", "counts", "-s", stopped["path"],
+                       APP, str(inputs), str(tmp_path / "out2"))
+    assert resumed["restored_from"] == stopped["path"]
+    for batch in (5, 6):
+        feed(inputs, batch)
+    wait_for(lambda: 6 in outputs(tmp_path / "out2"), what="batch 6 after restore")
+    out2 = outputs(tmp_path / "out2")
+    assert min(out2) == 5  # nothing before the cut ran again
+    totals = expected_counts(range(7))
+    assert out2[6] == {room: totals[room] for room in out2[6]}
+
+    cancelled = cli_json(home, "cancel", resumed["id"])
+    assert cancelled["state"] == "cancelled" and process_gone(resumed["pid"])
+    code, _, err = cli(home, "savepoint", resumed["id"])
+    assert code == 12 and "not running (state: cancelled)" in err
+
+
+def test_restore_refusals_are_one_clear_line(tmp_path):
+    home, inputs = tmp_path / "home", tmp_path / "in"
+    for batch in range(2):
+        feed(inputs, batch)
+    job = cli_json(home, "run", "--detach", APP, str(inputs), str(tmp_path / "out"))
+    wait_for(lambda: 1 in outputs(tmp_path / "out"), what="batch 1")
+    saved = cli_json(home, "stop", job["id"])
+    feed(inputs, 2)  # Spark checks the state schema when a batch first loads the state
+
+    code, out, err = cli(home, "run", "-s", saved["path"], APP, str(inputs), str(tmp_path / "o2"), "v2-incompatible")
+    assert code == 13, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("sparkpoint: error: job ") and "query 'counts' failed" in last
+    assert "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE" in last
+
+    code, out, err = cli(home, "run", "-s", saved["path"], "--restore-grace", "5", APP, str(inputs),
+                         str(tmp_path / "o3"), "v1-renamed")
+    assert code == 13, err[-2000:]
+    assert "holds state for counts but the application did not start that query" in err.strip().splitlines()[-1]
+
+
+def test_cancel_a_job_whose_driver_was_killed(tmp_path):
+    home, inputs = tmp_path / "home", tmp_path / "in"
+    feed(inputs, 0)
+    job = cli_json(home, "run", "--detach", APP, str(inputs), str(tmp_path / "out"))
+    python_driver = json.loads((Path(job["checkpoint_root"]).parent / "agent.json").read_text())["pid"]
+    os.kill(job["pid"], signal.SIGKILL)  # the driver JVM, as an OOM killer would
+    wait_for(lambda: cli_json(home, "list", "--all")[0]["state"] == "lost", what="the job to show as lost")
+    cancelled = cli_json(home, "cancel", job["id"])
+    assert cancelled["state"] == "cancelled"
+    wait_for(lambda: process_gone(python_driver), timeout=20, what="the Python driver to be gone")
+    assert cli_json(home, "list", "--all")[0]["state"] == "cancelled"

@@ -10,7 +10,6 @@ import os
 import sys
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 input_dir, output_dir = sys.argv[1], sys.argv[2]
 version = sys.argv[3] if len(sys.argv) > 3 else "v1"

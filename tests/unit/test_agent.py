@@ -1,0 +1,122 @@
+"""The agent's control endpoint refuses everything but its own job's authenticated, bounded requests."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+import requests
+
+from sparkpoint.adapters.agent_client import AgentClient
+from sparkpoint.core.jobs import Registry, read_agent_file
+from sparkpoint.errors import JobNotRunningError, SparkpointError
+from sparkpoint.runtime.agent import Agent, spark_error_line, stop_at_boundary
+
+
+@pytest.fixture
+def agent(tmp_path):
+    registry = Registry(str(tmp_path))
+    job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    running = Agent(job.id, job.directory, registry.token(job))
+    running.start()
+    yield running, registry, job
+    running.finish(0, None)
+
+
+def url(agent_, path):
+    host, port = agent_.address
+    return f"http://{host}:{port}{path}"
+
+
+def test_token_file_is_private_and_agent_binds_loopback(agent):
+    running, registry, job = agent
+    mode = stat.S_IMODE(os.stat(os.path.join(job.directory, "token")).st_mode)
+    assert mode == 0o600
+    assert running.address[0] == "127.0.0.1"
+    assert read_agent_file(job.directory)["port"] == running.address[1]
+
+
+def test_the_right_job_and_token_are_answered(agent):
+    running, registry, job = agent
+    client = AgentClient(*running.address, job.id, registry.token(job))
+    assert client.status() == {"job_id": job.id, "app_id": None, "queries": [], "failures": {}}
+    assert client.stop(0.1) == [] and client.cancel() == []
+
+
+@pytest.mark.parametrize("headers", [
+    {},
+    {"X-Sparkpoint-Job": "JOB"},
+    {"X-Sparkpoint-Job": "JOB", "Authorization": "Bearer wrong"},
+    {"X-Sparkpoint-Job": "other-job", "Authorization": "Bearer TOKEN"},
+    {"Authorization": "Bearer TOKEN"},
+])
+def test_missing_or_wrong_credentials_are_refused(agent, headers):
+    running, registry, job = agent
+    filled = {k: v.replace("JOB", job.id).replace("TOKEN", registry.token(job)) for k, v in headers.items()}
+    for method, path in (("GET", "/v1/status"), ("POST", "/v1/stop"), ("POST", "/v1/cancel")):
+        response = requests.request(method, url(running, path), headers=filled, timeout=5)
+        assert response.status_code == 401, (method, path, filled)
+
+
+def test_oversized_bodies_foreign_hosts_and_unknown_paths_are_refused(agent):
+    running, registry, job = agent
+    auth = {"X-Sparkpoint-Job": job.id, "Authorization": f"Bearer {registry.token(job)}"}
+    big = requests.post(url(running, "/v1/stop"), headers=auth, data=b"{" + b" " * (65 * 1024) + b"}", timeout=5)
+    assert big.status_code == 413
+    rebound = requests.get(url(running, "/v1/status"), headers={**auth, "Host": "evil.example:80"}, timeout=5)
+    assert rebound.status_code == 403
+    assert requests.get(url(running, "/v1/secrets"), headers=auth, timeout=5).status_code == 404
+    assert requests.post(url(running, "/v1/stop"), headers=auth, data=b"not json", timeout=5).status_code == 400
+
+
+def test_client_errors_are_sparkpoint_errors(agent):
+    running, registry, job = agent
+    with pytest.raises(SparkpointError, match="refused /v1/status: 401"):
+        AgentClient(*running.address, job.id, "wrong").status()
+    with pytest.raises(JobNotRunningError, match="does not answer"):
+        AgentClient("127.0.0.1", 9, job.id, "x", timeout=0.5).status()
+
+
+def test_finish_records_how_the_application_ended(tmp_path):
+    registry = Registry(str(tmp_path))
+    job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    running = Agent(job.id, job.directory, registry.token(job))
+    running.start()
+    running.failures["alarms"] = "[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match"
+    running.finish(1, "StreamingQueryException: ...")
+    record = read_agent_file(job.directory)
+    assert record["state"] == "failed" and record["exit_code"] == 1
+    assert record["error"] == "query 'alarms' failed: [STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match"
+
+
+class FakeQuery:
+    """A query whose trigger is active for the first ``busy`` looks (Spark's query.status)."""
+
+    def __init__(self, busy):
+        self.busy, self.stopped = busy, False
+
+    @property
+    def status(self):
+        self.busy -= 1
+        return {"isTriggerActive": self.busy >= 0}
+
+    def stop(self):
+        self.stopped = True
+
+
+def test_stop_waits_for_a_batch_boundary_within_the_deadline():
+    now = [0.0]
+    clock, sleep = (lambda: now[0]), (lambda s: now.__setitem__(0, now[0] + s))
+    between = FakeQuery(busy=3)
+    assert stop_at_boundary(between, deadline=1.0, clock=clock, sleep=sleep) is True and between.stopped
+    never = FakeQuery(busy=10**9)
+    assert stop_at_boundary(never, deadline=now[0] + 0.5, clock=clock, sleep=sleep) is False and never.stopped
+
+
+def test_spark_error_line_keeps_the_innermost_error_class():
+    text = ("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
+            "[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match\n at org.apache...")
+    assert spark_error_line(text) == "[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match"
+    assert json.dumps(spark_error_line(""))

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import requests
-
 from sparkpoint.errors import JobNotRunningError, SparkpointError
 
 
 class AgentClient:
     def __init__(self, host: str, port: int, job_id: str, token: str, timeout: float = 5.0):
+        import requests  # here, not at the top: `sparkpoint list` must start fast when no agent is asked
+
+        self._errors = requests.RequestException
         self.base = f"http://{host}:{port}"
         self.job_id = job_id
         self.timeout = timeout
@@ -21,7 +22,7 @@ class AgentClient:
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None, timeout: float | None = None) -> dict:
         try:
             response = self.session.request(method, self.base + path, json=body, timeout=timeout or self.timeout)
-        except requests.RequestException as exc:
+        except self._errors as exc:
             raise JobNotRunningError(f"the agent of job {self.job_id} does not answer at {self.base}: "
                                      f"{type(exc).__name__}") from None
         if response.status_code != 200:

@@ -59,9 +59,9 @@ def _render_job(job: dict) -> None:
 @pass_app
 def list_cmd(app, include_all, output):
     """Jobs with their state, Spark application id and streaming queries."""
-    from sparkpoint.core import control
+    from sparkpoint.core import jobs
 
-    emit(output, control.list_jobs(app.settings, include_all), _render_jobs)
+    emit(output, jobs.list_jobs(app.settings, include_all), _render_jobs)
 
 
 def _rate(value) -> str:

@@ -11,19 +11,26 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
 from sparkpoint.adapters import spark_submit
-from sparkpoint.adapters.agent_client import AgentClient
 from sparkpoint.adapters.storage import join, storage_for
 from sparkpoint.config import Settings
 from sparkpoint.core import catalog, savepoint
-from sparkpoint.core import manifest as mf
-from sparkpoint.core.jobs import ACTIVE_STATES, Job, Registry, now_iso, pid_alive, read_agent_file, state_of
+from sparkpoint.core.jobs import (
+    ACTIVE_STATES,
+    Job,
+    Registry,
+    client_for,
+    describe_job,
+    now_iso,
+    pid_alive,
+    read_agent_file,
+    state_of,
+)
 from sparkpoint.core.transfer import Progress
 from sparkpoint.errors import BadArgumentError, JobFailedError, JobNotRunningError, NotFoundError, SparkpointError
 
@@ -131,64 +138,6 @@ def _await_end(registry: Registry, job: Job, process: subprocess.Popen) -> dict:
     if info["state"] == "failed":
         raise JobFailedError(f"job {job.id} failed: {info['error']}")
     return info
-
-
-def describe_job(job: Job, status: dict[str, Any] | None = None) -> dict[str, Any]:
-    state = state_of(job)
-    return {
-        "id": job.id,
-        "name": job.name,
-        "state": state,
-        "app_id": (status or {}).get("app_id") or job.agent.get("app_id"),
-        "pid": job.pid,
-        "created_at": job.created_at,
-        "app": job.app,
-        "checkpoint_root": job.checkpoint_root,
-        "restored_from": job.restored_from,
-        "log": job.log_path if job.detached else None,
-        "error": job.agent.get("error") or job.agent.get("restore_error") or (job.ended or {}).get("error"),
-        "queries": (status or {}).get("queries", []),
-    }
-
-
-def client_for(registry: Registry, job: Job, timeout: float = 5.0) -> AgentClient:
-    state = state_of(job)
-    if state != "running" or not job.agent.get("port"):
-        raise JobNotRunningError(
-            f"job {job.id} is not running (state: {state})"
-            + (f"; its checkpoints stay in {job.checkpoint_root}" if state in ("lost", "failed") else "")
-        )
-    return AgentClient(job.agent["host"], int(job.agent["port"]), job.id, registry.token(job), timeout=timeout)
-
-
-def list_jobs(settings: Settings, include_all: bool = False) -> list[dict[str, Any]]:
-    registry = Registry(settings.home_url())
-    jobs = [j for j in registry.all() if include_all or state_of(j) in ACTIVE_STATES]
-
-    def live(job: Job) -> dict[str, Any]:
-        status = None
-        if state_of(job) == "running":
-            try:
-                status = client_for(registry, job, timeout=1.0).status()
-            except SparkpointError:
-                status = None
-        info = describe_job(job, status)
-        info["last_savepoint"] = last_savepoint(settings, job.name)
-        return info
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        return list(pool.map(live, jobs))
-
-
-def last_savepoint(settings: Settings, job_name: str) -> str | None:
-    """The newest complete savepoint of a job name: ids sort by time, so no manifest is parsed."""
-    directory = Path(settings.savepoints_dir()) / job_name
-    if not directory.is_dir():
-        return None
-    for entry in sorted(directory.iterdir(), reverse=True):
-        if (entry / mf.MANIFEST).is_file():
-            return str(entry)
-    return None
 
 
 def _job_sources(queries: list[dict[str, Any]]) -> list[savepoint.QuerySource]:

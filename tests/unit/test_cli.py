@@ -142,10 +142,12 @@ def test_prune_cli_reports_what_it_deleted(capsys, home, checkpoint):
     assert len(run_json(capsys, "savepoints")) == 1
 
 
-def test_fast_paths_never_import_pyspark():
+def test_fast_paths_never_import_pyspark(tmp_path):
     probe = ("import sys; from sparkpoint.cli.main import main; "
-             "main(['savepoints', '--help']); main(['--help']); "
-             "assert 'pyspark' not in sys.modules, 'pyspark imported'")
+             f"home = {str(tmp_path)!r}; "
+             "main(['--help']); main(['savepoints', '--help']); main(['--home', home, 'list', '--all']); "
+             "main(['--home', home, 'savepoints']); "
+             "heavy = {'pyspark', 'requests'} & set(sys.modules); assert not heavy, heavy")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 

@@ -1,0 +1,68 @@
+"""Benchmark: start-up of the CLI's fast paths, which never import pyspark.
+
+Times `sparkpoint --help`, and `sparkpoint list` / `list --all` over a home with 100 registered jobs
+(ended jobs with a savepoint each), as whole processes, median of 7 runs after one warm-up.
+It prints figures; it is never a pass/fail test.
+
+    .venv/bin/python scripts/bench_cli.py [--jobs 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from sparkpoint.core import manifest as mf
+from sparkpoint.core.jobs import Registry, write_agent_file
+
+
+def populate(home: Path, count: int) -> None:
+    registry = Registry(str(home))
+    for index in range(count):
+        job = registry.new_job(f"job{index:03d}", app=f"/apps/job{index}.py", app_args=[], master="local[2]",
+                               submit_args=[])
+        write_agent_file(job.directory, {"state": "finished", "exit_code": 0, "app_id": f"local-{index}"})
+        savepoint = home / "savepoints" / job.name / f"savepoint-{job.name}-20261122-000000-abcdef"
+        savepoint.mkdir(parents=True)
+        (savepoint / mf.MANIFEST).write_text(json.dumps({"format": mf.FORMAT}))
+
+
+def timed(argv: list[str], runs: int = 7) -> float:
+    subprocess.run(argv, capture_output=True, check=True)
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(argv, capture_output=True, check=True)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=100)
+    options = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="sparkpoint-bench-cli-"))
+    try:
+        populate(work / "home", options.jobs)
+        cli = [sys.executable, "-m", "sparkpoint", "--home", str(work / "home")]
+        print(f"machine: nproc={os.cpu_count()}, python {sys.version.split()[0]}; {options.jobs} registered jobs")
+        for label, argv in [("sparkpoint --help", [*cli, "--help"]),
+                            ("sparkpoint list", [*cli, "list"]),
+                            ("sparkpoint list --all", [*cli, "list", "--all"]),
+                            ("sparkpoint list --all -o json", [*cli, "list", "--all", "-o", "json"]),
+                            ("python -c pass (interpreter floor)", [sys.executable, "-c", "pass"])]:
+            print(f"{label:40s} {timed(argv) * 1000:7.1f} ms (median of 7)")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,5 +1,9 @@
-"""The sparkpoint demo, narrated: savepoint a real streaming query, lose its checkpoint, restore
-the savepoint elsewhere, and continue exactly where it stopped.
+"""The sparkpoint demo, narrated: a pit stop of a streaming job.
+
+The motion-alarm job (scripts/demo_apps/motion_alarms.py) runs as v1, takes a savepoint while it runs,
+is stopped at a batch boundary with a savepoint, and v2 — which adds a tolerance period after
+activation — starts from that savepoint: rooms armed under v1 are still armed under v2, and the
+tolerance applies to new activations.
 
 usage: python scripts/demo.py [--keep]   (scripts/demo.sh sets up the environment first)
 """
@@ -12,11 +16,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-APP = ROOT / "scripts" / "demo_app.py"
-ROOMS = ["kitchen", "hall", "garage"]
+APP = ROOT / "scripts" / "demo_apps" / "motion_alarms.py"
 FIRST_MTIME = 1_700_000_000
 
 
@@ -24,39 +28,39 @@ def say(text: str) -> None:
     print(f"\n\033[1m== {text}\033[0m", flush=True)
 
 
-def write_events(input_dir: Path, batch: int) -> None:
-    """One file per micro-batch; its modification time orders it (the file source sorts by it)."""
-    input_dir.mkdir(parents=True, exist_ok=True)
-    path = input_dir / f"events-{batch:03d}.json"
-    lines = [
-        json.dumps({"room": ROOMS[(batch + i) % 3], "event": "motion" if (batch + 2 * i) % 5 else "door", "ts": batch * 100 + i})
-        for i in range(6)
-    ]
-    path.write_text("\n".join(lines) + "\n")
-    os.utime(path, (FIRST_MTIME + batch, FIRST_MTIME + batch))
+def feed(events_dir: Path, batch: int, events: list[tuple[str, str, int]]) -> None:
+    """One file per micro-batch, ordered by its modification time as the file source orders them."""
+    events_dir.mkdir(parents=True, exist_ok=True)
+    tmp = events_dir / f".events-{batch:03d}.tmp"
+    tmp.write_text("\n".join(json.dumps({"room": r, "event": e, "ts": t}) for r, e, t in events) + "\n")
+    os.utime(tmp, (FIRST_MTIME + batch, FIRST_MTIME + batch))
+    os.replace(tmp, events_dir / f"events-{batch:03d}.json")
+    print("events: " + ", ".join(f"{e} {r} @{t}s" for r, e, t in events), flush=True)
 
 
-def run_app(input_dir: Path, checkpoint_root: Path) -> str:
-    done = subprocess.run([sys.executable, str(APP), str(input_dir), str(checkpoint_root)],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        sys.exit(f"the streaming application failed:\n{done.stderr[-3000:]}")
-    output = "\n".join(line for line in done.stdout.splitlines() if line.startswith("  batch"))
-    print(output, flush=True)
-    return output
+def alarms(output_dir: Path, batch: int, timeout: float = 120.0) -> list[dict]:
+    path = output_dir / f"batch-{batch}.json"
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            sys.exit(f"no output for batch {batch} after {timeout:.0f} s; see the job's driver.log")
+        time.sleep(0.3)
+    found = json.loads(path.read_text())
+    print("alarms: " + (", ".join(f"{a['alarm']} @{a['ts']}s" for a in found) or "none"), flush=True)
+    return found
 
 
-def last_counts(app_output: str) -> str:
-    return app_output.splitlines()[-1].split(": ", 1)[1]
-
-
-def sparkpoint(home: Path, *args: str) -> str:
-    command = [sys.executable, "-m", "sparkpoint", "--home", str(home), *args]
-    print("$ sparkpoint " + " ".join(args), flush=True)
+def sparkpoint(home: Path, *args: str, as_json: bool = False):
+    shown = " ".join(args)
+    print(f"$ sparkpoint {shown}", flush=True)
+    command = [sys.executable, "-m", "sparkpoint", "--home", str(home), args[0],
+               *(["--output", "json"] if as_json else []), *args[1:]]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
-    sys.stdout.write(done.stdout)
     if done.returncode != 0:
-        sys.exit(f"sparkpoint exited {done.returncode}: {done.stderr}")
+        sys.exit(f"sparkpoint exited {done.returncode}: {done.stderr.strip().splitlines()[-1]}")
+    if as_json:
+        return json.loads(done.stdout)
+    sys.stdout.write(done.stdout)
     return done.stdout
 
 
@@ -64,45 +68,63 @@ def main() -> None:
     keep = "--keep" in sys.argv
     work = Path(tempfile.mkdtemp(prefix="sparkpoint-demo-"))
     home, events = work / "home", work / "events"
+    checks: list[tuple[str, bool]] = []
+    running: list[str] = []  # cancelled on the way out if the demo stops early
     try:
-        say(f"A streaming job counts motion-sensor events per room (work dir {work})")
-        for batch in range(3):
-            write_events(events, batch)
-        run_app(events, work / "cluster-a")
+        say(f"v1 of the motion-alarm job starts as a managed job (work dir {work})")
+        v1 = sparkpoint(home, "run", "--detach", "--name", "alarms", str(APP), "v1", str(events), str(work / "out-v1"),
+                        as_json=True)
+        running.append(v1["id"])
+        print(f"job {v1['id']} is {v1['state']}")
+        feed(events, 0, [("kitchen", "activate", 100), ("hall", "activate", 105), ("garage", "motion", 110),
+                         ("kitchen", "motion", 120)])
+        alarms(work / "out-v1", 0)
+        sparkpoint(home, "list")
 
-        say("Take a savepoint of its checkpoint (a live query's checkpoint works the same way)")
-        created = json.loads(sparkpoint(home, "savepoint", "--from-checkpoint", str(work / "cluster-a"),
-                                        "--job", "room-activity", "--output", "json"))
-        savepoint_id = created["id"]
-        print(f"savepoint {savepoint_id}: room_activity cut at batch {created['queries'][0]['batch_id']}")
+        say("A savepoint while it runs: no pause")
+        sparkpoint(home, "savepoint", v1["id"])
+        feed(events, 1, [("kitchen", "deactivate", 200), ("kitchen", "motion", 210), ("hall", "motion", 220)])
+        alarms(work / "out-v1", 1)
+
+        say("Pit stop: stop v1 at a micro-batch boundary, with a savepoint")
+        stopped = sparkpoint(home, "stop", v1["id"], as_json=True)
+        running.remove(v1["id"])
+        cut = stopped["queries"][0]
+        print(f"stopped {'at a batch boundary' if cut['at_boundary'] else 'mid-batch'}; savepoint {stopped['id']} "
+              f"cut at batch {cut['batch_id']}")
+
+        say("What the savepoint holds: the state per room, read by Spark's state data source")
+        sparkpoint(home, "inspect", stopped["id"], "--state")
+
+        say("v2 (tolerance of 30 s after activation) starts from the savepoint")
+        v2 = sparkpoint(home, "run", "--detach", "--name", "alarms", "-s", stopped["id"], str(APP), "v2",
+                        str(events), str(work / "out-v2"), as_json=True)
+        running.append(v2["id"])
+        print(f"job {v2['id']} is {v2['state']}, restored from {Path(v2['restored_from']).name}")
+        feed(events, 2, [("hall", "motion", 300), ("garage", "activate", 310), ("garage", "motion", 320),
+                         ("garage", "motion", 400)])
+        found = {(a["room"], a["ts"]) for a in alarms(work / "out-v2", 2)}
+        checks += [
+            ("the hall, armed under v1, is still armed under v2", ("hall", 300) in found),
+            ("motion 10 s after the garage's activation is tolerated", ("garage", 320) not in found),
+            ("motion 90 s after activation raises the alarm", ("garage", 400) in found),
+            ("v2 started after the cut: no batch before it re-ran", not (work / "out-v2" / "batch-1.json").exists()),
+        ]
+        sparkpoint(home, "list")
+        sparkpoint(home, "stop", v2["id"])
+        running.remove(v2["id"])
         sparkpoint(home, "savepoints")
 
-        say("Inspect it: the cut, the source offsets, the operator, and the state rows themselves")
-        sparkpoint(home, "inspect", savepoint_id, "--state")
-
-        say("Disaster: the original checkpoint is gone")
-        shutil.rmtree(work / "cluster-a")
-
-        say("Restore the savepoint as a fresh checkpoint root for the job, on 'another cluster'")
-        sparkpoint(home, "restore", savepoint_id, str(work / "cluster-b"))
-
-        say("New events arrive; the job resumes from the savepoint: counts continue from batch 3")
-        for batch in range(3, 5):
-            write_events(events, batch)
-        resumed = run_app(events, work / "cluster-b")
-
-        say("Check: an uninterrupted run over the same events ends with the same counts")
-        reference = run_app(events, work / "reference")
-        verdict = "identical" if last_counts(resumed) == last_counts(reference) else "DIFFERENT"
-        print(f"final counts after restore: {last_counts(resumed)}\n"
-              f"uninterrupted run:         {last_counts(reference)}\n=> {verdict}")
-
-        say("Verify checksums, and see what retention would prune")
-        sparkpoint(home, "verify", savepoint_id)
-        sparkpoint(home, "prune", "--keep-last", "0", "--dry-run")
-        if verdict != "identical":
+        say("Result")
+        for text, passed in checks:
+            print(f"  [{'ok' if passed else 'FAILED'}] {text}")
+        if not all(passed for _, passed in checks):
             sys.exit(1)
+        print("=> pit stop complete: state carried from v1 to v2")
     finally:
+        for job_id in running:
+            subprocess.run([sys.executable, "-m", "sparkpoint", "--home", str(home), "cancel", job_id],
+                           capture_output=True, check=False)
         if keep:
             print(f"\nkept {work}")
         else:

@@ -88,3 +88,12 @@ class JobFailedError(SparkpointError):
     """The application failed: Spark refused to restore its state, or it raised an error."""
 
     exit_code = 13
+
+
+class RecordedFailureError(SparkpointError):
+    """A background operation (a detached savepoint) failed earlier: reported again, with the exit
+    status it failed with."""
+
+    def __init__(self, message: str, exit_code: int | None):
+        super().__init__(message)
+        self.exit_code = exit_code or 1

@@ -55,13 +55,18 @@ def _render_job(job: dict) -> None:
 
 @click.command("list")
 @click.option("--all", "include_all", is_flag=True, help="Also jobs that ended.")
+@click.option("--ui", "ui_urls", multiple=True, metavar="URL",
+              help="Also the streaming queries of the Spark application(s) behind this driver UI (repeatable).")
 @output_option
 @pass_app
-def list_cmd(app, include_all, output):
+def list_cmd(app, include_all, ui_urls, output):
     """Jobs with their state, Spark application id and streaming queries."""
     from sparkpoint.core import jobs
 
-    emit(output, jobs.list_jobs(app.settings, include_all), _render_jobs)
+    entries = jobs.list_jobs(app.settings, include_all)
+    for url in ui_urls:
+        entries += jobs.ui_entries(url)
+    emit(output, entries, _render_jobs)
 
 
 def _rate(value) -> str:
@@ -85,7 +90,7 @@ def _render_jobs(jobs: list[dict]) -> None:
         for index, query in enumerate(queries):
             first = index == 0
             table.add_row(
-                job["id"] if first else "", job["state"] if first else "", (job["app_id"] or "-") if first else "",
+                (job["id"] or f"{job['name']} (ui)") if first else "", job["state"] if first else "", (job["app_id"] or "-") if first else "",
                 query.get("name") or "-", _plain(query.get("batch_id")), _rate(query.get("input_rate")),
                 _rate(query.get("processing_rate")), _plain(query.get("state_rows")),
                 (job["last_savepoint"] or "-").rsplit("/", 1)[-1] if first else "",

@@ -6,7 +6,7 @@ import click
 
 from sparkpoint.cli.context import AppContext, emit, human_bytes, output_option
 from sparkpoint.cli.context import console as make_console
-from sparkpoint.errors import BadArgumentError, SavepointInvalidError
+from sparkpoint.errors import BadArgumentError, RecordedFailureError, SavepointInvalidError
 
 pass_app = click.make_pass_decorator(AppContext)
 
@@ -20,9 +20,13 @@ pass_app = click.make_pass_decorator(AppContext)
 @click.option("--job", help="Job label in the catalog [default: the checkpoint directory name].")
 @click.option("--batch", type=click.IntRange(min=0), help="Cut at this committed batch [default: the latest].")
 @click.option("--keep-last", type=click.IntRange(min=0), help="After success, prune the job's older savepoints.")
+@click.option("--detached", is_flag=True, help="Return a trigger id at once; poll it with --status JOB TRIGGER_ID.")
+@click.option("--status", "poll", is_flag=True, help="Report a detached savepoint: JOB TRIGGER_ID.")
+@click.option("--record-trigger", hidden=True)
 @output_option
 @pass_app
-def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_last, output):
+def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_last, detached, poll, record_trigger,
+                  output):
     """Take a savepoint of a running job or of a checkpoint, or dispose of one.
 
     sparkpoint savepoint JOB [TARGET_DIR]: every query of a running managed job, without pausing it.
@@ -45,12 +49,26 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
         path = catalog.resolve(dispose_path, settings.savepoints_dir(), settings.storage_options)
         emit(output, savepoint.dispose(path, settings.storage_options), _render_disposed)
         return
+    if poll:
+        if len(args) != 2:
+            raise BadArgumentError("--status takes JOB TRIGGER_ID")
+        record = control.trigger_status(settings, *args)
+        emit(output, record, _render_trigger)
+        if record["status"] == "failed":
+            raise RecordedFailureError(record.get("error", "failed"), record.get("exit_code"))
+        return
     if not checkpoint:
         if not args or len(args) > 2:
             raise BadArgumentError("give a JOB (and optionally TARGET_DIR), or --from-checkpoint CHECKPOINT_DIR")
-        result = control.savepoint_job(settings, args[0], args[1] if len(args) > 1 else None, keep_last,
-                                       progress=app.progress())
-        emit(output, result, _render_created)
+        target = args[1] if len(args) > 1 else None
+        if detached:
+            emit(output, control.trigger_savepoint(settings, args[0], target, keep_last, app.config_path),
+                 _render_trigger)
+        elif record_trigger:
+            emit(output, control.run_trigger(settings, args[0], record_trigger, target, keep_last), _render_created)
+        else:
+            emit(output, control.savepoint_job(settings, args[0], target, keep_last, progress=app.progress()),
+                 _render_created)
         return
     if len(args) > 1:
         raise BadArgumentError("with --from-checkpoint, the only argument is TARGET_DIR")
@@ -75,6 +93,14 @@ def _render_created(data: dict) -> None:
     for q in data["queries"]:
         replay = f", batch {q['planned_batch_id']} planned (replayed on restore)" if q["planned_batch_id"] is not None else ""
         click.echo(f"  {q['name']}: cut at batch {q['batch_id']}{replay}, {human_bytes(q['bytes'])}")
+
+
+def _render_trigger(record: dict) -> None:
+    click.echo(f"Savepoint trigger {record['trigger_id']} of job {record['job_id']}: {record['status']}")
+    if record.get("savepoint"):
+        click.echo(f"  savepoint {record['savepoint']['path']}")
+    if record.get("error"):
+        click.echo(f"  {record['error']}")
 
 
 def _render_disposed(data: dict) -> None:

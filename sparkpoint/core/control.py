@@ -6,7 +6,9 @@ Waiting is done with the ``sleep`` and ``clock`` given, so tests need not wait f
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -165,6 +167,65 @@ def savepoint_job(settings: Settings, reference: str, target_dir: str | None = N
         result["pruned"] = catalog.prune(join(settings.savepoints_dir(), job.name), keep_last=keep_last,
                                          max_age=None, job=job.name, storage_options=settings.storage_options)["deleted"]
     return result
+
+
+TRIGGERS_DIR = "triggers"
+
+
+def trigger_savepoint(settings: Settings, reference: str, target_dir: str | None, keep_last: int | None,
+                      config_path: str | None = None) -> dict[str, Any]:
+    """Start a savepoint in the background (Flink's trigger-then-poll); return its trigger id at once."""
+    registry = Registry(settings.home_url())
+    job = registry.resolve(reference)
+    client_for(registry, job).status()  # fail now, with exit 12, if the job is not running
+    trigger_id = f"t-{secrets.token_hex(4)}"
+    path = Path(job.directory) / TRIGGERS_DIR / f"{trigger_id}.json"
+    path.parent.mkdir(exist_ok=True)
+    argv = [sys.executable, "-m", "sparkpoint", "--home", settings.home, "--quiet",
+            *(["--config", config_path] if config_path else []),
+            "savepoint", job.id, *([target_dir] if target_dir else []),
+            *(["--keep-last", str(keep_last)] if keep_last is not None else []), "--record-trigger", trigger_id]
+    _write_trigger(path, {"trigger_id": trigger_id, "job_id": job.id, "status": "in_progress",
+                          "started_at": now_iso()})
+    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    record = _write_trigger(path, {**json.loads(path.read_text()), "pid": process.pid})
+    return record
+
+
+def run_trigger(settings: Settings, reference: str, trigger_id: str, target_dir: str | None,
+                keep_last: int | None) -> dict[str, Any]:
+    """The background half of trigger_savepoint: take the savepoint and record how it went."""
+    job = Registry(settings.home_url()).resolve(reference)
+    path = Path(job.directory) / TRIGGERS_DIR / f"{trigger_id}.json"
+    record = json.loads(path.read_text())
+    try:
+        result = savepoint_job(settings, job.id, target_dir, keep_last)
+    except SparkpointError as exc:
+        _write_trigger(path, {**record, "status": "failed", "error": str(exc), "exit_code": exc.exit_code,
+                              "ended_at": now_iso()})
+        raise
+    _write_trigger(path, {**record, "status": "completed", "savepoint": result, "ended_at": now_iso()})
+    return result
+
+
+def trigger_status(settings: Settings, reference: str, trigger_id: str) -> dict[str, Any]:
+    job = Registry(settings.home_url()).resolve(reference)
+    path = Path(job.directory) / TRIGGERS_DIR / f"{trigger_id}.json"
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise NotFoundError(f"job {job.id} has no savepoint trigger {trigger_id!r}") from None
+    if record["status"] == "in_progress" and not pid_alive(record.get("pid")):
+        record = {**record, "status": "failed", "error": "the savepoint process ended without recording a result"}
+    return record
+
+
+def _write_trigger(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(record, indent=2))
+    os.replace(tmp, path)
+    return record
 
 
 def _create(settings: Settings, job: Job, sources, target_dir: str | None, progress) -> dict[str, Any]:

@@ -208,6 +208,7 @@ def state_of(job: Job) -> str:
 def describe_job(job: Job, status: dict[str, Any] | None = None) -> dict[str, Any]:
     state = state_of(job)
     return {
+        "source": "registry",
         "id": job.id,
         "name": job.name,
         "state": state,
@@ -231,6 +232,18 @@ def client_for(registry: Registry, job: Job, timeout: float = 5.0) -> AgentClien
             + (f"; its checkpoints stay in {job.checkpoint_root}" if state in ("lost", "failed") else "")
         )
     return AgentClient(job.agent["host"], int(job.agent["port"]), job.id, registry.token(job), timeout=timeout)
+
+
+def ui_entries(ui_url: str) -> list[dict[str, Any]]:
+    """Applications found through a driver UI, shaped like registered jobs (``source: ui``)."""
+    from sparkpoint.adapters.spark_ui import applications
+
+    return [
+        {"source": "ui", "id": None, "name": app["app_name"], "state": "running", "app_id": app["app_id"],
+         "pid": None, "created_at": None, "app": None, "checkpoint_root": None, "restored_from": None, "log": None,
+         "error": None, "queries": app["queries"], "last_savepoint": None, "ui": ui_url}
+        for app in applications(ui_url)
+    ]
 
 
 def list_jobs(settings: Settings, include_all: bool = False) -> list[dict[str, Any]]:

@@ -75,7 +75,7 @@ def spark_error_line(text: str) -> str:
 class Agent:
     def __init__(self, job_id: str, job_dir: str, token: str, host: str = "127.0.0.1",
                  expected_queries: tuple[str, ...] = (), allow_non_restored: bool = False,
-                 restore_grace: float = 60.0):
+                 restore_grace: float = 60.0, session_provider: Callable[[], Any] | None = None):
         self.job_id = job_id
         self.job_dir = job_dir
         self._token = token
@@ -88,12 +88,12 @@ class Agent:
         self.restore_error: str | None = None
         self._server: ThreadingHTTPServer | None = None
         self._lock = threading.Lock()
+        self._ended = False  # once the end is recorded, no later 'running' may overwrite it
+        self._session_provider = session_provider or _instantiated_session
 
     # -- the Spark side --------------------------------------------------------------------
     def session(self):
-        from pyspark.sql import SparkSession
-
-        return SparkSession._instantiatedSession
+        return self._session_provider()
 
     def queries(self) -> list:
         session = self.session()
@@ -198,12 +198,15 @@ class Agent:
         elif self.failures:
             error = "; ".join(f"query '{name}' failed: {failure}" for name, failure in self.failures.items())
         self._write_state("failed" if exit_code or error else "finished", exit_code=exit_code, error=error,
-                          ended_at=now_iso())
+                          ended_at=now_iso(), final=True)
         if self._server is not None:
             self._server.shutdown()
 
-    def _write_state(self, state: str, **extra: Any) -> None:
+    def _write_state(self, state: str, final: bool = False, **extra: Any) -> None:
         with self._lock:
+            if self._ended:
+                return
+            self._ended = final
             host, port = self.address
             previous = {}
             try:
@@ -220,6 +223,13 @@ class Agent:
         job = headers.get("X-Sparkpoint-Job", "")
         return hmac.compare_digest(token.encode(), self._token.encode()) and hmac.compare_digest(
             job.encode(), self.job_id.encode())
+
+
+def _instantiated_session():
+    """The application's SparkSession, once it has created one (whatever thread did)."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession._instantiatedSession
 
 
 def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:

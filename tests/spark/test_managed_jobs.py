@@ -89,6 +89,16 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     assert live["queries"][0]["batch_id"] >= 2
     assert cli(home, "verify", live["path"])[0] == 0
 
+    trigger = cli_json(home, "savepoint", "--detached", job["id"])
+    assert trigger["status"] == "in_progress"
+
+    def finished_trigger():
+        record = cli_json(home, "savepoint", "--status", job["id"], trigger["trigger_id"])
+        return record if record["status"] != "in_progress" else None
+
+    polled = wait_for(finished_trigger, what="the detached savepoint")
+    assert polled["status"] == "completed" and cli(home, "verify", polled["savepoint"]["path"])[0] == 0
+
     for batch in (3, 4):
         feed(inputs, batch)
     wait_for(lambda: 4 in outputs(tmp_path / "out1"), what="batch 4 of v1")
@@ -206,3 +216,32 @@ def test_stop_under_load_then_ab_test_and_reprocessing(tmp_path):
     assert all(replayed[batch] == reference[batch] for batch in replayed)
     for job in (a, b, again):
         assert cli_json(home, "cancel", job["id"])["state"] == "cancelled"
+
+
+def test_list_ui_shows_queries_of_an_application_sparkpoint_did_not_launch(tmp_path):
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    app = subprocess.Popen([sys.executable, str(Path(__file__).parent / "apps" / "ui_ticks.py"), str(port)],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert app.stdout.readline().strip() == "started"
+
+        def ticks_seen():
+            code, out, _ = cli(tmp_path / "home", "list", "--output", "json", "--ui", f"http://127.0.0.1:{port}")
+            entries = json.loads(out) if code == 0 else []
+            queries = [q for e in entries for q in e["queries"] if e["source"] == "ui"]
+            named = [q for q in queries if q["name"] == "ticks" and q["batch_id"] >= 2]
+            return (entries, queries) if named and len(queries) == 2 else None
+
+        entries, queries = wait_for(ticks_seen, timeout=90, what="the UI to show both queries")
+        assert entries[0]["name"] == "ticks-app" and entries[0]["app_id"].startswith("local-")
+        assert sorted(q["name"] or "" for q in queries) == ["", "ticks"]  # the unnamed query shows as such
+    finally:
+        app.kill()
+        app.wait()
+    code, _, err = cli(tmp_path / "home", "list", "--ui", f"http://127.0.0.1:{port}")
+    assert code == 12 and "no Spark UI answers" in err

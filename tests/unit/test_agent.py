@@ -19,7 +19,7 @@ from sparkpoint.runtime.agent import Agent, spark_error_line, stop_at_boundary
 def agent(tmp_path):
     registry = Registry(str(tmp_path))
     job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
-    running = Agent(job.id, job.directory, registry.token(job))
+    running = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: None)
     running.start()
     yield running, registry, job
     running.finish(0, None)
@@ -82,13 +82,15 @@ def test_client_errors_are_sparkpoint_errors(agent):
 def test_finish_records_how_the_application_ended(tmp_path):
     registry = Registry(str(tmp_path))
     job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
-    running = Agent(job.id, job.directory, registry.token(job))
+    running = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: None)
     running.start()
     running.failures["alarms"] = "[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match"
     running.finish(1, "StreamingQueryException: ...")
     record = read_agent_file(job.directory)
     assert record["state"] == "failed" and record["exit_code"] == 1
     assert record["error"] == "query 'alarms' failed: [STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match"
+    running._write_state("running")  # a late write from the watcher thread
+    assert read_agent_file(job.directory)["state"] == "failed"
 
 
 class FakeQuery:

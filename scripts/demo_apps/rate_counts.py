@@ -1,0 +1,32 @@
+"""A stateful rate-source query for the benchmarks: counts per key (value % KEYS), as fast as it can.
+
+usage: rate_counts.py SECONDS [CHECKPOINT_DIR]
+Runs for SECONDS (0: until stopped), then prints one JSON line with the mean processed rows per
+second over the batches after the first three (JVM warm-up). Without CHECKPOINT_DIR the query uses
+spark.sql.streaming.checkpointLocation/<query name>, as under `sparkpoint run`.
+"""
+
+import json
+import sys
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+seconds = float(sys.argv[1])
+spark = (SparkSession.builder.appName("rate-counts").config("spark.ui.enabled", "false")
+         .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+counts = (spark.readStream.format("rate").option("rowsPerSecond", 2_000_000).load()
+          .groupBy((F.col("value") % 10_000).alias("key")).count())
+writer = counts.writeStream.queryName("rate_counts").outputMode("update").format("noop")
+if len(sys.argv) > 2:
+    writer = writer.option("checkpointLocation", sys.argv[2])
+query = writer.start()
+if seconds:
+    query.awaitTermination(seconds)
+    rates = [p["processedRowsPerSecond"] for p in query.recentProgress[3:] if p["processedRowsPerSecond"]]
+    print(json.dumps({"batches": len(query.recentProgress), "rows_per_second": sum(rates) / max(len(rates), 1)}),
+          flush=True)
+    query.stop()
+else:
+    query.awaitTermination()

@@ -1,0 +1,59 @@
+"""The Spark driver UI's REST API, for applications sparkpoint did not launch.
+
+It has no Structured Streaming resource, but each micro-batch's Spark job carries the description
+``"<query name>\\nid = <query id>\\nrunId = <run id>\\nbatch = <batch id>"``: the only REST route to
+a query's identity and latest batch without code in the driver.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sparkpoint.errors import JobNotRunningError, SparkpointError
+
+_DESCRIPTION = re.compile(
+    r"^(?P<name>[^\n]*)\nid = (?P<id>[0-9a-fA-F-]+)\nrunId = (?P<run_id>[0-9a-fA-F-]+)\nbatch = (?P<batch>\d+)"
+)
+
+
+def parse_description(text: str) -> dict[str, Any] | None:
+    match = _DESCRIPTION.match(text or "")
+    if not match:
+        return None
+    name = match.group("name").strip()
+    return {"name": None if name in ("", "null") else name, "id": match.group("id"),
+            "run_id": match.group("run_id"), "batch_id": int(match.group("batch"))}
+
+
+def streaming_queries(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The latest batch of every query (of its latest run) among an application's Spark jobs."""
+    latest: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        parsed = parse_description(job.get("description", ""))
+        if parsed and (parsed["id"] not in latest or parsed["batch_id"] > latest[parsed["id"]]["batch_id"]):
+            latest[parsed["id"]] = parsed
+    return sorted(latest.values(), key=lambda q: (q["name"] or "", q["id"]))
+
+
+def applications(ui_url: str, timeout: float = 5.0) -> list[dict[str, Any]]:
+    import requests  # here: only this path needs it
+
+    base = ui_url.rstrip("/") + "/api/v1/applications"
+
+    def get(url: str) -> Any:
+        try:
+            response = requests.get(url, timeout=timeout, headers={"User-Agent": "sparkpoint"})
+        except requests.RequestException as exc:
+            raise JobNotRunningError(f"no Spark UI answers at {ui_url}: {type(exc).__name__}") from None
+        if response.status_code != 200:
+            raise SparkpointError(f"the Spark UI at {ui_url} answered {response.status_code} for {url}")
+        try:
+            return response.json()
+        except ValueError:
+            raise SparkpointError(f"{url} is not a Spark driver UI REST endpoint (no JSON)") from None
+
+    return [
+        {"app_id": app["id"], "app_name": app.get("name"), "queries": streaming_queries(get(f"{base}/{app['id']}/jobs"))}
+        for app in get(base)
+    ]

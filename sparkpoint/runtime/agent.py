@@ -182,7 +182,9 @@ class Agent:
     def start(self) -> None:
         self._server = ThreadingHTTPServer((self.host, 0), _handler(self))
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="sparkpoint-agent", daemon=True).start()
+        # A short poll: shutdown() waits for it, and the driver exits only after shutdown() returns.
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="sparkpoint-agent",
+                         daemon=True).start()
         self._write_state("starting")
         threading.Thread(target=self._watch, name="sparkpoint-watch", daemon=True).start()
 

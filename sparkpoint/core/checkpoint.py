@@ -38,7 +38,6 @@ from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFound
 LOG_DIRS = ("offsets", "commits")
 _BATCH = re.compile(r"^(\d+)(\.compact)?$")
 _STATE_FILE = re.compile(r"^(\d+)(?:_([0-9a-fA-F-]+))?\.(delta|snapshot|zip|changelog)$")
-_TEMP = re.compile(r"(\.tmp$|^\.|^_temporary$)")
 
 PROVIDER_CLASS_CONF = "spark.sql.streaming.stateStore.providerClass"
 SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
@@ -348,11 +347,12 @@ class CheckpointReader:
         """Files Spark may add in a later version are kept rather than silently dropped."""
         known = {"metadata", "offsets", "commits", "sources", "state"}
         for name, entry in self._list("").items():
-            if name in known or _TEMP.search(name) or name.endswith(".crc"):
+            # Hidden names at the top are checksum companions: they travel with their file.
+            if name in known or name.startswith(".") or _is_temp(name):
                 continue
             if entry.is_dir:
                 for rel, size in self.storage.walk_files(join(self.root, name)):
-                    if not _TEMP.search(rel.rsplit("/", 1)[-1]):
+                    if not _is_temp(rel.rsplit("/", 1)[-1]):
                         files.append(FileRef(f"{name}/{rel}", size))
             else:
                 self._add(files, "", name)
@@ -414,7 +414,7 @@ class _StateLayout:
                 continue
             for rel, size in sorted(self.reader.storage.walk_files(join(self.reader.root, op_dir, sub))):
                 name = rel.rsplit("/", 1)[-1]
-                if _TEMP.search(name.removeprefix(".").removesuffix(".crc")) and not name.endswith(".crc"):
+                if _is_temp(name):
                     continue
                 batch = _leading_batch(rel, sub)
                 if batch is not None and batch > self.last_batch:
@@ -457,7 +457,7 @@ class _StateLayout:
     def _add_schema_files(self, directory: str, files: list[FileRef]) -> None:
         """The state schema Spark validates an upgraded query against: without it, Spark skips the check."""
         for name in sorted(self.reader._list(f"{directory}/_metadata")):
-            if not name.startswith(".") and not _TEMP.search(name):
+            if not name.startswith(".") and not _is_temp(name):
                 self.reader._add(files, f"{directory}/_metadata", name)
 
     def _add_store_version(self, store: Store, files: list[FileRef]) -> None:
@@ -636,6 +636,13 @@ def _lz4_block_prefix(raw: bytes, where: str, want: int) -> bytes:
         position += compressed
         out += block if token & 0xF0 == 0x10 else lz4.block.decompress(block, uncompressed_size=decompressed)
     return bytes(out)
+
+
+def _is_temp(name: str) -> bool:
+    """A file still being written (Spark's ``.<name>.<uuid>.tmp``, or Hadoop's checksum of one), or a
+    temporary directory: never part of a cut."""
+    base = name.removesuffix(".crc")
+    return base.endswith(".tmp") or base == "_temporary"
 
 
 def parse_state_file(name: str) -> tuple[int, str | None, str] | None:

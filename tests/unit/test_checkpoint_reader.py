@@ -171,3 +171,13 @@ def test_join_stores_bring_their_own_schema_files(tmp_path):
     for store in stores:
         assert {f"state/0/0/{store}/_metadata/schema", f"state/0/0/{store}/1.delta",
                 f"state/0/0/{store}/2.delta"} <= paths
+
+
+def test_temp_files_and_their_checksums_are_never_copied_anywhere(tmp_path):
+    root = hdfs_checkpoint(tmp_path / "c", committed=2)
+    write(root / "state" / "0" / "_metadata" / ".metadata.1f2e.tmp", b"partial")  # with its .crc
+    write(root / "future" / "data.bin", b"from a newer Spark")
+    write(root / "future" / ".data.bin.7a7a.tmp", b"partial")
+    paths = {f.path for f in plan_of(root).files}
+    assert not [p for p in paths if ".tmp" in p]
+    assert {"future/data.bin", "future/.data.bin.crc"} <= paths  # unknown files are kept, with their checksums

@@ -157,6 +157,13 @@ def _owner_alive(marker: dict[str, Any], now: float, created: float | None) -> b
     return created is None or now - created < STALE_AFTER_SECONDS
 
 
+def _belongs_to(entry: Entry, job: str) -> bool:
+    """A complete savepoint names its job; a leftover has only its place, <dir>/<job>/<id>."""
+    if entry.status == "complete":
+        return entry.job == job
+    return entry.path.rstrip("/").rsplit("/", 2)[-2] == job
+
+
 def prune_plan(
     entries: list[Entry],
     keep_last: int | None,
@@ -174,7 +181,7 @@ def prune_plan(
     keep: list[Entry] = []
     rank: dict[str | None, int] = {}
     for entry in entries:  # newest first
-        if job is not None and entry.job != job and entry.status == "complete":
+        if job is not None and not _belongs_to(entry, job):
             continue
         if entry.status == "incomplete":
             (keep if _owner_alive(entry.marker or {}, now, entry.created) else delete).append(entry)

@@ -110,3 +110,14 @@ def test_resolve_by_path_id_and_prefix(populated):
         catalog.resolve("savepoint-alarms", str(directory))
     with pytest.raises(NotFoundError):
         catalog.resolve("savepoint-nope", str(directory))
+
+
+def test_a_job_filtered_prune_leaves_other_jobs_leftovers_alone(populated):
+    directory, _ = populated
+    for job in ("alarms", "billing"):
+        leftover = directory / job / f"savepoint-{job}-crashed"
+        leftover.mkdir()
+        (leftover / mf.DISPOSING).write_text("{}")
+    result = catalog.prune(str(directory), keep_last=100, max_age=None, job="billing", clock=lambda: NOW)
+    assert [e["id"] for e in result["deleted"]] == ["savepoint-billing-crashed"]
+    assert (directory / "alarms" / "savepoint-alarms-crashed").exists()

@@ -269,10 +269,12 @@ def cancel_job(settings: Settings, reference: str, sleep: Callable[[float], None
     state = state_of(job)
     if state in ("finished", "failed", "cancelled"):
         raise JobNotRunningError(f"job {job.id} is already {state}")
-    # An agent that is gone or wedged is no obstacle: the process group is ended below.
-    with contextlib.suppress(SparkpointError):
+    try:
         client_for(registry, job).cancel()
-    _await_exit(job.pid, grace=15.0, sleep=sleep)
+        grace = 15.0  # the queries are stopped: let the application end by itself
+    except SparkpointError:
+        grace = 0.0  # an agent gone, wedged or not up yet: nobody else will end the driver
+    _await_exit(job.pid, grace=grace, sleep=sleep)
     job.ended = {"state": "cancelled", "reason": "cancel", "previous_state": state, "at": now_iso()}
     registry.save(job)
     return describe_job(registry.load(job.id))

@@ -8,7 +8,7 @@
    (SIGTERM the driver, spark-submit again), measured to the first new commit.
 It prints figures; it is never a pass/fail test.
 
-    .venv/bin/python scripts/bench_jobs.py [--seconds 40] [--rounds 2]
+    .venv/bin/python scripts/bench_jobs.py [--seconds 40] [--rounds 2] [--downtime-rounds 3]
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ def agent_overhead(work: Path, seconds: float, rounds: int) -> None:
           f"(positive = slower under sparkpoint)")
 
 
-def upgrade_downtime(work: Path) -> None:
+def upgrade_downtime(work: Path) -> float:
+    """One comparison; returns (stop-with-savepoint path) - (plain restart) in seconds."""
     home = work / "home"
     job = sparkpoint(home, "run", "--detach", "--name", "upgrade", APP, "0", str(STEADY))
     checkpoint = Path(job["checkpoint_root"]) / "rate_counts"
@@ -91,7 +92,7 @@ def upgrade_downtime(work: Path) -> None:
     with_savepoint = first - start
     sparkpoint(home, "cancel", restored["id"])
 
-    plain_checkpoint = work / "plain-restart"
+    plain_checkpoint = work / f"plain-restart-{time.monotonic_ns()}"
     driver = subprocess.Popen([SPARK_SUBMIT, "--master", "local[2]", APP, "0", str(STEADY), str(plain_checkpoint)], env=ENV,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     while len(commits(plain_checkpoint)) < 5:
@@ -109,19 +110,24 @@ def upgrade_downtime(work: Path) -> None:
     print(f"upgrade downtime: stop-with-savepoint -> first committed batch of the restored job {with_savepoint:.2f} s "
           f"(sparkpoint stop {stop_seconds:.2f} s incl. the driver's exit, savepoint {stopped['bytes'] / 1e6:.1f} MB; "
           f"sparkpoint run -s until its agent runs {run_seconds:.2f} s); plain restart on its own checkpoint "
-          f"{plain:.2f} s (SIGTERM until the driver exited {exit_seconds:.2f} s); difference {with_savepoint - plain:+.2f} s")
+          f"{plain:.2f} s (SIGTERM until the driver exited {exit_seconds:.2f} s); difference {with_savepoint - plain:+.2f} s",
+          flush=True)
+    return with_savepoint - plain
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=40)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2, help="agent-overhead rounds (0: skip)")
+    parser.add_argument("--downtime-rounds", type=int, default=3, help="upgrade-downtime comparisons")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sparkpoint-bench-jobs-"))
     print(f"machine: nproc={os.cpu_count()}, python {sys.version.split()[0]}; command: {' '.join(sys.argv)}")
     try:
         agent_overhead(work, options.seconds, options.rounds)
-        upgrade_downtime(work)
+        differences = [upgrade_downtime(work) for _ in range(options.downtime_rounds)]
+        if differences:
+            print(f"upgrade downtime difference, median of {len(differences)}: {statistics.median(differences):+.2f} s")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -17,13 +17,13 @@ import re
 import socket
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 from collections.abc import Callable
 
 from sparkpoint.adapters.storage import Storage, is_url, join, storage_for, translate_errors
 from sparkpoint.core import manifest as mf
 from sparkpoint.core import savepoint as sp
+from sparkpoint.core.times import iso, parse_iso
 from sparkpoint.errors import BadArgumentError, NotFoundError, SavepointInvalidError
 
 _DURATION = re.compile(r"(\d+)\s*(w|d|h|m|s)")
@@ -61,24 +61,11 @@ class Entry:
             "path": self.path,
             "status": self.status,
             "job": self.job,
-            "created_at": _iso(self.created),
+            "created_at": iso(self.created) if self.created is not None else None,
             "bytes": self.bytes,
             "queries": self.queries,
             "problem": self.problem,
         }
-
-
-def _iso(ts: float | None) -> str | None:
-    return sp._iso(ts) if ts is not None else None
-
-
-def _parse_time(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def scan(directory: str, storage_options: dict | None = None) -> list[Entry]:
@@ -121,7 +108,7 @@ def _classify(storage: Storage, path: str) -> Entry | None:
             "complete",
             data.get("id", name),
             job=data.get("job"),
-            created=_parse_time(data.get("created_at")),
+            created=parse_iso(data.get("created_at")),
             bytes=int(data.get("bytes", 0)),
             queries=[{"name": q["name"], "batch_id": q["batch_id"]} for q in data["queries"]],
         )
@@ -135,7 +122,7 @@ def _classify(storage: Storage, path: str) -> Entry | None:
                 path,
                 "incomplete",
                 name,
-                created=_parse_time(info.get("started_at")) if isinstance(info, dict) else None,
+                created=parse_iso(info.get("started_at")) if isinstance(info, dict) else None,
                 problem="creation did not finish" if marker == mf.IN_PROGRESS else "disposal did not finish",
                 marker=dict(info, kind=marker) if isinstance(info, dict) else {"kind": marker},
             )

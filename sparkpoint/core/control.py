@@ -28,11 +28,11 @@ from sparkpoint.core.jobs import (
     Registry,
     client_for,
     describe_job,
-    now_iso,
     pid_alive,
     read_agent_file,
     state_of,
 )
+from sparkpoint.core.times import iso
 from sparkpoint.core.transfer import Progress
 from sparkpoint.errors import BadArgumentError, JobFailedError, JobNotRunningError, NotFoundError, SparkpointError
 
@@ -101,7 +101,7 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
         process = spark_submit.launch(argv, env, job.log_path if request.detach else None,
                                       stdout=None if request.detach else sys.stderr)
     except BaseException as exc:
-        job.ended = {"state": "failed", "error": str(exc), "at": now_iso()}
+        job.ended = {"state": "failed", "error": str(exc), "at": iso()}
         registry.save(job)
         raise
     job.pid = process.pid
@@ -127,13 +127,13 @@ def _await_end(registry: Registry, job: Job, process: subprocess.Popen) -> dict:
         code = process.wait()
     except KeyboardInterrupt:
         _terminate(process.pid)
-        job.ended = {"state": "cancelled", "reason": "interrupted", "at": now_iso()}
+        job.ended = {"state": "cancelled", "reason": "interrupted", "at": iso()}
         registry.save(job)
         raise
     job = registry.load(job.id)
     if job.agent.get("state") not in ("finished", "failed"):
         # The driver died before its agent could record the end (a JVM crash, a kill -9).
-        job.ended = {"state": "failed", "exit_code": code, "at": now_iso(),
+        job.ended = {"state": "failed", "exit_code": code, "at": iso(),
                      "error": f"spark-submit exited with status {code}; see the output above"}
         registry.save(job)
     info = describe_job(job)
@@ -186,7 +186,7 @@ def trigger_savepoint(settings: Settings, reference: str, target_dir: str | None
             "savepoint", job.id, *([target_dir] if target_dir else []),
             *(["--keep-last", str(keep_last)] if keep_last is not None else []), "--record-trigger", trigger_id]
     _write_trigger(path, {"trigger_id": trigger_id, "job_id": job.id, "status": "in_progress",
-                          "started_at": now_iso()})
+                          "started_at": iso()})
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
     record = _write_trigger(path, {**json.loads(path.read_text()), "pid": process.pid})
@@ -203,9 +203,9 @@ def run_trigger(settings: Settings, reference: str, trigger_id: str, target_dir:
         result = savepoint_job(settings, job.id, target_dir, keep_last)
     except SparkpointError as exc:
         _write_trigger(path, {**record, "status": "failed", "error": str(exc), "exit_code": exc.exit_code,
-                              "ended_at": now_iso()})
+                              "ended_at": iso()})
         raise
-    _write_trigger(path, {**record, "status": "completed", "savepoint": result, "ended_at": now_iso()})
+    _write_trigger(path, {**record, "status": "completed", "savepoint": result, "ended_at": iso()})
     return result
 
 
@@ -256,7 +256,7 @@ def stop_job(settings: Settings, reference: str, target_dir: str | None = None, 
     job = registry.load(job.id)
     if cancelled or state_of(job) in ACTIVE_STATES or state_of(job) == "lost":
         job.ended = {"state": "cancelled" if cancelled else "finished", "reason": "stopped with savepoint",
-                     "at": now_iso()}
+                     "at": iso()}
         registry.save(job)
     result["job"] = describe_job(registry.load(job.id))
     return result
@@ -275,7 +275,7 @@ def cancel_job(settings: Settings, reference: str, sleep: Callable[[float], None
     except SparkpointError:
         grace = 0.0  # an agent gone, wedged or not up yet: nobody else will end the driver
     _await_exit(job.pid, grace=grace, sleep=sleep)
-    job.ended = {"state": "cancelled", "reason": "cancel", "previous_state": state, "at": now_iso()}
+    job.ended = {"state": "cancelled", "reason": "cancel", "previous_state": state, "at": iso()}
     registry.save(job)
     return describe_job(registry.load(job.id))
 

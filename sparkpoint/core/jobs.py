@@ -20,15 +20,14 @@ import json
 import os
 import re
 import secrets
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from sparkpoint.adapters.agent_client import AgentClient
 from sparkpoint.config import Settings
+from sparkpoint.core.times import iso
 from sparkpoint.errors import BadArgumentError, JobNotRunningError, NotFoundError, SparkpointError
 
 # The savepoint commit marker (sparkpoint.core.manifest.MANIFEST); not imported, to keep `list` light.
@@ -40,11 +39,6 @@ CHECKPOINTS_DIR = "checkpoints"
 LOG_FILE = "driver.log"
 ACTIVE_STATES = ("starting", "running")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
-
-def now_iso(now: float | None = None) -> str:
-    moment = datetime.fromtimestamp(time.time() if now is None else now, UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass
@@ -104,7 +98,7 @@ class Registry:
         fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(secrets.token_urlsafe(32))
-        job = Job(id=job_id, name=name, created_at=now_iso(), directory=str(directory), **fields)
+        job = Job(id=job_id, name=name, created_at=iso(), directory=str(directory), **fields)
         (directory / CHECKPOINTS_DIR).mkdir()
         self.save(job)
         return job

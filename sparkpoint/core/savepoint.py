@@ -34,6 +34,7 @@ from sparkpoint.adapters.storage import (
 )
 from sparkpoint.core import manifest as mf
 from sparkpoint.core import transfer
+from sparkpoint.core.times import iso
 from sparkpoint.core.checkpoint import CheckpointReader, Plan, VanishedError, is_checkpoint, relocate_metadata
 from sparkpoint.errors import (
     BadArgumentError,
@@ -80,10 +81,6 @@ def new_savepoint_id(job: str, now: float) -> str:
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", job).strip("-.") or "job"
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%d-%H%M%S")
     return f"savepoint-{slug[:60]}-{stamp}-{secrets.token_hex(3)}"
-
-
-def _iso(now: float) -> str:
-    return datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _spark_version() -> str | None:
@@ -143,8 +140,8 @@ def create(
             "format_version": mf.FORMAT_VERSION,
             "id": savepoint_id,
             "job": job,
-            "created_at": _iso(now),
-            "completed_at": _iso(clock()),
+            "created_at": iso(now),
+            "completed_at": iso(clock()),
             "sparkpoint_version": importlib.metadata.version("sparkpoint"),
             "spark_version": _spark_version(),
             "checksum_algorithm": HASH_ALGORITHM,
@@ -183,7 +180,7 @@ def created_summary(result: dict[str, Any]) -> dict[str, Any]:
 
 def _owner_marker(now: float) -> bytes:
     return json.dumps(
-        {"pid": os.getpid(), "host": socket.gethostname(), "user": getpass.getuser(), "started_at": _iso(now)}
+        {"pid": os.getpid(), "host": socket.gethostname(), "user": getpass.getuser(), "started_at": iso(now)}
     ).encode()
 
 

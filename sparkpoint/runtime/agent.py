@@ -23,7 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from collections.abc import Callable
 
-from sparkpoint.core.jobs import now_iso, write_agent_file
+from sparkpoint.core.jobs import write_agent_file
+from sparkpoint.core.times import iso
 
 MAX_BODY = 64 * 1024
 _ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)*)\]")
@@ -200,7 +201,7 @@ class Agent:
         elif self.failures:
             error = "; ".join(f"query '{name}' failed: {failure}" for name, failure in self.failures.items())
         self._write_state("failed" if exit_code or error else "finished", exit_code=exit_code, error=error,
-                          ended_at=now_iso(), final=True)
+                          ended_at=iso(), final=True)
         if self._server is not None:
             self._server.shutdown()
 
@@ -217,7 +218,7 @@ class Agent:
             except (FileNotFoundError, json.JSONDecodeError):
                 pass
             record = {**previous, "state": state, "host": host, "port": port, "pid": os.getpid(),
-                      "updated_at": now_iso(), **extra}
+                      "updated_at": iso(), **extra}
             write_agent_file(self.job_dir, record)
 
     def authorized(self, headers) -> bool:

@@ -31,6 +31,7 @@ from sparkpoint.core.jobs import (
     pid_alive,
     read_agent_file,
     state_of,
+    write_json,
 )
 from sparkpoint.core.times import iso
 from sparkpoint.core.transfer import Progress
@@ -179,7 +180,7 @@ def trigger_savepoint(settings: Settings, reference: str, target_dir: str | None
     job = registry.resolve(reference)
     client_for(registry, job).status()  # fail now, with exit 12, if the job is not running
     trigger_id = f"t-{secrets.token_hex(4)}"
-    path = Path(job.directory) / TRIGGERS_DIR / f"{trigger_id}.json"
+    path = _trigger_path(job, trigger_id)
     path.parent.mkdir(exist_ok=True)
     argv = [sys.executable, "-m", "sparkpoint", "--home", settings.home, "--quiet",
             *(["--config", config_path] if config_path else []),
@@ -197,7 +198,7 @@ def run_trigger(settings: Settings, reference: str, trigger_id: str, target_dir:
                 keep_last: int | None) -> dict[str, Any]:
     """The background half of trigger_savepoint: take the savepoint and record how it went."""
     job = Registry(settings.home_url()).resolve(reference)
-    path = Path(job.directory) / TRIGGERS_DIR / f"{trigger_id}.json"
+    path = _trigger_path(job, trigger_id)
     record = json.loads(path.read_text())
     try:
         result = savepoint_job(settings, job.id, target_dir, keep_last)
@@ -211,7 +212,7 @@ def run_trigger(settings: Settings, reference: str, trigger_id: str, target_dir:
 
 def trigger_status(settings: Settings, reference: str, trigger_id: str) -> dict[str, Any]:
     job = Registry(settings.home_url()).resolve(reference)
-    path = Path(job.directory) / TRIGGERS_DIR / f"{trigger_id}.json"
+    path = _trigger_path(job, trigger_id)
     try:
         record = json.loads(path.read_text())
     except FileNotFoundError:
@@ -221,10 +222,12 @@ def trigger_status(settings: Settings, reference: str, trigger_id: str) -> dict[
     return record
 
 
+def _trigger_path(job: Job, trigger_id: str) -> Path:
+    return Path(job.directory) / TRIGGERS_DIR / f"{trigger_id}.json"
+
+
 def _write_trigger(path: Path, record: dict[str, Any]) -> dict[str, Any]:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(record, indent=2))
-    os.replace(tmp, path)
+    write_json(path, record)
     return record
 
 

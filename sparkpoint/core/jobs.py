@@ -104,7 +104,7 @@ class Registry:
         return job
 
     def save(self, job: Job) -> None:
-        _write_json(Path(job.directory) / JOB_FILE, job.record())
+        write_json(Path(job.directory) / JOB_FILE, job.record())
 
     def load(self, job_id: str) -> Job:
         directory = self.root / job_id
@@ -157,14 +157,15 @@ def read_agent_file(directory: Path | str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Readers see the old record or the new one whole: temp file, then rename."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     tmp.write_text(json.dumps(data, indent=2))
     os.replace(tmp, path)
 
 
 def write_agent_file(directory: Path | str, data: dict[str, Any]) -> None:
-    _write_json(Path(directory) / AGENT_FILE, data)
+    write_json(Path(directory) / AGENT_FILE, data)
 
 
 def pid_alive(pid: int | None) -> bool:

@@ -200,8 +200,8 @@ def state_of(job: Job) -> str:
     return "running" if agent_state == "running" else "starting"
 
 
-def describe_job(job: Job, status: dict[str, Any] | None = None) -> dict[str, Any]:
-    state = state_of(job)
+def describe_job(job: Job, status: dict[str, Any] | None = None, state: str | None = None) -> dict[str, Any]:
+    state = state or state_of(job)
     return {
         "source": "registry",
         "id": job.id,
@@ -243,21 +243,23 @@ def ui_entries(ui_url: str) -> list[dict[str, Any]]:
 
 def list_jobs(settings: Settings, include_all: bool = False) -> list[dict[str, Any]]:
     registry = Registry(settings.home_url())
-    jobs = [j for j in registry.all() if include_all or state_of(j) in ACTIVE_STATES]
+    # A job's state costs process checks: derived once per job, then handed on.
+    states = [(job, state_of(job)) for job in registry.all()]
 
-    def live(job: Job) -> dict[str, Any]:
+    def live(job: Job, state: str) -> dict[str, Any]:
         status = None
-        if state_of(job) == "running":
+        if state == "running":
             try:
                 status = client_for(registry, job, timeout=1.0).status()
             except SparkpointError:
                 status = None
-        info = describe_job(job, status)
+        info = describe_job(job, status, state)
         info["last_savepoint"] = last_savepoint(settings, job.name)
         return info
 
+    shown = [(job, state) for job, state in states if include_all or state in ACTIVE_STATES]
     with ThreadPoolExecutor(max_workers=8) as pool:
-        return list(pool.map(live, jobs))
+        return list(pool.map(lambda pair: live(*pair), shown))
 
 
 def last_savepoint(settings: Settings, job_name: str) -> str | None:

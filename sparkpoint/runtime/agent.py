@@ -90,6 +90,7 @@ class Agent:
         self._server: ThreadingHTTPServer | None = None
         self._lock = threading.Lock()
         self._ended = False  # once the end is recorded, no later 'running' may overwrite it
+        self._record: dict[str, Any] = {}
         self._session_provider = session_provider or _instantiated_session
 
     # -- the Spark side --------------------------------------------------------------------
@@ -211,15 +212,10 @@ class Agent:
                 return
             self._ended = final
             host, port = self.address
-            previous = {}
-            try:
-                with open(os.path.join(self.job_dir, "agent.json")) as handle:
-                    previous = json.load(handle)
-            except (FileNotFoundError, json.JSONDecodeError):
-                pass
-            record = {**previous, "state": state, "host": host, "port": port, "pid": os.getpid(),
-                      "updated_at": iso(), **extra}
-            write_agent_file(self.job_dir, record)
+            # The agent is agent.json's only writer: its record lives here, not re-read from the file.
+            self._record = {**self._record, "state": state, "host": host, "port": port, "pid": os.getpid(),
+                            "updated_at": iso(), **extra}
+            write_agent_file(self.job_dir, self._record)
 
     def authorized(self, headers) -> bool:
         token = headers.get("Authorization", "").removeprefix("Bearer ")

@@ -27,6 +27,7 @@ from sparkpoint.core.jobs import write_agent_file
 from sparkpoint.core.times import iso
 
 MAX_BODY = 64 * 1024
+DRAIN_SECONDS = 10.0
 _ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)*)\]")
 
 
@@ -91,6 +92,7 @@ class Agent:
         self._lock = threading.Lock()
         self._ended = False  # once the end is recorded, no later 'running' may overwrite it
         self._record: dict[str, Any] = {}
+        self._in_flight = 0
         self._session_provider = session_provider or _instantiated_session
 
     # -- the Spark side --------------------------------------------------------------------
@@ -205,6 +207,11 @@ class Agent:
                           ended_at=iso(), final=True)
         if self._server is not None:
             self._server.shutdown()
+            # A stop request ends the application; its reply must still reach the caller before the
+            # process exits (request threads are daemons). Bounded: a wedged request must not hold the driver.
+            deadline = time.monotonic() + DRAIN_SECONDS
+            while self._in_flight and time.monotonic() < deadline:
+                time.sleep(0.01)
 
     def _write_state(self, state: str, final: bool = False, **extra: Any) -> None:
         with self._lock:
@@ -245,6 +252,15 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        def handle_one_request(self) -> None:
+            with agent._lock:
+                agent._in_flight += 1
+            try:
+                super().handle_one_request()
+            finally:
+                with agent._lock:
+                    agent._in_flight -= 1
 
         def _admit(self) -> dict[str, Any] | None:
             host, port = agent.address

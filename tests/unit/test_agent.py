@@ -122,3 +122,37 @@ def test_spark_error_line_keeps_the_innermost_error_class():
             "[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match\n at org.apache...")
     assert spark_error_line(text) == "[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match"
     assert json.dumps(spark_error_line(""))
+
+
+def test_a_stop_that_ends_the_application_still_gets_its_reply(tmp_path):
+    """Stopping the queries lets the application end, and the bootstrap then finishes the agent:
+    the reply to that very stop request must not be cut off by the process exiting."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    registry = Registry(str(tmp_path))
+    job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    finished = threading.Event()
+    finished_too_early: list[bool] = []
+
+    class EndingQuery:
+        name, id = "alarms", "6a1b0c5e-0000-4000-8000-000000000001"
+        status = {"isTriggerActive": False}
+        _jsq = SimpleNamespace(streamingQuery=lambda: SimpleNamespace(resolvedCheckpointRoot=lambda: "file:/ckpt/alarms"))
+
+        def stop(self):
+            # The application's main thread returns from awaitTermination and the bootstrap finishes.
+            threading.Thread(target=lambda: (running.finish(0, None), finished.set())).start()
+            time.sleep(0.3)  # the reply is written after finish() has begun shutting the server down
+            # The driver exits as soon as finish() returns: it must still be waiting for this request.
+            finished_too_early.append(finished.is_set())
+
+    session = SimpleNamespace(streams=SimpleNamespace(active=[EndingQuery()], addListener=lambda listener: None),
+                              sparkContext=SimpleNamespace(applicationId="local-1"))
+    running = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: session)
+    running.start()
+    stopped = AgentClient(*running.address, job.id, registry.token(job)).stop(5)
+    assert stopped == [{"name": "alarms", "id": EndingQuery.id, "checkpoint": "file:/ckpt/alarms", "at_boundary": True}]
+    assert finished.wait(5) and read_agent_file(job.directory)["state"] == "finished"
+    assert finished_too_early == [False]

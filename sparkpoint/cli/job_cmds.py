@@ -18,20 +18,28 @@ pass_app = click.make_pass_decorator(AppContext)
               help="claim: the savepoint is handed over to the job (disposed of after a verified restore).")
 @click.option("--restore-grace", type=click.FloatRange(min=1), default=60.0, show_default=True,
               help="Seconds after the first query starts for every saved query to start.")
+@click.option("--replace", metavar="JOB",
+              help="Upgrade a running job: start this application, then stop JOB with a savepoint and continue "
+                   "from it (JOB runs on until the new driver is up).")
+@click.option("--savepoint-path", metavar="DIR", help="With --replace: where JOB's savepoint goes [default: the catalog].")
+@click.option("--stop-timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="With --replace: seconds to wait for JOB's micro-batch boundary.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Spark configuration (repeatable).")
 @click.option("--detach", is_flag=True, help="Return once the job runs; its output goes to the job's driver.log.")
 @output_option
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, required=True, metavar="[SPARK_SUBMIT_OPTIONS] APP.py [APP_ARGS]")
 @pass_app
-def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, restore_grace, master, confs, detach,
-            output, args):
+def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, restore_grace, replace, savepoint_path,
+            stop_timeout, master, confs, detach, output, args):
     """Run a streaming application under spark-submit as a managed job.
 
     sparkpoint's options come first; spark-submit's own (--py-files, --archives, --jars, --packages,
     --files, --driver-memory, ...) follow unchanged, then the application and its arguments. The
     job's queries checkpoint to <home>/jobs/<id>/checkpoints/<query name>: name every query with
-    .queryName(...). With -s, each saved query is restored there first.
+    .queryName(...). With -s, each saved query is restored there first. With --replace JOB, the
+    new driver starts first and waits; JOB is then stopped at a batch boundary with a savepoint,
+    which the new job restores and continues from (the upgrade with the least downtime).
     """
     from sparkpoint.adapters.spark_submit import split_arguments
     from sparkpoint.core import control
@@ -40,13 +48,16 @@ def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, res
     request = control.RunRequest(
         app=application, app_args=app_args, submit_args=submit_args, name=name, master=master,
         confs=list(confs), detach=detach, savepoint=from_savepoint, allow_non_restored_state=allow_non_restored_state,
-        claim=claim_mode == "claim", restore_grace=restore_grace,
+        claim=claim_mode == "claim", restore_grace=restore_grace, replace=replace, savepoint_path=savepoint_path,
+        stop_timeout=stop_timeout,
     )
     emit(output, control.run_job(app.settings, request, progress=app.progress()), _render_job)
 
 
 def _render_job(job: dict) -> None:
     click.echo(f"Job {job['id']} ({job['name']}): {job['state']}" + (f" — {job['error']}" if job["error"] else ""))
+    if job.get("replaced"):
+        _render_stopped(job["replaced"])
     if job.get("restored_from"):
         click.echo(f"  restored from {job['restored_from']}")
     if job.get("log"):

@@ -24,6 +24,8 @@ from sparkpoint.config import Settings
 from sparkpoint.core import catalog, savepoint
 from sparkpoint.core.jobs import (
     ACTIVE_STATES,
+    HANDOVER_FILE,
+    HANDOVER_WAITING,
     Job,
     Registry,
     client_for,
@@ -39,7 +41,8 @@ from sparkpoint.errors import BadArgumentError, JobFailedError, JobNotRunningErr
 
 BOOTSTRAP = str(Path(__file__).resolve().parents[1] / "runtime" / "bootstrap.py")
 RUN_OPTIONS = {"--name", "-s", "--from-savepoint", "--allow-non-restored-state", "--claim-mode", "--master",
-               "--conf", "--detach", "--output", "-o", "--restore-grace"}
+               "--conf", "--detach", "--output", "-o", "--restore-grace", "--replace", "--savepoint-path",
+               "--stop-timeout"}
 
 
 @dataclass
@@ -55,6 +58,9 @@ class RunRequest:
     allow_non_restored_state: bool = False
     claim: bool = False
     restore_grace: float = 60.0
+    replace: str | None = None  # a running job to stop with a savepoint and continue from
+    savepoint_path: str | None = None  # with replace: where that savepoint goes
+    stop_timeout: float = 60.0  # with replace: seconds to wait for the old job's batch boundary
 
 
 def _parse_confs(confs: list[str]) -> list[str]:
@@ -77,11 +83,16 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
     if not os.path.isfile(app):
         raise NotFoundError(f"application {request.app} does not exist")
     conf_args = _parse_confs(request.confs)
-    saved = None
-    if request.savepoint:
+    registry = Registry(settings.home_url())
+    saved, replaced = None, None
+    if request.replace:
+        if request.savepoint:
+            raise BadArgumentError("--replace restores from the savepoint it takes of that job: drop -s")
+        replaced = registry.resolve(request.replace)
+        client_for(registry, replaced).status()  # exit 12 now, before a driver starts, if it does not run
+    elif request.savepoint:
         saved = savepoint.load(catalog.resolve(request.savepoint, settings.savepoints_dir(), settings.storage_options),
                                settings.storage_options)
-    registry = Registry(settings.home_url())
     job = registry.new_job(
         request.name or Path(app).stem.replace("_", "-"), app=app, app_args=request.app_args,
         master=request.master, submit_args=request.submit_args, detached=request.detach,
@@ -98,6 +109,8 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
         env["SPARKPOINT_RESTORE_GRACE"] = str(request.restore_grace)
         env["SPARKPOINT_ALLOW_NON_RESTORED_STATE"] = "1" if request.allow_non_restored_state else "0"
         env["SPARKPOINT_EXPECTED_QUERIES"] = ",".join(q["name"] for q in saved.queries) if saved else ""
+        if replaced is not None:
+            env["SPARKPOINT_HANDOVER_FROM"] = str(os.getpid())
         # Foreground: the driver's output goes to stderr, so stdout stays clean for --output json.
         process = spark_submit.launch(argv, env, job.log_path if request.detach else None,
                                       stdout=None if request.detach else sys.stderr)
@@ -107,9 +120,59 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
         raise
     job.pid = process.pid
     registry.save(job)
+    handover = None
+    if replaced is not None:
+        handover = _take_over(settings, registry, job, process, replaced, request, progress, sleep, clock,
+                              start_timeout)
     if request.detach:
-        return _await_start(registry, job, process, sleep, clock, start_timeout)
-    return _await_end(registry, job, process)
+        info = _await_start(registry, job, process, sleep, clock, start_timeout)
+    else:
+        info = _await_end(registry, job, process)
+    return {**info, "replaced": handover} if handover else info
+
+
+def _take_over(settings: Settings, registry: Registry, job: Job, process: subprocess.Popen, replaced: Job,
+               request: RunRequest, progress, sleep, clock, timeout: float) -> dict[str, Any]:
+    """Stop ``replaced`` with a savepoint and restore it into ``job``, whose driver is already up and waiting:
+    the new JVM's start-up overlaps the old job's last batch, and the old one runs on until the new
+    one is ready. If anything fails before the hand-over, the new driver is told to give up."""
+    try:
+        _await_handover_waiting(registry, job, process, replaced, sleep, clock, timeout)
+        stopped = _stop_with_savepoint(settings, registry, replaced, request.savepoint_path, request.stop_timeout,
+                                       progress)
+        saved = savepoint.load(stopped["path"], settings.storage_options)
+        savepoint.restore(saved, job.checkpoint_root, mode="auto", workers=settings.transfer_workers,
+                          progress=progress)
+    except BaseException as exc:
+        write_json(Path(job.directory) / HANDOVER_FILE, {"abort": f"the hand-over from {replaced.id} failed: {exc}"})
+        if process.poll() is None:
+            _await_exit(process.pid, grace=30.0, sleep=sleep)
+            job.ended = {"state": "cancelled", "reason": f"hand-over from {replaced.id} failed: {exc}", "at": iso()}
+            registry.save(job)
+        raise
+    job.restored_from = saved.path
+    registry.save(job)
+    write_json(Path(job.directory) / HANDOVER_FILE, {"expected_queries": [q["name"] for q in saved.queries]})
+    # Only now wait for the old driver's exit: the new one is already restoring and starting its queries.
+    stopped["job"] = _record_stopped(registry, replaced, cancelled=False, sleep=sleep)
+    return stopped
+
+
+def _await_handover_waiting(registry: Registry, job: Job, process: subprocess.Popen, replaced: Job, sleep, clock,
+                            timeout: float) -> None:
+    deadline = clock() + timeout
+    while not (Path(job.directory) / HANDOVER_WAITING).exists():
+        if process.poll() is not None:
+            try:
+                _await_end(registry, job, process)
+                reason = "ended"
+            except JobFailedError as exc:
+                reason = str(exc).removeprefix(f"job {job.id} ")
+            raise JobFailedError(f"job {job.id} {reason} before it could take over from {replaced.id}, which "
+                                 "keeps running")
+        if clock() > deadline:
+            raise JobFailedError(f"job {job.id} did not start within {timeout:g} s; {replaced.id} is still running")
+        sleep(0.02)
 
 
 def _await_start(registry: Registry, job: Job, process: subprocess.Popen, sleep, clock, timeout: float) -> dict:
@@ -247,6 +310,13 @@ def stop_job(settings: Settings, reference: str, target_dir: str | None = None, 
     """Stop every query at a micro-batch boundary (within ``timeout``), then savepoint the checkpoints."""
     registry = Registry(settings.home_url())
     job = registry.resolve(reference)
+    result = _stop_with_savepoint(settings, registry, job, target_dir, timeout, progress)
+    result["job"] = _record_stopped(registry, job, cancelled, sleep)
+    return result
+
+
+def _stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target_dir: str | None, timeout: float,
+                         progress: Progress | None) -> dict[str, Any]:
     stopped = client_for(registry, job).stop(timeout)
     if not stopped:
         raise JobNotRunningError(f"job {job.id} runs no streaming query to stop")
@@ -255,14 +325,18 @@ def stop_job(settings: Settings, reference: str, target_dir: str | None = None, 
     for query in result["queries"]:
         query["at_boundary"] = boundary[query["name"]]
         query["replayed_batch_id"] = query["planned_batch_id"]
+    return result
+
+
+def _record_stopped(registry: Registry, job: Job, cancelled: bool, sleep: Callable[[float], None]) -> dict[str, Any]:
+    """Wait for the stopped driver to exit (ending it after a grace period) and record how it ended."""
     _await_exit(job.pid, grace=30.0, sleep=sleep)
     job = registry.load(job.id)
     if cancelled or state_of(job) in ACTIVE_STATES or state_of(job) == "lost":
         job.ended = {"state": "cancelled" if cancelled else "finished", "reason": "stopped with savepoint",
                      "at": iso()}
         registry.save(job)
-    result["job"] = describe_job(registry.load(job.id))
-    return result
+    return describe_job(registry.load(job.id))
 
 
 def cancel_job(settings: Settings, reference: str, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:

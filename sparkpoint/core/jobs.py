@@ -20,6 +20,7 @@ import json
 import os
 import re
 import secrets
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,6 +38,9 @@ AGENT_FILE = "agent.json"
 TOKEN_FILE = "token"
 CHECKPOINTS_DIR = "checkpoints"
 LOG_FILE = "driver.log"
+# `run --replace`: the new driver says it is up by HANDOVER_WAITING; the CLI answers with HANDOVER_FILE.
+HANDOVER_WAITING = "handover-waiting"
+HANDOVER_FILE = "handover.json"
 ACTIVE_STATES = ("starting", "running")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -162,6 +166,22 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     tmp.write_text(json.dumps(data, indent=2))
     os.replace(tmp, path)
+
+
+def await_handover(directory: Path | str, controller_pid: int, sleep=time.sleep) -> dict[str, Any]:
+    """In a driver started by `run --replace`: say it is up, then wait until the job it replaces is
+    stopped and its savepoint restored here ({"expected_queries": [...]}), or the hand-over is off
+    ({"abort": reason}). A controller that died cannot answer any more: that is an abort too."""
+    directory = Path(directory)
+    (directory / HANDOVER_WAITING).touch()
+    while True:
+        try:
+            return json.loads((directory / HANDOVER_FILE).read_text())
+        except FileNotFoundError:
+            pass
+        if not pid_alive(controller_pid):
+            return {"abort": "the sparkpoint run that started this driver ended before the hand-over"}
+        sleep(0.02)
 
 
 def write_agent_file(directory: Path | str, data: dict[str, Any]) -> None:

@@ -4,7 +4,9 @@ then runs the application unchanged in this same interpreter, and records how it
 usage (by sparkpoint only): bootstrap.py JOB_DIR APP.py [APP_ARGS...]
 Environment: SPARKPOINT_AGENT_HOST (default 127.0.0.1), SPARKPOINT_EXPECTED_QUERIES (comma-separated
 query names of a restored savepoint), SPARKPOINT_ALLOW_NON_RESTORED_STATE (1/0),
-SPARKPOINT_RESTORE_GRACE (seconds).
+SPARKPOINT_RESTORE_GRACE (seconds), SPARKPOINT_HANDOVER_FROM (the pid of a `run --replace`: wait for
+its hand-over before the application starts, so that the JVM and Python start-up overlap the stop of
+the job being replaced).
 """
 
 from __future__ import annotations
@@ -23,9 +25,16 @@ def main(argv: list[str]) -> int:
     with open(os.path.join(job_dir, "token")) as handle:
         token = handle.read().strip()
 
+    from sparkpoint.core.jobs import await_handover
     from sparkpoint.runtime.agent import Agent
 
     expected = tuple(n for n in os.environ.get("SPARKPOINT_EXPECTED_QUERIES", "").split(",") if n)
+    if os.environ.get("SPARKPOINT_HANDOVER_FROM"):
+        handover = await_handover(job_dir, int(os.environ["SPARKPOINT_HANDOVER_FROM"]))
+        if "abort" in handover:
+            print(f"sparkpoint: not started: {handover['abort']}", file=sys.stderr, flush=True)
+            return 1
+        expected = tuple(handover["expected_queries"])
     agent = Agent(
         job["id"], job_dir, token,
         host=os.environ.get("SPARKPOINT_AGENT_HOST", "127.0.0.1"),

@@ -120,9 +120,29 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     totals = expected_counts(range(7))
     assert out2[6] == {room: totals[room] for room in out2[6]}
 
-    cancelled = cli_json(home, "cancel", resumed["id"])
-    assert cancelled["state"] == "cancelled" and process_gone(resumed["pid"])
-    code, _, err = cli(home, "savepoint", resumed["id"])
+    # An upgrade whose new driver cannot start leaves the running job alone.
+    code, _, err = cli(home, "run", "--replace", resumed["id"], "--driver-memory", "lots", APP, str(inputs),
+                       str(tmp_path / "never"))
+    assert code == 13 and f"take over from {resumed['id']}" in err
+    assert [(j["id"], j["state"]) for j in cli_json(home, "list")] == [(resumed["id"], "running")]
+
+    upgraded = cli_json(home, "run", "--detach", "--name", "counts", "--replace", resumed["id"],
+                        APP, str(inputs), str(tmp_path / "out3"))
+    handover = upgraded["replaced"]
+    assert handover["job"]["id"] == resumed["id"] and handover["job"]["state"] == "finished"
+    assert handover["queries"][0]["batch_id"] == 6 and upgraded["restored_from"] == handover["path"]
+    assert process_gone(resumed["pid"])
+    for batch in (7, 8):
+        feed(inputs, batch)
+    wait_for(lambda: 8 in outputs(tmp_path / "out3"), what="batch 8 after the hand-over")
+    out3 = outputs(tmp_path / "out3")
+    assert min(out3) == 7
+    totals = expected_counts(range(9))
+    assert out3[8] == {room: totals[room] for room in out3[8]}
+
+    cancelled = cli_json(home, "cancel", upgraded["id"])
+    assert cancelled["state"] == "cancelled" and process_gone(upgraded["pid"])
+    code, _, err = cli(home, "savepoint", upgraded["id"])
     assert code == 12 and "not running (state: cancelled)" in err
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -10,8 +11,8 @@ import pytest
 
 from sparkpoint.config import Settings
 from sparkpoint.core import control
-from sparkpoint.core.jobs import Registry, pid_alive, state_of
-from sparkpoint.errors import JobNotRunningError
+from sparkpoint.core.jobs import HANDOVER_FILE, HANDOVER_WAITING, Registry, await_handover, pid_alive, state_of
+from sparkpoint.errors import BadArgumentError, JobNotRunningError, NotFoundError
 
 
 def test_cancel_without_an_agent_ends_the_process_group_at_once(tmp_path):
@@ -35,3 +36,34 @@ def test_cancel_without_an_agent_ends_the_process_group_at_once(tmp_path):
     assert leftovers == []
     with pytest.raises(JobNotRunningError, match="already cancelled"):
         control.cancel_job(settings, job.id)
+
+
+def test_replace_refuses_before_anything_starts(tmp_path):
+    settings = Settings(home=str(tmp_path / "home"))
+    app = tmp_path / "app.py"
+    app.write_text("")
+    registry = Registry(settings.home)
+    old = registry.new_job("old", app=str(app), app_args=[], master="local[2]", submit_args=[])
+    old.ended = {"state": "finished"}
+    registry.save(old)
+
+    with pytest.raises(BadArgumentError, match="drop -s"):
+        control.run_job(settings, control.RunRequest(app=str(app), replace=old.id, savepoint="sp"))
+    with pytest.raises(NotFoundError):
+        control.run_job(settings, control.RunRequest(app=str(app), replace="no-such-job"))
+    with pytest.raises(JobNotRunningError):
+        control.run_job(settings, control.RunRequest(app=str(app), replace=old.id))
+    assert [job.id for job in registry.all()] == [old.id]  # no new job registered, no driver launched
+
+
+def test_a_waiting_driver_gives_up_when_its_controller_is_gone(tmp_path):
+    controller = subprocess.Popen([sys.executable, "-c", "pass"])
+    controller.wait()
+    answer = await_handover(tmp_path, controller.pid, sleep=lambda _: None)
+    assert "ended before the hand-over" in answer["abort"]
+    assert (tmp_path / HANDOVER_WAITING).exists()
+
+
+def test_a_waiting_driver_takes_the_controllers_answer(tmp_path):
+    (tmp_path / HANDOVER_FILE).write_text('{"expected_queries": ["counts"]}')
+    assert await_handover(tmp_path, os.getpid()) == {"expected_queries": ["counts"]}

@@ -30,14 +30,23 @@ class Settings:
     transfer_workers: int = 4
     # Fresh cuts tried when Spark purges files of a live checkpoint during a savepoint.
     savepoint_attempts: int = 5
-    # Options for the fsspec file system of the home and of remote paths (endpoint, credentials).
+    # The savepoint catalog: a path or any fsspec URL (s3://bucket/savepoints); {home} is the home.
+    savepoints: str = "{home}/savepoints"
+    # Options for the fsspec file system of remote paths (endpoint, credentials).
     storage_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def savepoints_dir(self) -> str:
-        return _join(self.home_url(), "savepoints")
+        location = self.savepoints.replace("{home}", self.home_url())
+        return location if "://" in location else str(Path(location).expanduser())
 
     def home_url(self) -> str:
-        return self.home if "://" in self.home else str(Path(self.home).expanduser())
+        """The home: the job registry and the live checkpoints. A path every driver can reach (a local
+        disk, or a shared mount such as NFS): Spark writes checkpoints there through Hadoop's local file
+        system, and the registry keeps owner-only tokens and process ids that object stores cannot."""
+        if "://" in self.home and not self.home.startswith("file://"):
+            raise ConfigError(f"home {self.home!r}: the home must be a path (a local disk or a shared mount); "
+                              "put savepoints on object storage with the 'savepoints' setting instead")
+        return str(Path(self.home.removeprefix("file://")).expanduser())
 
 
 def _join(base: str, *parts: str) -> str:

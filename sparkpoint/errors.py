@@ -90,6 +90,12 @@ class JobFailedError(SparkpointError):
     exit_code = 13
 
 
+class UnreachableError(SparkpointError):
+    """A standalone master does not answer (down, wrong address or port)."""
+
+    exit_code = 14
+
+
 class RecordedFailureError(SparkpointError):
     """A background operation (a detached savepoint) failed earlier: reported again, with the exit
     status it failed with."""

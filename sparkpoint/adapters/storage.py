@@ -9,6 +9,7 @@ goes through fsspec. Errors of the storage become :class:`StorageError` or
 from __future__ import annotations
 
 import contextlib
+import functools
 import errno
 import hashlib
 import os
@@ -205,7 +206,38 @@ def storage_for(path: str, options: Mapping[str, Any] | None = None) -> tuple[St
         fs = fsspec.filesystem(protocol, **dict(options or {}))
     except (ImportError, ValueError) as exc:
         raise StorageError(f"no file system for '{protocol}://': {exc}") from None
-    return Storage(fs, local=False), path
+    return Storage(_ClearErrors(fs, f"{protocol}://{path.split('://', 1)[1].split('/', 1)[0]}"), local=False), path
+
+
+class _ClearErrors:
+    """An fsspec file system whose client failures (refused credentials, an endpoint that does not answer)
+    become one clear StorageError. FileNotFoundError and other OSErrors pass unchanged: callers retry on
+    a file that vanished, and translate_errors words the rest."""
+
+    def __init__(self, fs: Any, where: str):
+        self._fs = fs
+        self._where = where
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._fs, name)
+        if not callable(attribute):
+            return attribute
+
+        @functools.wraps(attribute)
+        def call(*args, **kwargs):
+            try:
+                return attribute(*args, **kwargs)
+            except FileNotFoundError:
+                raise
+            except PermissionError as exc:
+                raise StorageError(f"{self._where} refused access: {exc} (check the credentials, e.g. "
+                                   "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or storage_options)") from None
+            except OSError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - each client library has its own exception tree
+                raise StorageError(f"cannot use {self._where}: {type(exc).__name__}: {exc}") from None
+
+        return call
 
 
 _buffers = threading.local()

@@ -25,13 +25,15 @@ pass_app = click.make_pass_decorator(AppContext)
 @click.option("--stop-timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
               help="With --replace: seconds to wait for JOB's micro-batch boundary.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
+@click.option("--deploy-mode", type=click.Choice(["client", "cluster"]), default="client", show_default=True,
+              help="cluster: a standalone master runs the driver on a worker (submitted through its REST API).")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Spark configuration (repeatable).")
 @click.option("--detach", is_flag=True, help="Return once the job runs; its output goes to the job's driver.log.")
 @output_option
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, required=True, metavar="[SPARK_SUBMIT_OPTIONS] APP.py [APP_ARGS]")
 @pass_app
 def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, restore_grace, replace, savepoint_path,
-            stop_timeout, master, confs, detach, output, args):
+            stop_timeout, master, deploy_mode, confs, detach, output, args):
     """Run a streaming application under spark-submit as a managed job.
 
     sparkpoint's options come first; spark-submit's own (--py-files, --archives, --jars, --packages,
@@ -49,7 +51,7 @@ def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, res
         app=application, app_args=app_args, submit_args=submit_args, name=name, master=master,
         confs=list(confs), detach=detach, savepoint=from_savepoint, allow_non_restored_state=allow_non_restored_state,
         claim=claim_mode == "claim", restore_grace=restore_grace, replace=replace, savepoint_path=savepoint_path,
-        stop_timeout=stop_timeout,
+        stop_timeout=stop_timeout, deploy_mode=deploy_mode,
     )
     emit(output, control.run_job(app.settings, request, progress=app.progress()), _render_job)
 

@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from sparkpoint.cli import catalog_cmds, job_cmds, savepoint_cmds
+from sparkpoint.cli import catalog_cmds, cluster_cmds, job_cmds, savepoint_cmds
 from sparkpoint.cli.context import AppContext
 from sparkpoint.errors import SparkpointError
 
@@ -31,7 +31,7 @@ def cli(ctx: click.Context, home: str | None, config_path: str | None, quiet: bo
     ctx.obj = AppContext(config_path=config_path, overrides={"home": home}, quiet=quiet)
 
 
-for command in (*job_cmds.COMMANDS, *savepoint_cmds.COMMANDS, *catalog_cmds.COMMANDS):
+for command in (*job_cmds.COMMANDS, *savepoint_cmds.COMMANDS, *catalog_cmds.COMMANDS, *cluster_cmds.COMMANDS):
     cli.add_command(command)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from collections.abc import Callable
 
 from sparkpoint.adapters import spark_submit
+from sparkpoint.adapters.standalone import DRIVER_STATES, StandaloneMaster, submission_properties
 from sparkpoint.adapters.storage import join, storage_for
 from sparkpoint.config import Settings
 from sparkpoint.core import catalog, savepoint
@@ -42,7 +43,7 @@ from sparkpoint.errors import BadArgumentError, JobFailedError, JobNotRunningErr
 BOOTSTRAP = str(Path(__file__).resolve().parents[1] / "runtime" / "bootstrap.py")
 RUN_OPTIONS = {"--name", "-s", "--from-savepoint", "--allow-non-restored-state", "--claim-mode", "--master",
                "--conf", "--detach", "--output", "-o", "--restore-grace", "--replace", "--savepoint-path",
-               "--stop-timeout"}
+               "--stop-timeout", "--deploy-mode"}
 
 
 @dataclass
@@ -61,6 +62,7 @@ class RunRequest:
     replace: str | None = None  # a running job to stop with a savepoint and continue from
     savepoint_path: str | None = None  # with replace: where that savepoint goes
     stop_timeout: float = 60.0  # with replace: seconds to wait for the old job's batch boundary
+    deploy_mode: str = "client"  # cluster: the standalone master runs the driver (REST submission)
 
 
 def _parse_confs(confs: list[str]) -> list[str]:
@@ -85,6 +87,11 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
     conf_args = _parse_confs(request.confs)
     registry = Registry(settings.home_url())
     saved, replaced = None, None
+    cluster = request.deploy_mode == "cluster"
+    if cluster and request.replace:
+        raise BadArgumentError("--replace needs the new driver on this machine (client mode): in cluster mode, "
+                               "stop the job, then run -s")
+    master = StandaloneMaster(request.master) if cluster else None  # a bad master URL fails before anything runs
     if request.replace:
         if request.savepoint:
             raise BadArgumentError("--replace restores from the savepoint it takes of that job: drop -s")
@@ -102,24 +109,32 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
         if saved is not None:
             savepoint.restore(saved, job.checkpoint_root, mode="claim" if request.claim else "auto",
                               workers=settings.transfer_workers, progress=progress)
-        argv = [spark_submit.spark_submit(), "--master", request.master, "--name", job.id,
-                "--conf", f"spark.sql.streaming.checkpointLocation={job.checkpoint_root}", *conf_args,
-                *request.submit_args, BOOTSTRAP, job.directory, app, *request.app_args]
-        env = spark_submit.driver_environment()
-        env["SPARKPOINT_RESTORE_GRACE"] = str(request.restore_grace)
-        env["SPARKPOINT_ALLOW_NON_RESTORED_STATE"] = "1" if request.allow_non_restored_state else "0"
-        env["SPARKPOINT_EXPECTED_QUERIES"] = ",".join(q["name"] for q in saved.queries) if saved else ""
-        if replaced is not None:
-            env["SPARKPOINT_HANDOVER_FROM"] = str(os.getpid())
-        # Foreground: the driver's output goes to stderr, so stdout stays clean for --output json.
-        process = spark_submit.launch(argv, env, job.log_path if request.detach else None,
-                                      stdout=None if request.detach else sys.stderr)
+        driver_settings = {
+            "SPARKPOINT_RESTORE_GRACE": str(request.restore_grace),
+            "SPARKPOINT_ALLOW_NON_RESTORED_STATE": "1" if request.allow_non_restored_state else "0",
+            "SPARKPOINT_EXPECTED_QUERIES": ",".join(q["name"] for q in saved.queries) if saved else "",
+            **({"SPARKPOINT_HANDOVER_FROM": str(os.getpid())} if replaced is not None else {}),
+        }
+        checkpoint_conf = f"spark.sql.streaming.checkpointLocation={job.checkpoint_root}"
+        if master is not None:
+            job.submission_id = _submit(master, job, app, request, [*conf_args, "--conf", checkpoint_conf],
+                                        driver_settings)
+        else:
+            argv = [spark_submit.spark_submit(), "--master", request.master, "--name", job.id,
+                    "--conf", checkpoint_conf, *conf_args, *request.submit_args, BOOTSTRAP, job.directory, app,
+                    *request.app_args]
+            # Foreground: the driver's output goes to stderr, so stdout stays clean for --output json.
+            process = spark_submit.launch(argv, {**spark_submit.driver_environment(), **driver_settings},
+                                          job.log_path if request.detach else None,
+                                          stdout=None if request.detach else sys.stderr)
+            job.pid = process.pid
     except BaseException as exc:
         job.ended = {"state": "failed", "error": str(exc), "at": iso()}
         registry.save(job)
         raise
-    job.pid = process.pid
     registry.save(job)
+    if master is not None:
+        return _await_cluster_driver(registry, job, request.detach, sleep, clock, start_timeout)
     handover = None
     if replaced is not None:
         handover = _take_over(settings, registry, job, process, replaced, request, progress, sleep, clock,
@@ -146,7 +161,7 @@ def _take_over(settings: Settings, registry: Registry, job: Job, process: subpro
     except BaseException as exc:
         write_json(Path(job.directory) / HANDOVER_FILE, {"abort": f"the hand-over from {replaced.id} failed: {exc}"})
         if process.poll() is None:
-            _await_exit(process.pid, grace=30.0, sleep=sleep)
+            _end_driver(job, grace=30.0, sleep=sleep)
             job.ended = {"state": "cancelled", "reason": f"hand-over from {replaced.id} failed: {exc}", "at": iso()}
             registry.save(job)
         raise
@@ -173,6 +188,34 @@ def _await_handover_waiting(registry: Registry, job: Job, process: subprocess.Po
         if clock() > deadline:
             raise JobFailedError(f"job {job.id} did not start within {timeout:g} s; {replaced.id} is still running")
         sleep(0.02)
+
+
+def _submit(master: StandaloneMaster, job: Job, app: str, request: RunRequest, submit_args: list[str],
+            driver_settings: dict[str, str]) -> str:
+    """Hand the driver to the master through its REST API: spark-submit refuses Python cluster mode on
+    standalone, while Spark's PythonRunner, named directly, runs it."""
+    properties = submission_properties([*request.submit_args, *submit_args])
+    py_files = properties.get("spark.submit.pyFiles", "")
+    properties.update({"spark.app.name": job.id, "spark.pyspark.python": sys.executable,
+                       "spark.pyspark.driver.python": sys.executable})
+    return master.create(BOOTSTRAP, [BOOTSTRAP, py_files, job.directory, app, *request.app_args], properties,
+                         driver_settings)
+
+
+def _await_cluster_driver(registry: Registry, job: Job, detach: bool, sleep, clock, timeout: float) -> dict:
+    """Until the agent runs (detached) or the driver ended (foreground), as the master and the agent tell."""
+    deadline = clock() + timeout
+    while True:
+        job = registry.load(job.id)
+        state = state_of(job)
+        if state not in ACTIVE_STATES or (detach and (state == "running" or clock() > deadline)):
+            break
+        sleep(0.5)
+    info = describe_job(job, state=state)
+    if state in ("failed", "lost"):
+        reason = info["error"] or f"the master reports the driver {job.driver.get('driverState', 'unknown')}"
+        raise JobFailedError(f"job {job.id} failed: {reason}")
+    return info
 
 
 def _await_start(registry: Registry, job: Job, process: subprocess.Popen, sleep, clock, timeout: float) -> dict:
@@ -330,7 +373,7 @@ def _stop_with_savepoint(settings: Settings, registry: Registry, job: Job, targe
 
 def _record_stopped(registry: Registry, job: Job, cancelled: bool, sleep: Callable[[float], None]) -> dict[str, Any]:
     """Wait for the stopped driver to exit (ending it after a grace period) and record how it ended."""
-    _await_exit(job.pid, grace=30.0, sleep=sleep)
+    _end_driver(job, grace=30.0, sleep=sleep)
     job = registry.load(job.id)
     if cancelled or state_of(job) in ACTIVE_STATES or state_of(job) == "lost":
         job.ended = {"state": "cancelled" if cancelled else "finished", "reason": "stopped with savepoint",
@@ -351,10 +394,26 @@ def cancel_job(settings: Settings, reference: str, sleep: Callable[[float], None
         grace = 15.0  # the queries are stopped: let the application end by itself
     except SparkpointError:
         grace = 0.0  # an agent gone, wedged or not up yet: nobody else will end the driver
-    _await_exit(job.pid, grace=grace, sleep=sleep)
+    _end_driver(job, grace=grace, sleep=sleep)
     job.ended = {"state": "cancelled", "reason": "cancel", "previous_state": state, "at": iso()}
     registry.save(job)
     return describe_job(registry.load(job.id))
+
+
+def _end_driver(job: Job, grace: float, sleep: Callable[[float], None]) -> None:
+    """Let the driver end by itself within ``grace``; then end it: through the master for a cluster-mode
+    driver (the bootstrap's watchdog ends its Python when the JVM goes), else its process group."""
+    if not job.submission_id:
+        _await_exit(job.pid, grace, sleep)
+        return
+    master = StandaloneMaster(job.master)
+    waited = 0.0
+    while DRIVER_STATES.get(master.driver_state(job.submission_id).get("driverState"), "lost") in ACTIVE_STATES:
+        if waited >= grace:
+            master.kill(job.submission_id)
+            return
+        sleep(0.2)
+        waited += 0.2
 
 
 def _await_exit(pid: int | None, grace: float, sleep: Callable[[float], None]) -> None:

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from sparkpoint.adapters.agent_client import AgentClient
+from sparkpoint.adapters.standalone import DRIVER_STATES, StandaloneMaster
+from sparkpoint.adapters.storage import join, storage_for
 from sparkpoint.config import Settings
 from sparkpoint.core.times import iso
 from sparkpoint.errors import BadArgumentError, JobNotRunningError, NotFoundError, SparkpointError
@@ -59,7 +61,9 @@ class Job:
     detached: bool = False
     restored_from: str | None = None
     ended: dict[str, Any] | None = None  # recorded by the CLI: cancelled, or the launcher's exit
+    submission_id: str | None = None  # a driver the standalone master runs (--deploy-mode cluster)
     agent: dict[str, Any] = field(default_factory=dict)  # agent.json, as last read
+    driver: dict[str, Any] = field(default_factory=dict)  # the master's view of a cluster-mode driver, as last asked
 
     @property
     def checkpoint_root(self) -> str:
@@ -72,6 +76,7 @@ class Job:
     def record(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("agent")
+        data.pop("driver")
         return data
 
 
@@ -120,6 +125,8 @@ class Registry:
             raise SparkpointError(f"the registry entry {directory / JOB_FILE} is corrupted") from None
         job = Job(**data)
         job.agent = read_agent_file(directory)
+        if job.submission_id and not job.ended and job.agent.get("state") not in ("finished", "failed"):
+            job.driver = driver_status(job)
         return job
 
     def all(self) -> list[Job]:
@@ -214,10 +221,23 @@ def state_of(job: Job) -> str:
         return agent_state
     if job.ended:
         return job.ended.get("state", "failed")
-    alive = pid_alive(job.pid) and (not job.agent.get("pid") or pid_alive(job.agent["pid"]))
-    if not alive:
-        return "lost"
+    if job.submission_id:
+        driver_state = DRIVER_STATES.get(job.driver.get("driverState", "UNKNOWN"), "lost")
+        if driver_state not in ACTIVE_STATES:
+            return driver_state
+    else:
+        alive = pid_alive(job.pid) and (not job.agent.get("pid") or pid_alive(job.agent["pid"]))
+        if not alive:
+            return "lost"
     return "running" if agent_state == "running" else "starting"
+
+
+def driver_status(job: Job) -> dict[str, Any]:
+    """What the master says of a cluster-mode driver; an unreachable master says nothing (the job shows lost)."""
+    try:
+        return StandaloneMaster(job.master, timeout=2.0).driver_state(job.submission_id)
+    except SparkpointError as exc:
+        return {"driverState": "UNKNOWN", "message": str(exc)}
 
 
 def describe_job(job: Job, status: dict[str, Any] | None = None, state: str | None = None) -> dict[str, Any]:
@@ -233,9 +253,12 @@ def describe_job(job: Job, status: dict[str, Any] | None = None, state: str | No
         "app": job.app,
         "checkpoint_root": job.checkpoint_root,
         "restored_from": job.restored_from,
-        "log": job.log_path if job.detached else None,
+        "log": job.log_path if job.detached and not job.submission_id else None,
         "error": job.agent.get("error") or job.agent.get("restore_error") or (job.ended or {}).get("error"),
         "queries": (status or {}).get("queries", []),
+        "master": job.master,
+        "submission_id": job.submission_id,
+        "driver_state": job.driver.get("driverState"),
     }
 
 
@@ -256,7 +279,8 @@ def ui_entries(ui_url: str) -> list[dict[str, Any]]:
     return [
         {"source": "ui", "id": None, "name": app["app_name"], "state": "running", "app_id": app["app_id"],
          "pid": None, "created_at": None, "app": None, "checkpoint_root": None, "restored_from": None, "log": None,
-         "error": None, "queries": app["queries"], "last_savepoint": None, "ui": ui_url}
+         "error": None, "queries": app["queries"], "last_savepoint": None, "ui": ui_url,
+         "master": None, "submission_id": None, "driver_state": None}
         for app in applications(ui_url)
     ]
 
@@ -284,10 +308,12 @@ def list_jobs(settings: Settings, include_all: bool = False) -> list[dict[str, A
 
 def last_savepoint(settings: Settings, job_name: str) -> str | None:
     """The newest complete savepoint of a job name: ids sort by time, so no manifest is parsed."""
-    directory = Path(settings.savepoints_dir()) / job_name
-    if not directory.is_dir():
+    storage, directory = storage_for(join(settings.savepoints_dir(), job_name), settings.storage_options)
+    try:
+        entries = sorted((e.name for e in storage.list(directory) if e.is_dir), reverse=True)
+    except FileNotFoundError:
         return None
-    for entry in sorted(directory.iterdir(), reverse=True):
-        if (entry / MANIFEST).is_file():
-            return str(entry)
+    for name in entries:
+        if storage.exists(join(directory, name, MANIFEST)):
+            return join(directory, name)
     return None

@@ -15,11 +15,38 @@ import json
 import os
 import runpy
 import sys
+import threading
+import time
 import traceback
+
+
+def _end_with_the_jvm(parent: int) -> None:
+    """This Python driver's JVM is its parent. When the JVM goes (a master's kill, a worker's end), nothing
+    else ends this process: PySpark's gateway threads would keep it, an orphan, on the worker."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    print("sparkpoint: the driver JVM ended; ending its Python driver", file=sys.stderr, flush=True)
+    os._exit(137)
+
+
+def _hand_the_cluster_secret_to_spark() -> None:
+    """In cluster mode the master strips spark.authenticate.secret from a submission (it would show on the
+    driver's command line) and the worker hands it to the driver as _SPARK_AUTH_SECRET instead; Spark's
+    standalone driver reads it only from its configuration, so it goes there, inside the JVM."""
+    secret = os.environ.get("_SPARK_AUTH_SECRET")
+    if not secret:
+        return
+    from pyspark import SparkContext
+
+    SparkContext._ensure_initialized()
+    system = SparkContext._jvm.java.lang.System
+    if system.getProperty("spark.authenticate.secret") is None:
+        system.setProperty("spark.authenticate.secret", secret)
 
 
 def main(argv: list[str]) -> int:
     job_dir, app, *app_args = argv
+    threading.Thread(target=_end_with_the_jvm, args=(os.getppid(),), name="sparkpoint-jvm-watch", daemon=True).start()
     with open(os.path.join(job_dir, "job.json")) as handle:
         job = json.load(handle)
     with open(os.path.join(job_dir, "token")) as handle:
@@ -43,6 +70,7 @@ def main(argv: list[str]) -> int:
         restore_grace=float(os.environ.get("SPARKPOINT_RESTORE_GRACE", "60")),
     )
     agent.start()
+    _hand_the_cluster_secret_to_spark()
 
     # The application sees itself as __main__ with its own arguments and directory, as under spark-submit.
     sys.argv = [app, *app_args]

@@ -25,9 +25,15 @@ def test_precedence_flag_over_env_over_file_over_default(tmp_path):
 
 def test_config_file_from_environment(tmp_path):
     config = tmp_path / "sp.yaml"
-    config.write_text("home: s3://bucket/sparkpoint\n")
+    config.write_text("home: /srv/sparkpoint\nsavepoints: s3://bucket/savepoints\n")
     settings = load_settings(None, {}, {"SPARKPOINT_CONFIG": str(config)})
-    assert settings.savepoints_dir() == "s3://bucket/sparkpoint/savepoints"
+    assert settings.savepoints_dir() == "s3://bucket/savepoints"
+    assert Settings(home="/srv/sp").savepoints_dir() == "/srv/sp/savepoints"
+
+
+def test_a_home_on_object_storage_is_refused_with_the_way_out():
+    with pytest.raises(ConfigError, match="the 'savepoints' setting"):
+        Settings(home="s3://bucket/sparkpoint").home_url()
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,138 @@
+"""A Spark standalone master: its REST submission API (create, status, kill) and its JSON status page.
+
+Both answer only requests carrying a short-lived JWS token signed with the key of Spark's JWSFilter
+(``spark.org.apache.spark.ui.JWSFilter.param.secretKey``), read with the rest of the cluster's client
+settings from ``$SPARK_CONF_DIR/spark-defaults.conf``, the file spark-submit reads too.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from sparkpoint.errors import BadArgumentError, ConfigError, SparkFailureError, UnreachableError
+
+JWS_KEY = "spark.org.apache.spark.ui.JWSFilter.param.secretKey"
+PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
+TOKEN_SECONDS = 60
+_SEPARATOR = re.compile(r"\s*[=:\s]\s*")  # Java properties: key=value, key: value, key value
+# spark-submit options that cluster mode turns into Spark properties of the REST submission.
+SUBMIT_OPTION_PROPERTIES = {
+    "--py-files": "spark.submit.pyFiles", "--jars": "spark.jars", "--files": "spark.files",
+    "--archives": "spark.archives", "--packages": "spark.jars.packages", "--driver-memory": "spark.driver.memory",
+    "--driver-cores": "spark.driver.cores", "--executor-memory": "spark.executor.memory",
+    "--executor-cores": "spark.executor.cores", "--total-executor-cores": "spark.cores.max",
+    "--driver-java-options": "spark.driver.extraJavaOptions", "--driver-class-path": "spark.driver.extraClassPath",
+}
+# The master's driver states, as sparkpoint's job states.
+DRIVER_STATES = {"SUBMITTED": "starting", "RUNNING": "running", "RELAUNCHING": "starting", "FINISHED": "finished",
+                 "FAILED": "failed", "ERROR": "failed", "KILLED": "cancelled", "UNKNOWN": "lost"}
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """A spark-defaults.conf: ``key value`` or ``key=value`` lines, ``#`` comments."""
+    properties = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, value = (*_SEPARATOR.split(line, 1), "")[:2]
+        properties[key] = value.strip()
+    return properties
+
+
+def client_properties(conf_dir: str | None = None) -> dict[str, str]:
+    conf_dir = conf_dir or os.environ.get("SPARK_CONF_DIR")
+    if not conf_dir:
+        return {}
+    path = Path(conf_dir) / "spark-defaults.conf"
+    return read_properties(path) if path.is_file() else {}
+
+
+def submission_properties(submit_args: list[str]) -> dict[str, str]:
+    """spark-submit's options as the Spark properties a REST submission carries."""
+    properties, index = {}, 0
+    while index < len(submit_args):
+        option = submit_args[index]
+        name, has_value, value = option.partition("=")
+        if not has_value:
+            value = submit_args[index + 1] if index + 1 < len(submit_args) else ""
+            index += 1
+        index += 1
+        if name == "--conf":
+            key, _, conf_value = value.partition("=")
+            properties[key] = conf_value
+        elif name in SUBMIT_OPTION_PROPERTIES:
+            properties[SUBMIT_OPTION_PROPERTIES[name]] = value
+        else:
+            known = ", ".join(sorted(SUBMIT_OPTION_PROPERTIES))
+            raise BadArgumentError(f"{name} cannot be passed in cluster mode (REST submission); known: {known}, --conf")
+    return properties
+
+
+class StandaloneMaster:
+    def __init__(self, master_url: str, properties: dict[str, str] | None = None, timeout: float = 10.0):
+        parts = urlsplit(master_url)
+        if parts.scheme != "spark" or not parts.hostname:
+            raise BadArgumentError(f"{master_url!r} is not a standalone master URL (spark://HOST:PORT)")
+        self.master_url = master_url
+        self.properties = client_properties() if properties is None else properties
+        host = parts.hostname
+        self.rest_url = f"http://{host}:{self.properties.get('spark.master.rest.port', '6066')}/v1/submissions"
+        self.ui_url = f"http://{host}:{self.properties.get('spark.master.ui.port', '8080')}"
+        self.timeout = timeout
+
+    def _headers(self) -> dict[str, str]:
+        key = self.properties.get(JWS_KEY)
+        if not key:
+            return {}
+        import jwt  # here: only commands that talk to a master pay for the import
+
+        token = jwt.encode({"sub": "sparkpoint", "exp": int(time.time()) + TOKEN_SECONDS},
+                           base64.b64decode(key), algorithm="HS256")
+        return {"Authorization": f"Bearer {token}"}
+
+    def _call(self, method: str, url: str, **kwargs) -> dict[str, Any]:
+        import requests
+
+        try:
+            response = requests.request(method, url, headers=self._headers(), timeout=self.timeout, **kwargs)
+        except requests.RequestException as exc:
+            where = urlsplit(url).netloc
+            raise UnreachableError(f"the standalone master at {where} does not answer: {type(exc).__name__}") from None
+        if response.status_code in (401, 403):
+            raise ConfigError(f"the master refused sparkpoint's token ({response.status_code}): "
+                              "is SPARK_CONF_DIR the cluster's client configuration?")
+        try:
+            return response.json()
+        except ValueError:
+            raise SparkFailureError(f"the master answered {url} with status {response.status_code}, not JSON") from None
+
+    def create(self, app_resource: str, app_args: list[str], spark_properties: dict[str, str],
+               environment: dict[str, str]) -> str:
+        body = {
+            "action": "CreateSubmissionRequest", "clientSparkVersion": "4.3.0", "appResource": app_resource,
+            "mainClass": PYTHON_RUNNER, "appArgs": app_args, "environmentVariables": environment,
+            "sparkProperties": {"spark.master": self.master_url, "spark.submit.deployMode": "cluster",
+                                **{k: v for k, v in self.properties.items() if k.startswith("spark.authenticate")},
+                                **spark_properties},
+        }
+        answer = self._call("POST", f"{self.rest_url}/create", json=body)
+        if not answer.get("success"):
+            raise SparkFailureError(f"the master refused the submission: {answer.get('message', answer)}")
+        return answer["submissionId"]
+
+    def driver_state(self, submission_id: str) -> dict[str, Any]:
+        return self._call("GET", f"{self.rest_url}/status/{submission_id}")
+
+    def kill(self, submission_id: str) -> dict[str, Any]:
+        return self._call("POST", f"{self.rest_url}/kill/{submission_id}")
+
+    def overview(self) -> dict[str, Any]:
+        """The master's JSON page: workers, active and completed applications and drivers."""
+        return self._call("GET", f"{self.ui_url}/json/")

@@ -1,0 +1,87 @@
+"""cluster start|stop|status: a local standalone master and worker for trying sparkpoint on a real cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from sparkpoint.cli.context import emit, output_option
+
+DEFAULT_DIR = ".sparkpoint-cluster"
+
+
+def _directory_option(command):
+    return click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_DIR,
+                        show_default=True, envvar="SPARKPOINT_CLUSTER_DIR",
+                        help="Holds conf/ (secrets, 0600), logs/, pids/ and the worker's work/ [env SPARKPOINT_CLUSTER_DIR].")(command)
+
+
+def _ports_options(command):
+    for name, default in (("--rest-port", 6066), ("--worker-ui-port", 8081), ("--master-ui-port", 8080),
+                          ("--master-port", 7077)):
+        command = click.option(name, type=click.IntRange(1, 65535), default=default, show_default=True)(command)
+    return command
+
+
+@click.group("cluster")
+def cluster_group():
+    """A Spark standalone master and worker on 127.0.0.1, from the installed pyspark.
+
+    The master's RPC, REST submission server (for --deploy-mode cluster) and web UIs require the
+    secrets written to DIR/conf/spark-defaults.conf; point SPARK_CONF_DIR at DIR/conf to use it.
+    """
+
+
+def _ports(master_port, master_ui_port, worker_ui_port, rest_port):
+    from sparkpoint.core.local_cluster import Ports
+
+    return Ports(master=master_port, master_ui=master_ui_port, rest=rest_port, worker_ui=worker_ui_port)
+
+
+@cluster_group.command("start")
+@_directory_option
+@_ports_options
+@click.option("--cores", type=click.IntRange(min=1), default=2, show_default=True, help="The worker's cores.")
+@click.option("--memory", default="4g", show_default=True, help="The worker's memory.")
+@output_option
+def start_cmd(directory, master_port, master_ui_port, worker_ui_port, rest_port, cores, memory, output):
+    """Start the master and one worker; return once the worker has registered."""
+    from sparkpoint.core import local_cluster
+
+    info = local_cluster.start(directory, _ports(master_port, master_ui_port, worker_ui_port, rest_port), cores, memory)
+    emit(output, info, _render_status)
+
+
+@cluster_group.command("status")
+@_directory_option
+@_ports_options
+@output_option
+def status_cmd(directory, master_port, master_ui_port, worker_ui_port, rest_port, output):
+    """Processes, registered workers, running applications and drivers."""
+    from sparkpoint.core import local_cluster
+
+    emit(output, local_cluster.status(directory, _ports(master_port, master_ui_port, worker_ui_port, rest_port)),
+         _render_status)
+
+
+@cluster_group.command("stop")
+@_directory_option
+@output_option
+def stop_cmd(directory, output):
+    """Stop the worker (with its drivers and executors) and the master."""
+    from sparkpoint.core import local_cluster
+
+    result = local_cluster.stop(directory)
+    emit(output, result, lambda r: click.echo(f"stopped: {', '.join(r['stopped']) or 'nothing was running'}"))
+
+
+def _render_status(info: dict) -> None:
+    up = info["master_pid"] and info["worker_pid"]
+    click.echo(f"cluster {info['master_url']}: {'up' if up else 'down'} (master pid {info['master_pid'] or '-'}, "
+               f"worker pid {info['worker_pid'] or '-'}, {info['workers_alive']} worker(s) registered)")
+    click.echo(f"  REST {info['rest_url']}; export SPARK_CONF_DIR={info['conf_dir']}")
+    click.echo(f"  applications: {', '.join(info['active_apps']) or '-'}; drivers: {', '.join(info['active_drivers']) or '-'}")
+
+
+COMMANDS = (cluster_group,)

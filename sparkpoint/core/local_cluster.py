@@ -1,0 +1,167 @@
+"""A Spark standalone master and worker on this machine, from the installed pyspark: for trying
+sparkpoint against a real cluster, and for its tests.
+
+Everything lives under one directory: ``conf/spark-defaults.conf`` (mode 0600: the RPC secret and the
+JWS key that the master's REST server and web UIs require), ``logs/``, ``pids/`` and the worker's
+``work/`` (drivers and executors write their output there). Clients point SPARK_CONF_DIR at ``conf``.
+Every port listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkpoint.adapters.spark_submit import spark_submit
+from sparkpoint.adapters.standalone import JWS_KEY, StandaloneMaster, read_properties
+from sparkpoint.core.jobs import pid_alive
+from sparkpoint.errors import EnvironmentSetupError, SparkpointError
+
+HOST = "127.0.0.1"
+JWS_FILTER = "org.apache.spark.ui.JWSFilter"
+
+
+@dataclass(frozen=True)
+class Ports:
+    master: int = 7077
+    master_ui: int = 8080
+    rest: int = 6066
+    worker_ui: int = 8081
+
+
+def conf_dir(directory: Path) -> Path:
+    return directory / "conf"
+
+
+def _conf_file(directory: Path) -> Path:
+    return conf_dir(directory) / "spark-defaults.conf"
+
+
+def _pid_file(directory: Path, role: str) -> Path:
+    return directory / "pids" / f"{role}.pid"
+
+
+def _read_pid(directory: Path, role: str) -> int | None:
+    try:
+        return int(_pid_file(directory, role).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _write_conf(directory: Path, ports: Ports) -> None:
+    """The cluster's settings, secrets included: written once, owner-only, atomically."""
+    path = _conf_file(directory)
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = {
+        "spark.authenticate": "true",
+        "spark.authenticate.secret": secrets.token_hex(32),
+        "spark.master.rest.enabled": "true",
+        "spark.master.rest.host": HOST,
+        "spark.master.rest.port": str(ports.rest),
+        "spark.master.ui.port": str(ports.master_ui),
+        "spark.master.rest.filters": JWS_FILTER,
+        "spark.ui.filters": JWS_FILTER,
+        JWS_KEY: base64.b64encode(secrets.token_bytes(32)).decode(),
+        "spark.org.apache.spark.ui.JWSFilter.param.requireExpiration": "true",
+        "spark.pyspark.python": sys.executable,
+    }
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write("# Written by sparkpoint cluster start. Secrets: keep this file private.\n")
+        handle.writelines(f"{key} {value}\n" for key, value in lines.items())
+    os.replace(tmp, path)
+
+
+def _spawn(directory: Path, role: str, main_class: str, args: list[str]) -> int:
+    spark_class = str(Path(spark_submit()).with_name("spark-class"))
+    env = dict(os.environ, SPARK_LOCAL_IP=HOST, SPARK_MASTER_HOST=HOST, SPARK_CONF_DIR=str(conf_dir(directory)),
+               PYSPARK_PYTHON=sys.executable)
+    (directory / "logs").mkdir(exist_ok=True)
+    with open(directory / "logs" / f"{role}.log", "ab") as log:
+        process = subprocess.Popen([spark_class, main_class, *args, "--properties-file", str(_conf_file(directory))],
+                                   env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    _pid_file(directory, role).parent.mkdir(exist_ok=True)
+    _pid_file(directory, role).write_text(str(process.pid))
+    return process.pid
+
+
+def master_url(ports: Ports = Ports()) -> str:
+    return f"spark://{HOST}:{ports.master}"
+
+
+def start(directory: Path, ports: Ports = Ports(), cores: int = 2, memory: str = "4g", timeout: float = 90.0
+          ) -> dict[str, Any]:
+    directory = directory.resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    if any(pid_alive(_read_pid(directory, role)) for role in ("master", "worker")):
+        raise SparkpointError(f"a cluster already runs from {directory}: 'sparkpoint cluster stop' first")
+    _write_conf(directory, ports)
+    _spawn(directory, "master", "org.apache.spark.deploy.master.Master",
+           ["--host", HOST, "--port", str(ports.master), "--webui-port", str(ports.master_ui)])
+    _spawn(directory, "worker", "org.apache.spark.deploy.worker.Worker",
+           ["--host", HOST, "--webui-port", str(ports.worker_ui), "--cores", str(cores), "--memory", memory,
+            "--work-dir", str(directory / "work"), master_url(ports)])
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = status(directory, ports)
+        if info["workers_alive"]:
+            return info
+        if not info["master_pid"] or not info["worker_pid"]:
+            break
+        time.sleep(0.5)
+    stop(directory)
+    raise EnvironmentSetupError(f"the cluster did not come up within {timeout:g} s; see {directory / 'logs'}")
+
+
+def status(directory: Path, ports: Ports = Ports()) -> dict[str, Any]:
+    directory = directory.resolve()
+    pids = {role: _read_pid(directory, role) for role in ("master", "worker")}
+    alive = {role: pid if pid_alive(pid) else None for role, pid in pids.items()}
+    overview: dict[str, Any] = {}
+    if alive["master"] and _conf_file(directory).exists():
+        with contextlib.suppress(SparkpointError):
+            overview = StandaloneMaster(master_url(ports), read_properties(_conf_file(directory)),
+                                        timeout=2.0).overview()
+    return {
+        "directory": str(directory),
+        "master_url": master_url(ports),
+        "rest_url": f"http://{HOST}:{ports.rest}",
+        "conf_dir": str(conf_dir(directory)),
+        "master_pid": alive["master"],
+        "worker_pid": alive["worker"],
+        "workers_alive": sum(1 for w in overview.get("workers", []) if w.get("state") == "ALIVE"),
+        "active_apps": [a.get("id") for a in overview.get("activeapps", [])],
+        "active_drivers": [d.get("id") for d in overview.get("activedrivers", [])],
+    }
+
+
+def stop(directory: Path, grace: float = 10.0) -> dict[str, Any]:
+    """End the worker (and the drivers and executors it runs), then the master."""
+    directory = directory.resolve()
+    stopped = []
+    for role in ("worker", "master"):
+        pid = _read_pid(directory, role)
+        if pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            stopped.append(role)
+        _pid_file(directory, role).unlink(missing_ok=True)
+    return {"directory": str(directory), "stopped": stopped}

@@ -94,7 +94,7 @@ class StandaloneMaster:
         import jwt  # here: only commands that talk to a master pay for the import
 
         token = jwt.encode({"sub": "sparkpoint", "exp": int(time.time()) + TOKEN_SECONDS},
-                           base64.b64decode(key), algorithm="HS256")
+                           base64.urlsafe_b64decode(key + "=" * (-len(key) % 4)), algorithm="HS256")
         return {"Authorization": f"Bearer {token}"}
 
     def _call(self, method: str, url: str, **kwargs) -> dict[str, Any]:

@@ -72,7 +72,8 @@ def _write_conf(directory: Path, ports: Ports) -> None:
         "spark.master.ui.port": str(ports.master_ui),
         "spark.master.rest.filters": JWS_FILTER,
         "spark.ui.filters": JWS_FILTER,
-        JWS_KEY: base64.b64encode(secrets.token_bytes(32)).decode(),
+        # Spark's JWSFilter reads the key as base64url; 48 bytes encode without padding.
+        JWS_KEY: base64.urlsafe_b64encode(secrets.token_bytes(48)).decode(),
         "spark.org.apache.spark.ui.JWSFilter.param.requireExpiration": "true",
         "spark.pyspark.python": sys.executable,
     }

@@ -13,24 +13,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from clitools import cli, cli_json, process_gone, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 APP = str(Path(__file__).parent / "apps" / "room_counts.py")
 ROOMS = ["kitchen", "hall", "garage"]
-
-
-def cli(home, *args, timeout=300):
-    done = subprocess.run([sys.executable, "-m", "sparkpoint", "--home", str(home), *args],
-                          capture_output=True, text=True, timeout=timeout)
-    return done.returncode, done.stdout, done.stderr
-
-
-def cli_json(home, command, *args):
-    # Right after the command: after a job's application, options belong to the application.
-    code, out, err = cli(home, command, "--output", "json", *args)
-    assert code == 0, err[-3000:]
-    return json.loads(out)
 
 
 def events(batch):
@@ -50,26 +38,8 @@ def expected_counts(batches) -> dict:
     return dict(Counter(e["room"] for b in batches for e in events(b)))
 
 
-def wait_for(predicate, timeout=120.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def outputs(directory: Path) -> dict[int, dict]:
     return {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in directory.glob("batch-*.json")}
-
-
-def process_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
 
 
 def test_pit_stop_savepoint_stop_and_resume(tmp_path):

@@ -1,0 +1,55 @@
+"""Driving the real CLI from end-to-end tests: commands, JSON results, waiting, process checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def cli(home, *args, timeout=300):
+    done = subprocess.run([sys.executable, "-m", "sparkpoint", "--home", str(home), *args],
+                          capture_output=True, text=True, timeout=timeout)
+    return done.returncode, done.stdout, done.stderr
+
+
+def cli_json(home, command, *args):
+    # Right after the command: after a job's application, options belong to the application.
+    code, out, err = cli(home, command, "--output", "json", *args)
+    assert code == 0, err[-3000:]
+    return json.loads(out)
+
+
+def wait_for(predicate, timeout=120.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line contains ``text`` (a job directory, say)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in command and not process_gone(int(entry.name)):
+                found.append(int(entry.name))
+    return found

@@ -29,6 +29,7 @@ from sparkpoint.adapters.storage import (
     digest_of,
     is_url,
     join,
+    parent,
     storage_for,
     translate_errors,
 )
@@ -400,7 +401,11 @@ def restore(
         [target] if not target_storage.exists(target)
         else [dest for dest in destinations.values() if not target_storage.exists(dest)]
     )
-    items, relocations = _restore_items(savepoint, chosen, destinations, target_storage, resolved)
+    # On a local disk each query's checkpoint is assembled in a hidden sibling and renamed into place once
+    # verified: a restore killed half-way must never leave a checkpoint that Spark would start from (a
+    # `metadata` file without offsets is a new query that silently reprocesses from the beginning).
+    staging = {name: _staging_path(dest) if target_storage.local else dest for name, dest in destinations.items()}
+    items, relocations = _restore_items(savepoint, chosen, staging, destinations, target_storage, resolved)
     try:
         results = transfer.run([t for _, t in items], workers, progress, f"restore {savepoint.manifest['id']}")
         _check_results(savepoint, items, results, target_storage)
@@ -409,11 +414,18 @@ def restore(
                 raw = savepoint.storage.read_bytes(join(savepoint.path, entry["path"]))
                 _check_digest(savepoint, entry, raw)
                 target_storage.write_atomic(dst, relocate_metadata(raw, _spark_uri(dest)))
+        for name, dest in destinations.items():
+            if staging[name] != dest:
+                with translate_errors(dest):
+                    os.replace(staging[name], dest)  # onto nothing, or onto the empty directory checked above
     except transfer.SourceMissing as missing:
-        _undo(target_storage, destinations.values(), created)
+        _undo(target_storage, destinations.values(), [*created, *staging.values()])
+        if not savepoint.storage.exists(join(savepoint.path, mf.MANIFEST)):
+            raise NotFoundError(f"savepoint {savepoint.path} was deleted (disposed or pruned) while it was restored; "
+                                "nothing was restored") from None
         raise SavepointInvalidError(f"savepoint file {missing.path} is missing: the savepoint is broken") from None
     except BaseException:
-        _undo(target_storage, destinations.values(), created)
+        _undo(target_storage, destinations.values(), [*created, *staging.values()])
         raise
     if mode == "claim":
         # Claimed only once the restored copy is complete and verified: a failure before this
@@ -432,14 +444,20 @@ def restore(
     }
 
 
+def _staging_path(dest: str) -> str:
+    return join(parent(dest), f".{basename(dest)}.sparkpoint-restoring-{secrets.token_hex(4)}")
+
+
 def _restore_items(
     savepoint: Savepoint,
     chosen: list[dict[str, Any]],
+    placements: dict[str, str],
     destinations: dict[str, str],
     target_storage: Storage,
     mode: transfer.Mode,
 ) -> tuple[list[tuple[dict[str, Any], transfer.Transfer]], list[tuple[dict[str, Any], str, str]]]:
-    """The files to transfer as they are, and the metadata files to rewrite for the new location."""
+    """The files to transfer as they are, and the metadata files to rewrite for the new location.
+    Files are written below ``placements``; rewritten paths name the final ``destinations``."""
     items = []
     relocations = []
     for q in chosen:
@@ -447,7 +465,7 @@ def _restore_items(
         dest = destinations[q["name"]]
         relocate = set(q.get("relocate", []))
         for entry in q["files"]:
-            dst = join(dest, entry["path"][len(prefix):])
+            dst = join(placements[q["name"]], entry["path"][len(prefix):])
             if entry["path"] in relocate:
                 relocations.append((entry, dst, dest))
             elif not _checksum_of_relocated(entry["path"], relocate):
@@ -517,7 +535,8 @@ def _undo(storage: Storage, destinations, created: list[str]) -> None:
     """Remove what a failed restore wrote; a target that existed (empty) before stays, emptied."""
     try:
         for path in created:
-            storage.remove_tree(path)
+            if storage.exists(path):
+                storage.remove_tree(path)
         for dest in destinations:
             if not any(_inside(dest, path) for path in created) and storage.exists(dest):
                 for entry in storage.list(dest):

@@ -10,7 +10,7 @@ import time
 import pytest
 import workloads
 from test_differential import final_state, savepoint_of
-from workloads import WORKLOADS
+from workloads import AGGRESSIVE_RETENTION, WORKLOADS
 
 from sparkpoint.core import savepoint as sp
 from sparkpoint.errors import CutUnavailableError
@@ -18,20 +18,6 @@ from sparkpoint.errors import CutUnavailableError
 pytestmark = pytest.mark.spark
 
 BATCHES = 16
-AGGRESSIVE_RETENTION = {
-    "spark.sql.streaming.minBatchesToRetain": "2",
-    "spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",
-}
-
-
-@pytest.fixture
-def retention_confs(spark):
-    """The shared session keeps confs between tests: put back Spark's defaults afterwards."""
-    yield
-    for key in AGGRESSIVE_RETENTION:
-        spark.conf.unset(key)
-
-
 @pytest.mark.parametrize("kind", ["hdfs", "format_v2"])
 def test_savepoints_of_a_running_query_are_valid_or_refused(spark, tmp_path, kind, retention_confs):
     workload = WORKLOADS[kind]

@@ -148,3 +148,10 @@ def run(spark, workload: Workload, input_base: str, checkpoint: str, extra_confs
     if query.exception() is not None:
         raise query.exception()
     return outputs
+
+
+# Spark's retention at its most aggressive: what savepoints of live queries must survive.
+AGGRESSIVE_RETENTION = {
+    "spark.sql.streaming.minBatchesToRetain": "2",
+    "spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",
+}

@@ -91,6 +91,17 @@ def test_human_output_goes_to_stdout_and_names_the_cut(capsys, home, checkpoint)
         (["prune"], 2, "needs --keep-last"),
         (["prune", "--max-age", "soon"], 2, "invalid duration"),
         (["--config", "{tmp}/bad.yaml", "savepoints"], 3, "not valid YAML"),
+        (["savepoint", "--from-checkpoint", "{tmp}/alarms", "{tmp}/alarms/inside"], 2, "lies inside the checkpoint"),
+        (["stop", "no-such-job"], 4, "no job 'no-such-job'"),
+        (["cancel", "no-such-job"], 4, "no job 'no-such-job'"),
+        (["savepoint", "--status", "no-such-job", "t-1"], 4, "no job 'no-such-job'"),
+        (["prune", "--keep-last", "-1"], 2, "Invalid value"),
+        (["stop", "x", "--timeout", "soon"], 2, "Invalid value"),
+        (["run", "{tmp}/missing.py"], 4, "does not exist"),
+        (["run", "--conf", "no-value", "{tmp}/app.py"], 2, "expected KEY=VALUE"),
+        (["run", "--deploy-mode", "cluster", "{tmp}/app.py"], 2, "not a standalone master URL"),
+        (["run", "--replace", "no-such-job", "{tmp}/app.py"], 4, "no job 'no-such-job'"),
+        (["--home", "s3://bucket/home", "list"], 3, "the home must be a path"),
     ],
 )
 def test_bad_input_is_one_line_on_stderr_with_its_exit_code(capsys, home, checkpoint, tmp_path, args, code, message):
@@ -99,6 +110,7 @@ def test_bad_input_is_one_line_on_stderr_with_its_exit_code(capsys, home, checkp
     write(tmp_path / "fresh" / "metadata", json.dumps({"id": "q"}))
     write(tmp_path / "fresh" / "offsets" / "0", offsets(0))
     (tmp_path / "bad.yaml").write_text("home: [")
+    (tmp_path / "app.py").write_text("")
     before = sorted(os.walk(tmp_path))
     got, out, err = run(capsys, *[a.format(tmp=tmp_path) for a in args])
     assert got == code, err
@@ -155,3 +167,21 @@ def test_fast_paths_never_import_pyspark(tmp_path):
 def test_module_entry_point(tmp_path):
     done = subprocess.run([sys.executable, "-m", "sparkpoint", "--version"], capture_output=True, text=True)
     assert done.returncode == 0 and "version" in done.stdout
+
+
+def test_ambiguous_job_prefixes_and_drivers_that_do_not_answer(capsys, home, tmp_path):
+    from sparkpoint.core.jobs import Registry, write_agent_file
+
+    registry = Registry(str(home))
+    jobs = [registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[]) for _ in range(2)]
+    code, _, err = run(capsys, "stop", "alarms-")
+    assert code == 2 and "matches 2 jobs" in err
+
+    # A driver that is alive (this process stands in) but whose agent no longer answers on its port.
+    job = jobs[0]
+    job.pid = os.getpid()
+    registry.save(job)
+    write_agent_file(job.directory, {"state": "running", "host": "127.0.0.1", "port": 9, "pid": os.getpid()})
+    for command in ("savepoint", "stop"):
+        code, _, err = run(capsys, command, job.id)
+        assert code == 12 and "does not answer" in err and len(err.strip().splitlines()) == 1, err

@@ -280,7 +280,7 @@ def ui_entries(ui_url: str) -> list[dict[str, Any]]:
         {"source": "ui", "id": None, "name": app["app_name"], "state": "running", "app_id": app["app_id"],
          "pid": None, "created_at": None, "app": None, "checkpoint_root": None, "restored_from": None, "log": None,
          "error": None, "queries": app["queries"], "last_savepoint": None, "ui": ui_url,
-         "master": None, "submission_id": None, "driver_state": None}
+         "master": None, "submission_id": None, "driver_state": None, "app_state": None}
         for app in applications(ui_url)
     ]
 
@@ -303,7 +303,23 @@ def list_jobs(settings: Settings, include_all: bool = False) -> list[dict[str, A
 
     shown = [(job, state) for job, state in states if include_all or state in ACTIVE_STATES]
     with ThreadPoolExecutor(max_workers=8) as pool:
-        return list(pool.map(lambda pair: live(*pair), shown))
+        entries = list(pool.map(lambda pair: live(*pair), shown))
+    _add_application_states(entries)
+    return entries
+
+
+def _add_application_states(entries: list[dict[str, Any]]) -> None:
+    """What each standalone master says of its applications (one request per master)."""
+    applications: dict[str, dict[str, str]] = {}
+    for master in {e["master"] for e in entries if (e["master"] or "").startswith("spark://")}:
+        try:
+            overview = StandaloneMaster(master, timeout=2.0).overview()
+        except SparkpointError:
+            continue
+        applications[master] = {a.get("id"): a.get("state")
+                                for a in [*overview.get("activeapps", []), *overview.get("completedapps", [])]}
+    for entry in entries:
+        entry["app_state"] = applications.get(entry["master"], {}).get(entry["app_id"])
 
 
 def last_savepoint(settings: Settings, job_name: str) -> str | None:

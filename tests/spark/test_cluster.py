@@ -96,6 +96,7 @@ def test_pit_stop_on_a_cluster_with_savepoints_on_s3_then_migration_to_local(clu
     assert not (tmp_path / "out-v2" / "batch-1.json").exists()  # nothing before the cut re-ran
     listed = {j["id"]: j for j in cli_json(home, "list")}
     assert listed[v2["id"]]["state"] == "running" and listed[v2["id"]]["queries"][0]["batch_id"] == 2
+    assert listed[v2["id"]]["app_state"] == "RUNNING"
 
     live_v2 = cli_json(home, "savepoint", v2["id"])
     assert live_v2["queries"][0]["batch_id"] == 2 and cli(home, "verify", live_v2["id"])[0] == 0
@@ -103,7 +104,9 @@ def test_pit_stop_on_a_cluster_with_savepoints_on_s3_then_migration_to_local(clu
     assert cancelled["state"] == "cancelled"
     # The master agrees, and nothing of the driver is left on the worker: not its JVM, not its Python.
     assert wait_for(lambda: not processes_mentioning(f"jobs/{v2['id']}"), timeout=30, what="v2's processes to end")
-    assert {j["id"]: j["state"] for j in cli_json(home, "list", "--all")}[v2["id"]] == "cancelled"
+    after = {j["id"]: j for j in cli_json(home, "list", "--all")}
+    assert after[v2["id"]]["state"] == "cancelled" and after[v2["id"]]["app_state"] in ("FINISHED", "KILLED")
+    assert after[v1["id"]]["app_state"] == "FINISHED"  # v1 ran in client mode: the master saw it end
     code, _, err = cli(home, "savepoint", v2["id"])
     assert code == 12 and "not running" in err
 

@@ -285,12 +285,7 @@ def test_fifty_savepoints_racing_spark_retention(spark, tmp_path, retention_conf
     expected_state = final_state(spark, str(tmp_path / "ref-ckpt"))
 
     inputs, checkpoint = str(tmp_path / "in"), str(tmp_path / "ckpt")
-    workloads.add_batches(inputs, workload, range(2))
-    for key, value in {**workload.confs, **AGGRESSIVE_RETENTION}.items():
-        spark.conf.set(key, value)
-    query = (workload.build(spark, workloads.input_dirs(inputs, workload)).writeStream
-             .outputMode(workload.output_mode).foreachBatch(lambda frame, batch_id: frame.count())
-             .option("checkpointLocation", checkpoint).trigger(processingTime="100 milliseconds").start())
+    query = workloads.start_live(spark, workload, inputs, checkpoint)
     while (query.lastProgress or {}).get("batchId", -1) < 1:
         time.sleep(0.05)
     taken, refused, next_batch = [], [], 2

@@ -18,6 +18,8 @@ from sparkpoint.errors import CutUnavailableError
 pytestmark = pytest.mark.spark
 
 BATCHES = 16
+
+
 @pytest.mark.parametrize("kind", ["hdfs", "format_v2"])
 def test_savepoints_of_a_running_query_are_valid_or_refused(spark, tmp_path, kind, retention_confs):
     workload = WORKLOADS[kind]
@@ -26,17 +28,7 @@ def test_savepoints_of_a_running_query_are_valid_or_refused(spark, tmp_path, kin
     expected_state = final_state(spark, str(tmp_path / "ref-ckpt"))
 
     inputs, checkpoint = str(tmp_path / "in"), str(tmp_path / "ckpt")
-    workloads.add_batches(inputs, workload, range(2))
-    for key, value in {**workload.confs, **AGGRESSIVE_RETENTION}.items():
-        spark.conf.set(key, value)
-    query = (
-        workload.build(spark, workloads.input_dirs(inputs, workload))
-        .writeStream.outputMode(workload.output_mode)
-        .foreachBatch(lambda frame, batch_id: frame.count())
-        .option("checkpointLocation", checkpoint)
-        .trigger(processingTime="100 milliseconds")
-        .start()
-    )
+    query = workloads.start_live(spark, workload, inputs, checkpoint)
 
     def feed():
         for batch in range(2, BATCHES):

@@ -155,3 +155,18 @@ AGGRESSIVE_RETENTION = {
     "spark.sql.streaming.minBatchesToRetain": "2",
     "spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",
 }
+
+
+def start_live(spark, workload: Workload, inputs: str, checkpoint: str):
+    """The workload as a running query under AGGRESSIVE_RETENTION, 100 ms triggers, its first two batches fed."""
+    add_batches(inputs, workload, range(2))
+    for key, value in {**workload.confs, **AGGRESSIVE_RETENTION}.items():
+        spark.conf.set(key, value)
+    return (
+        workload.build(spark, input_dirs(inputs, workload))
+        .writeStream.outputMode(workload.output_mode)
+        .foreachBatch(lambda frame, batch_id: frame.count())
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )

@@ -247,6 +247,7 @@ def test_driver_killed_mid_operation_then_recovered_and_forked_twice_at_once(tmp
         checkpoint = Path(job["checkpoint_root"]) / "counts"
         saved = cli_json(home, "savepoint", "--from-checkpoint", str(checkpoint), "--job", job["name"])
         assert saved["queries"][0]["batch_id"] == 2
+        assert cli("--home", str(home), "verify", saved["path"])[0] == 0
         recovered.append(saved)
 
     # Two jobs forked from one savepoint at the same moment: both run, each on its own checkpoint.

@@ -24,7 +24,7 @@ USER_CONFIG_PATH = Path("~/.config/sparkpoint/sparkpoint.yaml")
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    # Root of the registry, live checkpoints and savepoints: a local path or any fsspec URL.
+    # Root of the job registry and the live checkpoints: a path (a local disk or a shared mount).
     home: str = "~/.sparkpoint"
     # Files transferred in parallel when a savepoint is written or restored.
     transfer_workers: int = 4

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 from collections.abc import Iterator, Mapping
 
-import fsspec
 import xxhash
 
 from sparkpoint.errors import NotFoundError, StorageError
@@ -79,7 +78,7 @@ def translate_errors(path: str) -> Iterator[None]:
 
 
 class Storage:
-    """A file system: local (``local=True``) or any fsspec protocol."""
+    """A file system: a local disk (``local=True``, no ``fs``) or any fsspec protocol."""
 
     def __init__(self, fs: Any, local: bool):
         self.fs = fs
@@ -200,7 +199,10 @@ def storage_for(path: str, options: Mapping[str, Any] | None = None) -> tuple[St
     """The storage holding ``path`` and the path in that storage's terms."""
     if not is_url(path):
         local = path[len("file://"):] if path.startswith("file://") else path
-        return Storage(fsspec.filesystem("file"), local=True), os.path.abspath(os.path.expanduser(local))
+        # Local disks go through os directly: no fsspec import (~90 ms) on the CLI's fast paths.
+        return Storage(None, local=True), os.path.abspath(os.path.expanduser(local))
+    import fsspec
+
     protocol = path.split("://", 1)[0]
     try:
         fs = fsspec.filesystem(protocol, **dict(options or {}))

@@ -49,10 +49,6 @@ class Settings:
         return str(Path(self.home.removeprefix("file://")).expanduser())
 
 
-def _join(base: str, *parts: str) -> str:
-    return "/".join([base.rstrip("/"), *parts])
-
-
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 
 

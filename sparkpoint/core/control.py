@@ -25,12 +25,12 @@ from sparkpoint.config import Settings
 from sparkpoint.core import catalog, savepoint
 from sparkpoint.core.jobs import (
     ACTIVE_STATES,
-    HANDOVER_FILE,
-    HANDOVER_WAITING,
     Job,
     Registry,
+    answer_handover,
     client_for,
     describe_job,
+    handover_waiting,
     pid_alive,
     read_agent_file,
     state_of,
@@ -159,7 +159,7 @@ def _take_over(settings: Settings, registry: Registry, job: Job, process: subpro
         savepoint.restore(saved, job.checkpoint_root, mode="auto", workers=settings.transfer_workers,
                           progress=progress)
     except BaseException as exc:
-        write_json(Path(job.directory) / HANDOVER_FILE, {"abort": f"the hand-over from {replaced.id} failed: {exc}"})
+        answer_handover(job.directory, {"abort": f"the hand-over from {replaced.id} failed: {exc}"})
         if process.poll() is None:
             _end_driver(job, grace=30.0, sleep=sleep)
             job.ended = {"state": "cancelled", "reason": f"hand-over from {replaced.id} failed: {exc}", "at": iso()}
@@ -167,7 +167,7 @@ def _take_over(settings: Settings, registry: Registry, job: Job, process: subpro
         raise
     job.restored_from = saved.path
     registry.save(job)
-    write_json(Path(job.directory) / HANDOVER_FILE, {"expected_queries": [q["name"] for q in saved.queries]})
+    answer_handover(job.directory, {"expected_queries": [q["name"] for q in saved.queries]})
     # Only now wait for the old driver's exit: the new one is already restoring and starting its queries.
     stopped["job"] = _record_stopped(registry, replaced, cancelled=False, sleep=sleep)
     return stopped
@@ -176,7 +176,7 @@ def _take_over(settings: Settings, registry: Registry, job: Job, process: subpro
 def _await_handover_waiting(registry: Registry, job: Job, process: subprocess.Popen, replaced: Job, sleep, clock,
                             timeout: float) -> None:
     deadline = clock() + timeout
-    while not (Path(job.directory) / HANDOVER_WAITING).exists():
+    while not handover_waiting(job.directory):
         if process.poll() is not None:
             try:
                 _await_end(registry, job, process)

@@ -191,6 +191,16 @@ def await_handover(directory: Path | str, controller_pid: int, sleep=time.sleep)
         sleep(0.02)
 
 
+def handover_waiting(directory: Path | str) -> bool:
+    """Whether a driver started by `run --replace` is up and waiting for its hand-over."""
+    return (Path(directory) / HANDOVER_WAITING).exists()
+
+
+def answer_handover(directory: Path | str, answer: dict[str, Any]) -> None:
+    """Release a waiting driver ({"expected_queries": [...]}) or call the hand-over off ({"abort": reason})."""
+    write_json(Path(directory) / HANDOVER_FILE, answer)
+
+
 def write_agent_file(directory: Path | str, data: dict[str, Any]) -> None:
     write_json(Path(directory) / AGENT_FILE, data)
 

@@ -11,7 +11,14 @@ import pytest
 
 from sparkpoint.config import Settings
 from sparkpoint.core import control
-from sparkpoint.core.jobs import HANDOVER_FILE, HANDOVER_WAITING, Registry, await_handover, pid_alive, state_of
+from sparkpoint.core.jobs import (
+    Registry,
+    answer_handover,
+    await_handover,
+    handover_waiting,
+    pid_alive,
+    state_of,
+)
 from sparkpoint.errors import BadArgumentError, JobNotRunningError, NotFoundError
 
 
@@ -61,9 +68,9 @@ def test_a_waiting_driver_gives_up_when_its_controller_is_gone(tmp_path):
     controller.wait()
     answer = await_handover(tmp_path, controller.pid, sleep=lambda _: None)
     assert "ended before the hand-over" in answer["abort"]
-    assert (tmp_path / HANDOVER_WAITING).exists()
+    assert handover_waiting(tmp_path)
 
 
 def test_a_waiting_driver_takes_the_controllers_answer(tmp_path):
-    (tmp_path / HANDOVER_FILE).write_text('{"expected_queries": ["counts"]}')
+    answer_handover(tmp_path, {"expected_queries": ["counts"]})
     assert await_handover(tmp_path, os.getpid()) == {"expected_queries": ["counts"]}

@@ -129,12 +129,15 @@ class Registry:
             job.driver = driver_status(job)
         return job
 
-    def all(self) -> list[Job]:
+    def all(self, id_prefix: str = "") -> list[Job]:
+        """Registered jobs (those whose id starts with ``id_prefix``), newest first; unreadable entries skipped.
+        Ids are directory names: a prefix is matched before any entry is loaded (loading a cluster-mode
+        job asks its master)."""
         if not self.root.is_dir():
             return []
         jobs = []
         for entry in sorted(self.root.iterdir()):
-            if (entry / JOB_FILE).is_file():
+            if entry.name.startswith(id_prefix) and (entry / JOB_FILE).is_file():
                 try:
                     jobs.append(self.load(entry.name))
                 except SparkpointError:
@@ -145,10 +148,9 @@ class Registry:
         """A job by its id, a unique id prefix, or the name of its one active run."""
         if (self.root / reference / JOB_FILE).is_file():
             return self.load(reference)
-        jobs = self.all()
-        matches = [j for j in jobs if j.id.startswith(reference)]
+        matches = self.all(id_prefix=reference)
         if not matches:
-            matches = [j for j in jobs if j.name == reference and state_of(j) in ACTIVE_STATES]
+            matches = [j for j in self.all() if j.name == reference and state_of(j) in ACTIVE_STATES]
         if not matches:
             raise NotFoundError(f"no job {reference!r}: see 'sparkpoint list --all'")
         if len(matches) > 1:

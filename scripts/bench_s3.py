@@ -2,7 +2,8 @@
 same files with the same library (s3fs `put`/`get`, recursive).
 
 It builds a real RocksDB checkpoint (as bench_savepoint.py does), starts moto's S3 server on
-127.0.0.1 (tests/s3server.py: credentials checked), then times, median of 3 after a warm-up:
+127.0.0.1 (tests/s3server.py: credentials checked), then times as bench_savepoint.py does (median of 3
+after an untimed warm-up, `sync` before each run):
 
   s3fs put -r checkpoint      the baseline for taking a savepoint
   savepoint -> s3://          sparkpoint's engine: parallel uploads, checksums, manifest last
@@ -20,35 +21,19 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
-from collections.abc import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "scripts"), str(ROOT / "tests")]
 
-import bench_savepoint  # noqa: E402  (builds the real checkpoint)
+import bench_savepoint  # noqa: E402  (builds the real checkpoint; times like it does)
+from bench_savepoint import RUNS, median_seconds  # noqa: E402
 from s3server import BUCKET, S3Server  # noqa: E402
 
 from sparkpoint.adapters.storage import storage_for  # noqa: E402
 from sparkpoint.core import savepoint as sp  # noqa: E402
-
-RUNS = 3
-
-
-def median_seconds(operation: Callable[[int], object], cleanup: Callable[[], None]) -> float:
-    times = []
-    for run in range(RUNS + 1):
-        cleanup()
-        started = time.perf_counter()
-        operation(run)
-        if run:
-            times.append(time.perf_counter() - started)
-    cleanup()
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -68,14 +53,14 @@ def main() -> None:
         local, _ = storage_for(str(checkpoint))
         base = f"s3://{BUCKET}"
 
-        def clear(prefix: str) -> Callable[[], None]:
+        def clear(prefix: str):
             return lambda: fs.exists(f"{base}/{prefix}") and fs.rm(f"{base}/{prefix}", recursive=True)
 
-        put = median_seconds(lambda run: fs.put(str(checkpoint), f"{base}/plain/{run}/", recursive=True),
-                             clear("plain"))
+        # Each run starts from a cleared prefix (median_seconds cleans up before every run).
+        put = median_seconds(lambda: fs.put(str(checkpoint), f"{base}/plain/", recursive=True), clear("plain"))
         create = median_seconds(
-            lambda run: sp.create([sp.QuerySource("bench", str(checkpoint))], local, f"{base}/savepoints/{run}",
-                                  storage, job="bench", workers=options.workers),
+            lambda: sp.create([sp.QuerySource("bench", str(checkpoint))], local, f"{base}/savepoints", storage,
+                              job="bench", workers=options.workers),
             clear("savepoints"))
         reference = sp.create([sp.QuerySource("bench", str(checkpoint))], local, f"{base}/reference", storage,
                               job="bench", workers=options.workers)
@@ -84,10 +69,10 @@ def main() -> None:
         def clear_local() -> None:
             shutil.rmtree(restored, ignore_errors=True)
 
-        get = median_seconds(lambda run: fs.get(reference["path"] + "/", str(restored) + "/", recursive=True),
+        get = median_seconds(lambda: fs.get(reference["path"] + "/", str(restored) + "/", recursive=True),
                              clear_local)
         loaded = sp.load(reference["path"])
-        restore = median_seconds(lambda run: sp.restore(loaded, str(restored), mode="copy", workers=options.workers),
+        restore = median_seconds(lambda: sp.restore(loaded, str(restored), mode="copy", workers=options.workers),
                                  clear_local)
         mb = size / 1e6
         print(f"machine: nproc={os.cpu_count()}; checkpoint {mb:.1f} MB in {len(files)} files; "

@@ -83,8 +83,7 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
         workers=settings.transfer_workers, attempts=settings.savepoint_attempts, progress=app.progress(),
     )
     if keep_last is not None:
-        catalog.prune(join(settings.savepoints_dir(), job), keep_last=keep_last, max_age=None, job=job,
-                      storage_options=settings.storage_options)
+        control.prune_older_savepoints(settings, job, keep_last)
     emit(output, savepoint.created_summary(result), _render_created)
 
 

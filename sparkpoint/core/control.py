@@ -271,9 +271,14 @@ def savepoint_job(settings: Settings, reference: str, target_dir: str | None = N
         raise JobNotRunningError(f"job {job.id} runs no streaming query yet")
     result = savepoint.created_summary(_create(settings, job, _job_sources(status["queries"]), target_dir, progress))
     if keep_last is not None:
-        result["pruned"] = catalog.prune(join(settings.savepoints_dir(), job.name), keep_last=keep_last,
-                                         max_age=None, job=job.name, storage_options=settings.storage_options)["deleted"]
+        result["pruned"] = prune_older_savepoints(settings, job.name, keep_last)
     return result
+
+
+def prune_older_savepoints(settings: Settings, job_name: str, keep_last: int) -> list[dict[str, Any]]:
+    """After a new savepoint: keep the job's newest ``keep_last`` in the catalog; what was deleted."""
+    return catalog.prune(join(settings.savepoints_dir(), job_name), keep_last=keep_last, max_age=None, job=job_name,
+                         storage_options=settings.storage_options)["deleted"]
 
 
 TRIGGERS_DIR = "triggers"

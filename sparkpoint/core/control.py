@@ -5,7 +5,6 @@ Waiting is done with the ``sleep`` and ``clock`` given, so tests need not wait f
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
@@ -33,7 +32,9 @@ from sparkpoint.core.jobs import (
     handover_waiting,
     pid_alive,
     read_agent_file,
+    signal_group,
     state_of,
+    terminate_group,
     write_json,
 )
 from sparkpoint.core.times import iso
@@ -233,7 +234,7 @@ def _await_end(registry: Registry, job: Job, process: subprocess.Popen) -> dict:
     try:
         code = process.wait()
     except KeyboardInterrupt:
-        _terminate(process.pid)
+        terminate_group(process.pid)
         job.ended = {"state": "cancelled", "reason": "interrupted", "at": iso()}
         registry.save(job)
         raise
@@ -428,19 +429,7 @@ def _await_exit(pid: int | None, grace: float, sleep: Callable[[float], None]) -
         sleep(0.2)
         waited += 0.2
     if pid and pid_alive(pid):
-        _terminate(pid)
+        terminate_group(pid)
     elif pid:
-        _signal_group(pid, signal.SIGKILL)  # leftovers of the group (a Python driver outliving its JVM)
+        signal_group(pid, signal.SIGKILL)  # leftovers of the group (a Python driver outliving its JVM)
 
-
-def _signal_group(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
-def _terminate(pid: int, grace: float = 10.0) -> None:
-    _signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    _signal_group(pid, signal.SIGKILL)

@@ -16,10 +16,12 @@ States: ``starting`` (launched, agent not up yet), ``running``, ``finished``, ``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import secrets
+import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -222,6 +224,20 @@ def pid_alive(pid: int | None) -> bool:
             return handle.read().split(") ", 1)[1][:1] != "Z"
     except (FileNotFoundError, IndexError):
         return True
+
+
+def signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def terminate_group(pid: int, grace: float = 10.0) -> None:
+    """SIGTERM a process group, then SIGKILL it once its leader is gone or ``grace`` is over."""
+    signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    signal_group(pid, signal.SIGKILL)
 
 
 def state_of(job: Job) -> str:

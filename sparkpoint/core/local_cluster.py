@@ -13,7 +13,6 @@ import base64
 import contextlib
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from typing import Any
 
 from sparkpoint.adapters.spark_submit import spark_submit
 from sparkpoint.adapters.standalone import JWS_KEY, StandaloneMaster, read_properties
-from sparkpoint.core.jobs import pid_alive
+from sparkpoint.core.jobs import pid_alive, terminate_group
 from sparkpoint.errors import EnvironmentSetupError, SparkpointError
 
 HOST = "127.0.0.1"
@@ -156,13 +155,7 @@ def stop(directory: Path, grace: float = 10.0) -> dict[str, Any]:
     for role in ("worker", "master"):
         pid = _read_pid(directory, role)
         if pid_alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGTERM)
-            deadline = time.monotonic() + grace
-            while pid_alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
+            terminate_group(pid, grace)
             stopped.append(role)
         _pid_file(directory, role).unlink(missing_ok=True)
     return {"directory": str(directory), "stopped": stopped}

@@ -5,6 +5,7 @@ never leaves a checkpoint Spark would start from. Each case prints its counts fo
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import random
@@ -13,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import clitools
 import pytest
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -20,10 +22,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 KILLS_PER_OPERATION = 12
 
 
-def cli(*args, timeout=120, prefix=()):
-    done = subprocess.run([*prefix, sys.executable, "-m", "sparkpoint", *args], capture_output=True, text=True,
-                          timeout=timeout)
-    return done.returncode, done.stdout, done.stderr
+# Every command here names its paths: no home.
+cli = functools.partial(clitools.cli, None, timeout=120)
 
 
 def catalog(directory: Path) -> list[dict]:
@@ -226,7 +226,7 @@ def test_driver_killed_mid_operation_then_recovered_and_forked_twice_at_once(tmp
     results = [json.loads(p.communicate(timeout=120)[0]) for p in racing]
     assert all(p.returncode == 0 for p in racing)
     assert len({r["id"] for r in results}) == 3
-    assert all(cli("--home", str(home), "verify", r["path"])[0] == 0 for r in results)
+    assert all(clitools.cli(home, "verify", r["path"])[0] == 0 for r in results)
 
     # The driver dies (SIGKILL of its whole process group) during a savepoint, and during a stop.
     operations = [("savepoint", jobs[0]), ("stop", jobs[1])]
@@ -247,7 +247,7 @@ def test_driver_killed_mid_operation_then_recovered_and_forked_twice_at_once(tmp
         checkpoint = Path(job["checkpoint_root"]) / "counts"
         saved = cli_json(home, "savepoint", "--from-checkpoint", str(checkpoint), "--job", job["name"])
         assert saved["queries"][0]["batch_id"] == 2
-        assert cli("--home", str(home), "verify", saved["path"])[0] == 0
+        assert clitools.cli(home, "verify", saved["path"])[0] == 0
         recovered.append(saved)
 
     # Two jobs forked from one savepoint at the same moment: both run, each on its own checkpoint.

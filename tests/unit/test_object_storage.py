@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
+import clitools
 import pytest
 from checkpoints import hdfs_checkpoint
 from s3server import BUCKET, S3Server
@@ -22,9 +21,7 @@ def s3(tmp_path_factory):
 
 
 def cli(env, *args):
-    done = subprocess.run([sys.executable, "-m", "sparkpoint", *args], capture_output=True, text=True, timeout=120,
-                          env=env)
-    return done.returncode, done.stdout, done.stderr
+    return clitools.cli(None, *args, env=env, timeout=120)
 
 
 def test_savepoints_on_object_storage_round_trip(s3, tmp_path):

@@ -10,9 +10,12 @@ import time
 from pathlib import Path
 
 
-def cli(home, *args, timeout=300):
-    done = subprocess.run([sys.executable, "-m", "sparkpoint", "--home", str(home), *args],
-                          capture_output=True, text=True, timeout=timeout)
+def cli(home, *args, timeout=300, env=None, prefix=()):
+    """(exit status, stdout, stderr) of the real CLI in a process of its own. ``home`` None: the environment's.
+    ``prefix``: a command that runs the CLI (setpriv, say)."""
+    home_args = ["--home", str(home)] if home is not None else []
+    done = subprocess.run([*prefix, sys.executable, "-m", "sparkpoint", *home_args, *args],
+                          capture_output=True, text=True, timeout=timeout, env=env)
     return done.returncode, done.stdout, done.stderr
 
 

@@ -15,7 +15,7 @@ from typing import IO
 from sparkpoint.errors import BadArgumentError, EnvironmentSetupError
 
 # spark-submit options that take no value (SparkSubmitOptionParser); every other option takes one.
-_FLAGS = {"--verbose", "-v", "--supervise"}
+VALUELESS_OPTIONS = {"--verbose", "-v", "--supervise"}
 
 
 def split_arguments(tokens: list[str], own_options: set[str]) -> tuple[list[str], str, list[str]]:
@@ -26,7 +26,7 @@ def split_arguments(tokens: list[str], own_options: set[str]) -> tuple[list[str]
         option = tokens[index]
         if option.split("=", 1)[0] in own_options:
             raise BadArgumentError(f"{option} is a sparkpoint option: put it before spark-submit's options")
-        if option in _FLAGS or "=" in option:
+        if option in VALUELESS_OPTIONS or "=" in option:
             submit.append(option)
             index += 1
             continue

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from sparkpoint.adapters.spark_submit import VALUELESS_OPTIONS
 from sparkpoint.errors import BadArgumentError, ConfigError, SparkFailureError, UnreachableError
 
 JWS_KEY = "spark.org.apache.spark.ui.JWSFilter.param.secretKey"
@@ -60,7 +61,7 @@ def submission_properties(submit_args: list[str]) -> dict[str, str]:
     while index < len(submit_args):
         option = submit_args[index]
         name, has_value, value = option.partition("=")
-        if not has_value:
+        if not has_value and name not in VALUELESS_OPTIONS:
             value = submit_args[index + 1] if index + 1 < len(submit_args) else ""
             index += 1
         index += 1

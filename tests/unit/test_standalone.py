@@ -22,6 +22,9 @@ def test_spark_submit_options_become_submission_properties():
                           "spark.jars.packages": "g:a:1"}
     with pytest.raises(BadArgumentError, match="--proxy-user cannot be passed in cluster mode"):
         submission_properties(["--proxy-user", "bob"])
+    # A flag takes no value: the option after it is not swallowed, and the flag itself is refused.
+    with pytest.raises(BadArgumentError, match="--verbose cannot be passed in cluster mode"):
+        submission_properties(["--conf", "spark.x=1", "--verbose", "--conf", "spark.y=2"])
 
 
 def test_properties_files_in_their_three_spellings(tmp_path):

@@ -26,13 +26,13 @@ def cli_json(home, command, *args):
     return json.loads(out)
 
 
-def wait_for(predicate, timeout=120.0, what="condition"):
+def wait_for(predicate, timeout=120.0, what="condition", interval=0.3):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.3)
+        time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what}")
 
 

@@ -33,8 +33,15 @@ class AgentClient:
     def status(self) -> dict[str, Any]:
         return self._call("GET", "/v1/status")
 
-    def stop(self, timeout: float) -> list[dict[str, Any]]:
-        return self._call("POST", "/v1/stop", {"timeout": timeout}, timeout=timeout + 30)["stopped"]
+    def request_stop(self, timeout: float) -> dict[str, Any]:
+        """Ask every query to end at its next batch boundary (``timeout``: then interrupted); the stop's
+        first report: ``done``, ``seconds`` and per query ``state``, ``batch_id``, ``at_boundary``."""
+        # An agent started by an earlier sparkpoint answers only once it has stopped, with "stopped".
+        reply = self._call("POST", "/v1/stop", {"timeout": timeout}, timeout=timeout + 30)
+        return reply["stop"] if "stop" in reply else {"done": True, "seconds": None, "queries": reply["stopped"]}
+
+    def stop_report(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/stop")["stop"]
 
     def cancel(self) -> list[str]:
         return self._call("POST", "/v1/cancel", {}, timeout=30)["cancelled"]

@@ -23,7 +23,7 @@ pass_app = click.make_pass_decorator(AppContext)
                    "from it (JOB runs on until the new driver is up).")
 @click.option("--savepoint-path", metavar="DIR", help="With --replace: where JOB's savepoint goes [default: the catalog].")
 @click.option("--stop-timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
-              help="With --replace: seconds to wait for JOB's micro-batch boundary.")
+              help="With --replace: seconds to let JOB's batch in flight commit before interrupting it.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
 @click.option("--deploy-mode", type=click.Choice(["client", "cluster"]), default="client", show_default=True,
               help="cluster: a standalone master runs the driver on a worker (submitted through its REST API).")
@@ -115,11 +115,16 @@ def _render_jobs(jobs: list[dict]) -> None:
 @click.argument("job_ref", metavar="JOB")
 @click.option("--savepoint-path", metavar="DIR", help="Where the savepoint goes [default: the home's catalog].")
 @click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
-              help="Seconds to wait for a micro-batch boundary before stopping anyway.")
+              help="Seconds to let the batch in flight commit; a longer batch is interrupted (and replayed "
+                   "on restore).")
 @output_option
 @pass_app
 def stop_cmd(app, job_ref, savepoint_path, timeout, output):
-    """Stop a job at a micro-batch boundary and take a savepoint."""
+    """Stop a job at its next micro-batch boundary and take a savepoint.
+
+    Each query finishes the batch it is running (or, if idle, starts none), commits it, and starts no
+    other; the savepoint is cut at that commit while the driver exits.
+    """
     from sparkpoint.core import control
 
     result = control.stop_job(app.settings, job_ref, savepoint_path, timeout, progress=app.progress())
@@ -128,6 +133,9 @@ def stop_cmd(app, job_ref, savepoint_path, timeout, output):
 
 def _render_stopped(result: dict) -> None:
     click.echo(f"Job {result['job']['id']} stopped ({result['job']['state']}); savepoint {result['path']}")
+    phases = result["phases"]
+    click.echo(f"  boundary {phases['boundary']:.1f} s, savepoint {phases['savepoint']:.1f} s, driver exit "
+               f"{phases['driver_exit']:.1f} s (from the boundary, alongside the savepoint)")
     for q in result["queries"]:
         where = "at a batch boundary" if q["at_boundary"] else "mid-batch (timeout)"
         replay = (f"; batch {q['replayed_batch_id']} is replayed on restore" if q["replayed_batch_id"] is not None
@@ -141,7 +149,7 @@ def _render_stopped(result: dict) -> None:
               help="Savepoint at a batch boundary first, like stop (Flink's cancel -s).")
 @click.option("--savepoint-path", metavar="DIR", help="Where that savepoint goes [default: the home's catalog].")
 @click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
-              help="With --with-savepoint: seconds to wait for a batch boundary.")
+              help="With --with-savepoint: seconds to let the batch in flight commit before interrupting it.")
 @output_option
 @pass_app
 def cancel_cmd(app, job_ref, with_savepoint, savepoint_path, timeout, output):

@@ -1,10 +1,11 @@
-"""A rich progress bar on stderr, implementing core.transfer.Progress."""
+"""A rich progress bar (transfers) or status line (waits) on stderr, implementing core.transfer.Progress."""
 
 from __future__ import annotations
 
 import threading
 
 from rich.console import Console
+from rich.status import Status
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
 
@@ -12,7 +13,15 @@ class RichProgress:
     def __init__(self) -> None:
         self._progress: Progress | None = None
         self._task = None
+        self._status: Status | None = None
         self._lock = threading.Lock()  # transfers advance from several worker threads
+
+    def waiting(self, message: str) -> None:
+        if self._status is None:
+            self._status = Status(message, console=Console(stderr=True))
+            self._status.start()
+        else:
+            self._status.update(message)
 
     def start(self, description: str, total_bytes: int) -> None:
         self._progress = Progress(
@@ -33,6 +42,9 @@ class RichProgress:
                 self._progress.advance(self._task, nbytes)
 
     def finish(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
         if self._progress is not None:
             self._progress.stop()
             self._progress = None

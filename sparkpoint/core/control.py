@@ -11,6 +11,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,7 @@ from sparkpoint.core.jobs import (
     write_json,
 )
 from sparkpoint.core.times import iso
-from sparkpoint.core.transfer import Progress
+from sparkpoint.core.transfer import NullProgress, Progress
 from sparkpoint.errors import BadArgumentError, JobFailedError, JobNotRunningError, NotFoundError, SparkpointError
 
 BOOTSTRAP = str(Path(__file__).resolve().parents[1] / "runtime" / "bootstrap.py")
@@ -154,8 +155,8 @@ def _take_over(settings: Settings, registry: Registry, job: Job, process: subpro
     one is ready. If anything fails before the hand-over, the new driver is told to give up."""
     try:
         _await_handover_waiting(registry, job, process, replaced, sleep, clock, timeout)
-        stopped = _stop_with_savepoint(settings, registry, replaced, request.savepoint_path, request.stop_timeout,
-                                       progress)
+        stopped, exiting = _stop_with_savepoint(settings, registry, replaced, request.savepoint_path,
+                                                request.stop_timeout, progress, sleep, clock)
         saved = savepoint.load(stopped["path"], settings.storage_options)
         savepoint.restore(saved, job.checkpoint_root, mode="auto", workers=settings.transfer_workers,
                           progress=progress)
@@ -170,7 +171,7 @@ def _take_over(settings: Settings, registry: Registry, job: Job, process: subpro
     registry.save(job)
     answer_handover(job.directory, {"expected_queries": [q["name"] for q in saved.queries]})
     # Only now wait for the old driver's exit: the new one is already restoring and starting its queries.
-    stopped["job"] = _record_stopped(registry, replaced, cancelled=False, sleep=sleep)
+    stopped["job"] = _record_stopped(registry, replaced, False, exiting, stopped["phases"])
     return stopped
 
 
@@ -353,33 +354,94 @@ def _create(settings: Settings, job: Job, sources, target_dir: str | None, progr
                             progress=progress)
 
 
+STOP_REPORT_GRACE = 30.0  # beyond the stop's own timeout, for an agent to report its queries' end
+
+
 def stop_job(settings: Settings, reference: str, target_dir: str | None = None, timeout: float = 60.0,
              progress: Progress | None = None, cancelled: bool = False,
-             sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
-    """Stop every query at a micro-batch boundary (within ``timeout``), then savepoint the checkpoints."""
+             sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+    """Stop every query at its next micro-batch boundary (interrupted after ``timeout``), savepoint the
+    checkpoints while the driver exits, and return once both are done."""
     registry = Registry(settings.home_url())
     job = registry.resolve(reference)
-    result = _stop_with_savepoint(settings, registry, job, target_dir, timeout, progress)
-    result["job"] = _record_stopped(registry, job, cancelled, sleep)
+    result, exiting = _stop_with_savepoint(settings, registry, job, target_dir, timeout, progress, sleep, clock)
+    result["job"] = _record_stopped(registry, job, cancelled, exiting, result["phases"])
     return result
 
 
 def _stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target_dir: str | None, timeout: float,
-                         progress: Progress | None) -> dict[str, Any]:
-    stopped = client_for(registry, job).stop(timeout)
+                         progress: Progress | None, sleep, clock) -> tuple[dict[str, Any], _DriverExit]:
+    """The savepoint at the boundary, and the driver's exit, already under way (the savepoint reads only
+    the stopped queries' checkpoints, so the two overlap)."""
+    started = clock()
+    stopped = _await_boundary(client_for(registry, job), job, timeout, progress or NullProgress(), sleep, clock)
     if not stopped:
         raise JobNotRunningError(f"job {job.id} runs no streaming query to stop")
+    boundary = clock()
+    exiting = _DriverExit(job, sleep, clock)
     result = savepoint.created_summary(_create(settings, job, _job_sources(stopped), target_dir, progress))
-    boundary = {q["name"]: q["at_boundary"] for q in stopped}
+    result["phases"] = {"boundary": round(boundary - started, 3), "savepoint": round(clock() - boundary, 3)}
+    outcome = {q["name"]: q for q in stopped}
     for query in result["queries"]:
-        query["at_boundary"] = boundary[query["name"]]
+        query["at_boundary"] = outcome[query["name"]]["at_boundary"]
         query["replayed_batch_id"] = query["planned_batch_id"]
-    return result
+    return result, exiting
 
 
-def _record_stopped(registry: Registry, job: Job, cancelled: bool, sleep: Callable[[float], None]) -> dict[str, Any]:
-    """Wait for the stopped driver to exit (ending it after a grace period) and record how it ended."""
-    _end_driver(job, grace=30.0, sleep=sleep)
+def _await_boundary(client, job: Job, timeout: float, progress: Progress, sleep, clock) -> list[dict[str, Any]]:
+    """The agent's account of its queries once every one has ended at its next batch boundary (or was
+    interrupted at ``timeout``), showing what is being waited for meanwhile."""
+    report = client.request_stop(timeout)
+    give_up = clock() + timeout + STOP_REPORT_GRACE
+    try:
+        while not report["done"]:
+            if clock() > give_up:
+                raise JobFailedError(f"job {job.id} did not report the end of its queries within "
+                                     f"{timeout + STOP_REPORT_GRACE:g} s; see its driver log: {job.log_path}")
+            progress.waiting(_waiting_message(report))
+            sleep(0.05)
+            report = client.stop_report()
+    except JobNotRunningError:
+        raise JobFailedError(f"the driver of job {job.id} ended before its queries reached a batch boundary; its "
+                             f"checkpoints are kept under {job.checkpoint_root}: "
+                             "`sparkpoint savepoint --from-checkpoint` takes a savepoint of them") from None
+    finally:
+        progress.finish()
+    return report["queries"]
+
+
+def _waiting_message(report: dict[str, Any]) -> str:
+    waiting = [q for q in report["queries"] if q["state"] == "waiting"]
+    batches = ", ".join(f"batch {q['batch_id']} of {q['name']}" if q.get("batch_id") is not None else q["name"]
+                        for q in waiting)
+    return f"waiting for {batches} to commit, {report['seconds']:.0f} s"
+
+
+class _DriverExit:
+    """Waits, on a thread of its own, for a stopped driver to exit (ending it after a grace period)."""
+
+    def __init__(self, job: Job, sleep, clock):
+        self._clock = clock
+        self._started = clock()
+        self._seconds: float | None = None
+        self._thread = threading.Thread(target=self._run, args=(job, sleep), name="sparkpoint-driver-exit",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, job: Job, sleep) -> None:
+        _end_driver(job, grace=30.0, sleep=sleep)
+        self._seconds = self._clock() - self._started
+
+    def wait(self) -> float:
+        """Seconds from the boundary to the driver's exit."""
+        self._thread.join()
+        return round(self._seconds or 0.0, 3)
+
+
+def _record_stopped(registry: Registry, job: Job, cancelled: bool, exiting: _DriverExit,
+                    phases: dict[str, float]) -> dict[str, Any]:
+    """Once the stopped driver has exited: record how the job ended (and how long that took)."""
+    phases["driver_exit"] = exiting.wait()
     job = registry.load(job.id)
     if cancelled or state_of(job) in ACTIVE_STATES or state_of(job) == "lost":
         job.ended = {"state": "cancelled" if cancelled else "finished", "reason": "stopped with savepoint",

@@ -24,7 +24,11 @@ class SourceMissing(Exception):
 
 
 class Progress(Protocol):
+    """What a person sees of long work: a transfer's bytes, or what is being waited for."""
+
     def start(self, description: str, total_bytes: int) -> None: ...
+
+    def waiting(self, message: str) -> None: ...
 
     def advance(self, nbytes: int) -> None: ...
 
@@ -33,6 +37,9 @@ class Progress(Protocol):
 
 class NullProgress:
     def start(self, description: str, total_bytes: int) -> None:
+        pass
+
+    def waiting(self, message: str) -> None:
         pass
 
     def advance(self, nbytes: int) -> None:

@@ -5,9 +5,11 @@ endpoint listens on loopback by default and answers only requests that carry the
 secret token; bodies are capped, and a Host header that is not the agent's own is refused (no DNS
 rebinding from a browser).
 
-Spark has no graceful stop: ``query.stop()`` interrupts a running batch. The agent stops each query
-when no trigger is active — a micro-batch boundary — within a deadline; the caller then reads the
-checkpoint to know whether a planned batch will be replayed.
+Spark has no graceful stop: ``query.stop()`` interrupts a running batch. A stop request here ends
+every query at its own next micro-batch boundary, in parallel (``boundary``): the batch in flight
+commits and no other starts. The request returns at once; the caller polls the stop's report, and
+the agent keeps answering until that report has been read, even after the application has ended.
+The caller then reads the checkpoint to know whether a planned batch will be replayed.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Callable
 
 from sparkpoint.core.jobs import write_agent_file
 from sparkpoint.core.times import iso
+from sparkpoint.runtime.boundary import stop_at_next_boundary, stop_when_idle, stream_thread
 
 MAX_BODY = 64 * 1024
 DRAIN_SECONDS = 10.0
@@ -51,20 +54,8 @@ def describe(query) -> dict[str, Any]:
         "state_rows": sum(int(op.get("numRowsTotal") or 0) for op in operators),
         "state_bytes": sum(int(op.get("memoryUsedBytes") or 0) for op in operators),
         "trigger_active": bool(query.status.get("isTriggerActive")),
-        "checkpoint": query._jsq.streamingQuery().resolvedCheckpointRoot(),
+        "checkpoint": _checkpoint(query),
     }
-
-
-def stop_at_boundary(query, deadline: float, clock: Callable[[], float] = time.monotonic,
-                     sleep: Callable[[float], None] = time.sleep) -> bool:
-    """Stop ``query`` between two micro-batches if one comes before ``deadline``; True if it did."""
-    while clock() < deadline:
-        if not query.status.get("isTriggerActive"):
-            query.stop()
-            return True
-        sleep(0.005)
-    query.stop()
-    return False
 
 
 def spark_error_line(text: str) -> str:
@@ -72,6 +63,49 @@ def spark_error_line(text: str) -> str:
     first = text.strip().splitlines()[0] if text.strip() else "unknown error"
     classes = [m for m in _ERROR_CLASS.finditer(first) if m.group(1) != "STREAM_FAILED"]
     return first[classes[-1].start():] if classes else first
+
+
+def _checkpoint(query) -> str:
+    return query._jsq.streamingQuery().resolvedCheckpointRoot()
+
+
+class Stop:
+    """Every query of the application ended at its own next batch boundary, each on a thread of its own."""
+
+    def __init__(self, queries: list, timeout: float, jvm, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self.started = clock()
+        self.deadline = self.started + timeout
+        self.delivered = threading.Event()  # the final report has been read by the caller
+        self._queries = [(query, {"name": query.name, "id": str(query.id), "checkpoint": _checkpoint(query),
+                                  "state": "waiting", "at_boundary": None, "how": None, "seconds": None})
+                         for query in queries]
+        self._threads = [threading.Thread(target=self._stop_one, args=(query, record, jvm),
+                                          name=f"sparkpoint-stop-{record['name']}", daemon=True)
+                         for query, record in self._queries]
+        for thread in self._threads:
+            thread.start()
+
+    def _stop_one(self, query, record: dict[str, Any], jvm) -> None:
+        stream = stream_thread(query, jvm)
+        outcome = (stop_at_next_boundary(stream, self.deadline) if stream is not None
+                   else stop_when_idle(query, self.deadline))
+        record.update(state="stopped", at_boundary=outcome.at_boundary, how=outcome.how,
+                      seconds=round(self._clock() - self.started, 3))
+
+    @property
+    def done(self) -> bool:
+        return not any(thread.is_alive() for thread in self._threads)
+
+    def report(self) -> dict[str, Any]:
+        done = self.done  # before the records: a done report must hold every query's outcome
+        queries = []
+        for query, record in self._queries:
+            if record["state"] == "waiting":
+                last = _progress(query).get("batchId")
+                record = {**record, "batch_id": None if last is None else last + 1}
+            queries.append(dict(record))
+        return {"done": done, "seconds": round(self._clock() - self.started, 3), "queries": queries}
 
 
 class Agent:
@@ -93,6 +127,7 @@ class Agent:
         self._ended = False  # once the end is recorded, no later 'running' may overwrite it
         self._record: dict[str, Any] = {}
         self._in_flight = 0
+        self._stop: Stop | None = None
         self._session_provider = session_provider or _instantiated_session
 
     # -- the Spark side --------------------------------------------------------------------
@@ -112,14 +147,22 @@ class Agent:
             "failures": self.failures,
         }
 
-    def stop(self, timeout: float) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        report = []
-        for query in self.queries():
-            info = {"name": query.name, "id": str(query.id),
-                    "checkpoint": query._jsq.streamingQuery().resolvedCheckpointRoot()}
-            info["at_boundary"] = stop_at_boundary(query, deadline)
-            report.append(info)
+    def begin_stop(self, timeout: float) -> dict[str, Any]:
+        """Start ending every query at its next boundary; a second request joins the stop under way."""
+        with self._lock:
+            if self._stop is None:
+                session = self.session()
+                jvm = getattr(getattr(session, "sparkContext", None), "_jvm", None)
+                self._stop = Stop(self.queries(), timeout, jvm)
+        return self.stop_report()
+
+    def stop_report(self) -> dict[str, Any] | None:
+        stop = self._stop
+        if stop is None:
+            return None
+        report = stop.report()
+        if report["done"]:
+            stop.delivered.set()
         return report
 
     def cancel(self) -> list[str]:
@@ -205,6 +248,9 @@ class Agent:
             error = "; ".join(f"query '{name}' failed: {failure}" for name, failure in self.failures.items())
         self._write_state("failed" if exit_code or error else "finished", exit_code=exit_code, error=error,
                           ended_at=iso(), final=True)
+        if self._stop is not None:
+            # The stop ended the application: its caller polls for the outcome, which must reach it.
+            self._stop.delivered.wait(DRAIN_SECONDS)
         if self._server is not None:
             self._server.shutdown()
             # A stop request ends the application; its reply must still reach the caller before the
@@ -286,6 +332,12 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
                 return
             if self.path == "/v1/status":
                 self._reply(HTTPStatus.OK, agent.status())
+            elif self.path == "/v1/stop":
+                report = agent.stop_report()
+                if report is None:
+                    self._reply(HTTPStatus.NOT_FOUND, {"error": "no stop was requested"})
+                else:
+                    self._reply(HTTPStatus.OK, {"stop": report})
             else:
                 self._reply(HTTPStatus.NOT_FOUND, {"error": "no such endpoint"})
 
@@ -294,8 +346,12 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
             if body is None:
                 return
             if self.path == "/v1/stop":
-                timeout = float(body.get("timeout", 60))
-                self._reply(HTTPStatus.OK, {"stopped": agent.stop(max(0.0, min(timeout, 3600.0)))})
+                try:
+                    timeout = float(body.get("timeout", 60))
+                except (TypeError, ValueError):
+                    self._reply(HTTPStatus.BAD_REQUEST, {"error": "timeout must be a number of seconds"})
+                    return
+                self._reply(HTTPStatus.OK, {"stop": agent.begin_stop(max(0.0, min(timeout, 3600.0)))})
             elif self.path == "/v1/cancel":
                 self._reply(HTTPStatus.OK, {"cancelled": agent.cancel()})
             else:

@@ -12,7 +12,7 @@ import requests
 from sparkpoint.adapters.agent_client import AgentClient
 from sparkpoint.core.jobs import Registry, read_agent_file
 from sparkpoint.errors import JobNotRunningError, SparkpointError
-from sparkpoint.runtime.agent import Agent, spark_error_line, stop_at_boundary
+from sparkpoint.runtime.agent import Agent, spark_error_line
 
 
 @pytest.fixture
@@ -42,7 +42,12 @@ def test_the_right_job_and_token_are_answered(agent):
     running, registry, job = agent
     client = AgentClient(*running.address, job.id, registry.token(job))
     assert client.status() == {"job_id": job.id, "app_id": None, "queries": [], "failures": {}}
-    assert client.stop(0.1) == [] and client.cancel() == []
+    with pytest.raises(SparkpointError, match="no stop was requested"):
+        client.stop_report()
+    first = client.request_stop(0.1)
+    assert first["done"] is True and first["queries"] == []
+    assert client.request_stop(30)["queries"] == [] and client.stop_report()["done"]  # joins the stop made
+    assert client.cancel() == []
 
 
 @pytest.mark.parametrize("headers", [
@@ -69,6 +74,7 @@ def test_oversized_bodies_foreign_hosts_and_unknown_paths_are_refused(agent):
     assert rebound.status_code == 403
     assert requests.get(url(running, "/v1/secrets"), headers=auth, timeout=5).status_code == 404
     assert requests.post(url(running, "/v1/stop"), headers=auth, data=b"not json", timeout=5).status_code == 400
+    assert requests.post(url(running, "/v1/stop"), headers=auth, json={"timeout": "soon"}, timeout=5).status_code == 400
 
 
 def test_client_errors_are_sparkpoint_errors(agent):
@@ -93,30 +99,6 @@ def test_finish_records_how_the_application_ended(tmp_path):
     assert read_agent_file(job.directory)["state"] == "failed"
 
 
-class FakeQuery:
-    """A query whose trigger is active for the first ``busy`` looks (Spark's query.status)."""
-
-    def __init__(self, busy):
-        self.busy, self.stopped = busy, False
-
-    @property
-    def status(self):
-        self.busy -= 1
-        return {"isTriggerActive": self.busy >= 0}
-
-    def stop(self):
-        self.stopped = True
-
-
-def test_stop_waits_for_a_batch_boundary_within_the_deadline():
-    now = [0.0]
-    clock, sleep = (lambda: now[0]), (lambda s: now.__setitem__(0, now[0] + s))
-    between = FakeQuery(busy=3)
-    assert stop_at_boundary(between, deadline=1.0, clock=clock, sleep=sleep) is True and between.stopped
-    never = FakeQuery(busy=10**9)
-    assert stop_at_boundary(never, deadline=now[0] + 0.5, clock=clock, sleep=sleep) is False and never.stopped
-
-
 def test_spark_error_line_keeps_the_innermost_error_class():
     text = ("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
             "[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match\n at org.apache...")
@@ -124,9 +106,9 @@ def test_spark_error_line_keeps_the_innermost_error_class():
     assert json.dumps(spark_error_line(""))
 
 
-def test_a_stop_that_ends_the_application_still_gets_its_reply(tmp_path):
+def test_a_stop_that_ends_the_application_still_gets_its_outcome(tmp_path):
     """Stopping the queries lets the application end, and the bootstrap then finishes the agent:
-    the reply to that very stop request must not be cut off by the process exiting."""
+    the stop's final report must still reach its caller, who polls for it, before the process exits."""
     import threading
     import time
     from types import SimpleNamespace
@@ -139,6 +121,7 @@ def test_a_stop_that_ends_the_application_still_gets_its_reply(tmp_path):
     class EndingQuery:
         name, id = "alarms", "6a1b0c5e-0000-4000-8000-000000000001"
         status = {"isTriggerActive": False}
+        lastProgress = None
         _jsq = SimpleNamespace(streamingQuery=lambda: SimpleNamespace(resolvedCheckpointRoot=lambda: "file:/ckpt/alarms"))
 
         def stop(self):
@@ -152,7 +135,14 @@ def test_a_stop_that_ends_the_application_still_gets_its_reply(tmp_path):
                               sparkContext=SimpleNamespace(applicationId="local-1"))
     running = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: session)
     running.start()
-    stopped = AgentClient(*running.address, job.id, registry.token(job)).stop(5)
-    assert stopped == [{"name": "alarms", "id": EndingQuery.id, "checkpoint": "file:/ckpt/alarms", "at_boundary": True}]
+    client = AgentClient(*running.address, job.id, registry.token(job))
+    report = client.request_stop(5)
+    while not report["done"]:
+        time.sleep(0.05)
+        report = client.stop_report()
+    # A session without Spark's internals: the fallback, stopping when no trigger is active.
+    assert report["queries"] == [{"name": "alarms", "id": EndingQuery.id, "checkpoint": "file:/ckpt/alarms",
+                                  "state": "stopped", "at_boundary": True, "how": "fallback",
+                                  "seconds": report["queries"][0]["seconds"]}]
     assert finished.wait(5) and read_agent_file(job.directory)["state"] == "finished"
     assert finished_too_early == [False]

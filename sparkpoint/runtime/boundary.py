@@ -1,0 +1,200 @@
+"""Ending a streaming query at its next micro-batch boundary: the batch in flight commits, none follows.
+
+Spark has no graceful stop: ``query.stop()`` interrupts the batch in flight. The stop here leans on
+these Spark 4.3 internals (``org.apache.spark.sql.execution.streaming.runtime``), read in its source
+and bytecode and proven by tests/spark/test_stop_under_load.py:
+
+1. ``StreamExecution.state()`` is an AtomicReference and ``isActive`` is ``state != TERMINATED$``.
+   ``MicroBatchExecution.executeOneBatch`` runs a batch only ``if (isActive)`` and returns ``isActive``;
+   the trigger executor's loop ends when it returns false. So TERMINATED, set without an interrupt,
+   lets the batch in flight finish and commit, and then the query ends by itself (its normal end:
+   sources stopped, listeners told, ``awaitTermination`` returns).
+2. But ``runBatch``, once the batch is planned, interrupts its own thread ``if (!isActive)``: TERMINATED
+   set between that ``isActive`` check at the top of ``executeOneBatch`` and the end of planning
+   interrupts the batch as ``stop()`` would (offsets written, no commit: replayed on restore).
+3. ``awaitProgressLock()`` guards ``constructNextBatch`` (choosing and logging the next offsets), the
+   commit in ``runBatch`` and the end-of-trigger signal. While another thread holds it, the stream
+   thread cannot begin a batch, and a running batch waits at its commit, past the planning check.
+
+So the agent takes that lock and reads where the stream thread is from its stack trace. It sets
+TERMINATED only where that is safe: waiting to commit (the batch has been planned and run: it commits,
+then the loop ends), or asleep between triggers (no batch starts; a trigger interval's sleep is cut
+short with ``stop()``, which then interrupts nothing but the sleep). Blocked before planning, the
+thread is let go: that batch runs, and is caught at its commit. A thread that woke from its sleep
+between the look and the request can only have got as far as that lock: the request is withdrawn
+before the thread can see it, and that batch is caught at its commit too.
+
+If a future Spark renames or moves any of this, ``stream_thread`` finds no such internals (the old
+way is then used: ``query.stop()`` when no trigger is active) or the stack never shows a safe place
+(the query is stopped at the deadline). Either way the stop stays correct, merely not at a boundary,
+and the caller reads from the checkpoint which planned batch will be replayed on restore.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from collections.abc import Callable
+
+# Where the stream thread is, as far as a stop is concerned.
+ENDED = "ended"  # the thread is gone
+EXITING = "exiting"  # the loop has ended; the thread waits for the lock to signal its end
+AT_COMMIT = "at_commit"  # blocked on the lock at the commit of a planned batch, or just after it
+BEFORE_BATCH = "before_batch"  # blocked on the lock in constructNextBatch: past the isActive check
+ASLEEP = "asleep"  # between triggers: a trigger interval's wait, or the poll delay after an empty trigger
+SLEEPING_TILL_TRIGGER = "sleeping_till_trigger"  # ASLEEP, in a trigger interval's wait (may be long)
+BUSY = "busy"  # anything else: planning or running a batch, or on its way from one place to another
+
+_LOCK_FRAMES = ("java.util.concurrent.locks.", "jdk.internal.misc.Unsafe.")
+_SECTIONS = {"constructNextBatch": BEFORE_BATCH, "runBatch": AT_COMMIT, "executeOneBatch": AT_COMMIT}
+STATE_CLASS = "org.apache.spark.sql.execution.streaming.runtime.TERMINATED$"
+
+
+def position(frames: list[str]) -> str:
+    """Where a stream thread is, from its stack (innermost first, each ``package.Class.method``)."""
+    methods = [frame.rsplit(".", 1)[-1] for frame in frames]
+    locked = 0
+    while locked < len(frames) and frames[locked].startswith(_LOCK_FRAMES):
+        locked += 1
+    if locked and frames[locked - 1].endswith("ReentrantLock.lock") and locked < len(frames):
+        if methods[locked] == "withProgressLocked" and locked + 1 < len(frames):
+            return _SECTIONS.get(methods[locked + 1], BUSY)
+        if "runStream" in methods[locked]:  # runStream's finally, in a lambda: "$anonfun$runStream$7"
+            return EXITING
+        return BUSY
+    slept = 0
+    while slept < len(frames) and frames[slept].startswith("java.lang.Thread.sleep"):
+        slept += 1
+    callers = methods[slept:slept + 2]  # what called Thread.sleep, directly: a source's own sleep is busy
+    if slept and callers == ["waitTillTime", "execute"]:
+        return SLEEPING_TILL_TRIGGER
+    if slept and callers[:1] == ["executeOneBatch"]:
+        return ASLEEP
+    return BUSY
+
+
+@dataclass
+class Outcome:
+    at_boundary: bool  # True: no batch was interrupted; the last planned batch is committed
+    how: str  # "boundary", "between-triggers", "ended", "timeout", or "fallback"
+
+
+class StreamThread:
+    """The few Spark internals a stop needs, for one query (see the module docstring)."""
+
+    def __init__(self, query, jvm):
+        self.query = query
+        self._execution = query._jsq.streamingQuery()
+        if self._execution.getClass().getName().rsplit(".", 1)[-1] != "MicroBatchExecution":
+            # Continuous processing has no batches; async progress tracking commits on another thread.
+            raise TypeError(f"not a plain micro-batch query: {self._execution.getClass().getName()}")
+        self._jvm = jvm
+        self._lock = self._execution.awaitProgressLock()
+        self._state = self._execution.state()
+        self._thread = self._execution.queryExecutionThread()
+        self._terminated = jvm.java.lang.Class.forName(STATE_CLASS).getField("MODULE$").get(None)
+        self._milliseconds = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
+        self._previous = None
+
+    def lock(self, seconds: float) -> bool:
+        # PySpark pins each Python thread to one JVM thread, so the same thread can unlock it.
+        return bool(self._lock.tryLock(max(1, int(seconds * 1000)), self._milliseconds))
+
+    def unlock(self) -> None:
+        self._lock.unlock()
+
+    def position(self) -> str:
+        if not self._thread.isAlive():
+            return ENDED
+        probe = self._jvm.java.lang.Throwable("sparkpoint stack probe")
+        probe.setStackTrace(self._thread.getStackTrace())
+        lines = self._jvm.org.apache.spark.util.Utils.exceptionString(probe).splitlines()[1:]
+        # "\tat java.base/java.lang.Thread.sleep(Native Method)" -> "java.lang.Thread.sleep"
+        return position([line.strip().removeprefix("at ").split("(", 1)[0].rsplit("/", 1)[-1] for line in lines])
+
+    def request_end(self) -> None:
+        self._previous = self._state.getAndSet(self._terminated)
+
+    def withdraw_end(self) -> None:
+        if self._previous is not None and not self._previous.equals(self._terminated):
+            self._state.compareAndSet(self._terminated, self._previous)
+
+    def alive(self) -> bool:
+        return bool(self._thread.isAlive())
+
+    def stop(self) -> None:
+        self.query.stop()
+
+
+def stream_thread(query, jvm) -> StreamThread | None:
+    """The query's stream thread, or None where this Spark lacks the internals a graceful stop needs."""
+    try:
+        return StreamThread(query, jvm)
+    except Exception:  # noqa: BLE001 - py4j errors, a missing class or method: use the fallback
+        return None
+
+
+def stop_at_next_boundary(stream: StreamThread, deadline: float, clock: Callable[[], float] = time.monotonic,
+                          sleep: Callable[[float], None] = time.sleep) -> Outcome:
+    """End the query once its batch in flight has committed (or at once, if none is); stop it anyway at
+    ``deadline``. Returns whether it ended at a boundary."""
+    where = None
+    while where is None and clock() < deadline:
+        if not stream.lock(min(0.05, max(0.0, deadline - clock()))):
+            continue  # the thread holds it, choosing offsets for its next batch
+        try:
+            where = _request_end_when_safe(stream, deadline, clock, sleep)
+        finally:
+            stream.unlock()
+        if where is None:
+            sleep(0.005)  # blocked before a batch: let it plan and run that one; catch it at the commit
+    if where is None:
+        stream.stop()
+        return Outcome(at_boundary=False, how="timeout")
+    if where == SLEEPING_TILL_TRIGGER:
+        stream.stop()  # ends the wait for the next trigger; no batch is in flight to interrupt
+    while stream.alive() and clock() < deadline:
+        sleep(0.005)
+    if stream.alive():
+        stream.stop()  # the last commit is made; whatever hangs after it is not a batch
+    return Outcome(at_boundary=True, how={ENDED: "ended", EXITING: "ended", AT_COMMIT: "boundary"}.get(
+        where, "between-triggers"))
+
+
+def _request_end_when_safe(stream: StreamThread, deadline: float, clock, sleep) -> str | None:
+    """Holding the lock: the safe place where the end was requested, or None if there was none yet."""
+    where = _settled(stream, deadline, clock, sleep)
+    if where in (ENDED, EXITING):
+        return where
+    if where not in (AT_COMMIT, ASLEEP, SLEEPING_TILL_TRIGGER):
+        return None
+    stream.request_end()
+    if where == AT_COMMIT:
+        return where
+    # Asleep when looked at; it may have woken and passed its isActive check before the request.
+    if _settled(stream, deadline, clock, sleep) == BEFORE_BATCH:
+        stream.withdraw_end()
+        return None
+    return where
+
+
+def _settled(stream: StreamThread, deadline: float, clock, sleep) -> str:
+    """Where the thread is once it is no longer on its way (with the lock held, a running batch ends
+    up waiting at its commit)."""
+    where = stream.position()
+    while where == BUSY and clock() < deadline:
+        sleep(0.01)  # a probe costs ~3 ms of the driver's time: a batch's end is seen within 10 ms
+        where = stream.position()
+    return where
+
+
+def stop_when_idle(query, deadline: float, clock: Callable[[], float] = time.monotonic,
+                   sleep: Callable[[float], None] = time.sleep) -> Outcome:
+    """The fallback: stop when no trigger is active, which a busy query may never be before ``deadline``."""
+    while clock() < deadline:
+        if not query.status.get("isTriggerActive"):
+            query.stop()
+            return Outcome(at_boundary=True, how="fallback")
+        sleep(0.005)
+    query.stop()
+    return Outcome(at_boundary=False, how="timeout")

@@ -1,0 +1,185 @@
+"""The stop at the next batch boundary, without Spark: where a stream thread is, from stacks as Spark 4.3
+shows them, and what the stop does at each place (a scripted thread stands in for the query)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkpoint.runtime import boundary
+from sparkpoint.runtime.boundary import (
+    ASLEEP,
+    AT_COMMIT,
+    BEFORE_BATCH,
+    BUSY,
+    ENDED,
+    EXITING,
+    SLEEPING_TILL_TRIGGER,
+    position,
+    stop_at_next_boundary,
+)
+
+RUNTIME = "org.apache.spark.sql.execution.streaming.runtime."
+BLOCKED = ["jdk.internal.misc.Unsafe.park", "java.util.concurrent.locks.LockSupport.park",
+           "java.util.concurrent.locks.AbstractQueuedSynchronizer.acquire",
+           "java.util.concurrent.locks.ReentrantLock$Sync.lock", "java.util.concurrent.locks.ReentrantLock.lock"]
+LOOP = [RUNTIME + "MicroBatchExecution.$anonfun$runActivatedStream$1", RUNTIME + "TriggerExecutor.runOneBatch",
+        RUNTIME + "ProcessingTimeExecutor.execute", RUNTIME + "MicroBatchExecution.runActivatedStream",
+        RUNTIME + "StreamExecution.org$apache$spark$sql$execution$streaming$runtime$StreamExecution$$runStream"]
+IN_BATCH = [RUNTIME + "MicroBatchExecution.executeOneBatch", *LOOP]
+
+
+@pytest.mark.parametrize("frames, expected", [
+    ([*BLOCKED, RUNTIME + "MicroBatchExecution.withProgressLocked", RUNTIME + "MicroBatchExecution.runBatch",
+      RUNTIME + "MicroBatchExecution.$anonfun$executeOneBatch$2", *IN_BATCH], AT_COMMIT),
+    ([*BLOCKED, RUNTIME + "MicroBatchExecution.withProgressLocked", *IN_BATCH], AT_COMMIT),
+    ([*BLOCKED, RUNTIME + "MicroBatchExecution.withProgressLocked", RUNTIME + "MicroBatchExecution.constructNextBatch",
+      RUNTIME + "MicroBatchExecution.$anonfun$executeOneBatch$2", *IN_BATCH], BEFORE_BATCH),
+    # Seen on Spark 4.3 once the loop has ended: runStream's finally signals its end under the lock.
+    ([*BLOCKED, RUNTIME + "StreamExecution.$anonfun$runStream$7", "scala.runtime.java8.JFunction0$mcV$sp.apply",
+      "org.apache.spark.util.UninterruptibleThread.runUninterruptibly", LOOP[-1]], EXITING),
+    (["java.lang.Thread.sleep", "org.apache.spark.util.SystemClock.waitTillTime", *LOOP[2:]], SLEEPING_TILL_TRIGGER),
+    (["java.lang.Thread.sleep0", "java.lang.Thread.sleep", *IN_BATCH], ASLEEP),
+    # Running a batch: waiting for its Spark job, or on some other lock.
+    ([*BLOCKED[:3], "scala.concurrent.impl.Promise$DefaultPromise.tryAwait", "org.apache.spark.scheduler.DAGScheduler.runJob",
+      RUNTIME + "MicroBatchExecution.runBatch", *IN_BATCH], BUSY),
+    ([*BLOCKED, "org.apache.hadoop.fs.FileSystem.get", RUNTIME + "MicroBatchExecution.runBatch", *IN_BATCH], BUSY),
+    ([*BLOCKED, RUNTIME + "MicroBatchExecution.withProgressLocked"], BUSY),
+    (["java.lang.Thread.sleep", "org.apache.spark.sql.execution.streaming.sources.RateStream.sleep", *IN_BATCH], BUSY),
+    ([], BUSY),
+])
+def test_where_the_stream_thread_is(frames, expected):
+    assert position(frames) == expected
+
+
+class ScriptedStream:
+    """A stream thread that is at the given places, one per look; the last place stays."""
+
+    def __init__(self, *places, ends=True):
+        self.places, self.ends = list(places), ends
+        self.held = False
+        self.requested = self.withdrawn = self.stopped = 0
+        self.log: list[str] = []
+
+    def lock(self, seconds):
+        assert not self.held
+        self.held = True
+        return True
+
+    def unlock(self):
+        assert self.held
+        self.held = False
+
+    def position(self):
+        assert self.held, "a place means nothing without the lock"
+        place = self.places.pop(0) if len(self.places) > 1 else self.places[0]
+        self.log.append(place)
+        return place
+
+    def request_end(self):
+        assert self.held
+        self.requested += 1
+
+    def withdraw_end(self):
+        assert self.held
+        self.withdrawn += 1
+
+    def alive(self):
+        return not (self.ends and self.requested > self.withdrawn) and not self.stopped
+
+    def stop(self):
+        assert not self.held, "query.stop() waits for the thread, which may wait for this lock"
+        self.stopped += 1
+
+
+def run(stream, timeout=10.0):
+    now = [0.0]
+    outcome = stop_at_next_boundary(stream, deadline=timeout, clock=lambda: now[0],
+                                    sleep=lambda s: now.__setitem__(0, now[0] + s))
+    return outcome, now[0]
+
+
+def test_a_running_batch_is_let_commit_then_the_query_ends_by_itself():
+    stream = ScriptedStream(BUSY, BUSY, BUSY, AT_COMMIT)
+    outcome, _ = run(stream)
+    assert (outcome.at_boundary, outcome.how) == (True, "boundary")
+    assert (stream.requested, stream.withdrawn, stream.stopped) == (1, 0, 0) and not stream.held
+
+
+def test_a_thread_about_to_plan_a_batch_runs_it_and_is_caught_at_its_commit():
+    stream = ScriptedStream(BEFORE_BATCH, BEFORE_BATCH, BUSY, AT_COMMIT)
+    outcome, _ = run(stream)
+    assert outcome.at_boundary and stream.requested == 1 and stream.stopped == 0
+    assert stream.log == [BEFORE_BATCH, BEFORE_BATCH, BUSY, AT_COMMIT]
+
+
+def test_a_wait_for_the_next_trigger_is_cut_short_with_nothing_in_flight():
+    stream = ScriptedStream(SLEEPING_TILL_TRIGGER)
+    outcome, elapsed = run(stream)
+    assert (outcome.at_boundary, outcome.how) == (True, "between-triggers")
+    assert stream.requested == 1 and stream.stopped == 1 and elapsed < 0.1
+
+
+def test_an_idle_poll_ends_without_an_interrupt():
+    stream = ScriptedStream(ASLEEP, EXITING)
+    outcome, _ = run(stream)
+    assert outcome.at_boundary and stream.requested == 1 and stream.stopped == 0
+
+
+def test_a_thread_that_woke_before_the_request_has_it_withdrawn_and_is_caught_at_its_commit():
+    stream = ScriptedStream(ASLEEP, BUSY, BEFORE_BATCH, BUSY, AT_COMMIT)
+    outcome, _ = run(stream)
+    assert (stream.requested, stream.withdrawn) == (2, 1)
+    assert (outcome.at_boundary, outcome.how, stream.stopped) == (True, "boundary", 0)
+
+
+def test_a_query_that_already_ended_needs_nothing():
+    for place in (ENDED, EXITING):
+        stream = ScriptedStream(place, ends=False)
+        stream.alive = lambda: False
+        outcome, _ = run(stream)
+        assert outcome.at_boundary and stream.requested == 0 and stream.stopped == 0
+
+
+def test_a_batch_longer_than_the_timeout_is_interrupted_and_said_so():
+    stream = ScriptedStream(BUSY)
+    outcome, elapsed = run(stream, timeout=2.0)
+    assert (outcome.at_boundary, outcome.how) == (False, "timeout")
+    assert stream.requested == 0 and stream.stopped == 1 and 2.0 <= elapsed < 2.1
+
+
+def test_a_thread_that_never_ends_after_its_commit_is_stopped_at_the_deadline():
+    stream = ScriptedStream(AT_COMMIT, ends=False)
+    outcome, elapsed = run(stream, timeout=1.0)
+    assert outcome.at_boundary and stream.stopped == 1 and elapsed >= 1.0
+
+
+def test_a_spark_without_these_internals_gets_no_stream_thread():
+    class Unknown:
+        _jsq = None  # py4j would raise; so does a missing attribute
+
+    assert boundary.stream_thread(Unknown(), jvm=None) is None
+
+
+class IdleThenBusy:
+    """A query whose trigger is active for the first ``busy`` looks (Spark's query.status)."""
+
+    def __init__(self, busy):
+        self.busy, self.stopped = busy, False
+
+    @property
+    def status(self):
+        self.busy -= 1
+        return {"isTriggerActive": self.busy >= 0}
+
+    def stop(self):
+        self.stopped = True
+
+
+def test_the_fallback_stops_when_no_trigger_is_active_within_the_deadline():
+    now = [0.0]
+    clock, sleep = (lambda: now[0]), (lambda s: now.__setitem__(0, now[0] + s))
+    between = IdleThenBusy(busy=3)
+    assert boundary.stop_when_idle(between, deadline=1.0, clock=clock, sleep=sleep).at_boundary and between.stopped
+    never = IdleThenBusy(busy=10**9)
+    outcome = boundary.stop_when_idle(never, deadline=now[0] + 0.5, clock=clock, sleep=sleep)
+    assert (outcome.at_boundary, outcome.how) == (False, "timeout") and never.stopped

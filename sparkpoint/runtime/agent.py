@@ -14,6 +14,7 @@ The caller then reads the checkpoint to know whether a planned batch will be rep
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import os
@@ -87,11 +88,16 @@ class Stop:
             thread.start()
 
     def _stop_one(self, query, record: dict[str, Any], jvm) -> None:
-        stream = stream_thread(query, jvm)
-        outcome = (stop_at_next_boundary(stream, self.deadline) if stream is not None
-                   else stop_when_idle(query, self.deadline))
-        record.update(state="stopped", at_boundary=outcome.at_boundary, how=outcome.how,
-                      seconds=round(self._clock() - self.started, 3))
+        try:
+            stream = stream_thread(query, jvm)
+            outcome = (stop_at_next_boundary(stream, self.deadline) if stream is not None
+                       else stop_when_idle(query, self.deadline))
+            record.update(at_boundary=outcome.at_boundary, how=outcome.how)
+        except Exception as exc:  # noqa: BLE001 - py4j, or the JVM going away: the query must stop all the same
+            record.update(at_boundary=False, how=f"error: {type(exc).__name__}")
+            with contextlib.suppress(Exception):  # the JVM is gone, and the query with it
+                query.stop()
+        record.update(state="stopped", seconds=round(self._clock() - self.started, 3))
 
     @property
     def done(self) -> bool:
@@ -148,9 +154,11 @@ class Agent:
         }
 
     def begin_stop(self, timeout: float) -> dict[str, Any]:
-        """Start ending every query at its next boundary; a second request joins the stop under way."""
+        """Start ending every query at its next boundary; a second request joins the stop under way (a
+        request after a finished stop, one that came before the application started its queries, say,
+        is a stop of its own)."""
         with self._lock:
-            if self._stop is None:
+            if self._stop is None or self._stop.done:
                 session = self.session()
                 jvm = getattr(getattr(session, "sparkContext", None), "_jvm", None)
                 self._stop = Stop(self.queries(), timeout, jvm)

@@ -146,3 +146,41 @@ def test_a_stop_that_ends_the_application_still_gets_its_outcome(tmp_path):
                                   "seconds": report["queries"][0]["seconds"]}]
     assert finished.wait(5) and read_agent_file(job.directory)["state"] == "finished"
     assert finished_too_early == [False]
+
+
+def test_a_stop_before_the_queries_start_does_not_stick_and_a_failing_stop_still_stops(tmp_path):
+    from types import SimpleNamespace
+
+    registry = Registry(str(tmp_path))
+    job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    active: list = []
+    session = SimpleNamespace(streams=SimpleNamespace(active=active, addListener=lambda listener: None),
+                              sparkContext=SimpleNamespace(applicationId="local-1"))
+    running = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: session)
+    running.start()
+    try:
+        client = AgentClient(*running.address, job.id, registry.token(job))
+        first = client.request_stop(5)
+        assert first["done"] is True and first["queries"] == []
+
+        class BrokenQuery:  # py4j fails half-way, as when the JVM goes away
+            name, id, lastProgress, stopped = "alarms", "q-1", None, False
+            _jsq = SimpleNamespace(streamingQuery=lambda: SimpleNamespace(resolvedCheckpointRoot=lambda: "file:/c"))
+
+            @property
+            def status(self):
+                raise RuntimeError("Py4JNetworkError")
+
+            def stop(self):
+                self.stopped = True
+
+        active.append(BrokenQuery())  # the application starts its query after the first stop
+        report = client.request_stop(5)
+        while not report["done"]:
+            report = client.stop_report()
+        (query,) = report["queries"]
+        assert (query["name"], query["state"], query["at_boundary"], query["how"]) == (
+            "alarms", "stopped", False, "error: RuntimeError")
+        assert active[0].stopped
+    finally:
+        running.finish(0, None)

@@ -185,3 +185,18 @@ def test_ambiguous_job_prefixes_and_drivers_that_do_not_answer(capsys, home, tmp
     for command in ("savepoint", "stop"):
         code, _, err = run(capsys, command, job.id)
         assert code == 12 and "does not answer" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_stop_is_rendered_with_its_cut_and_phases(capsys):
+    from sparkpoint.cli.job_cmds import _render_stopped
+
+    _render_stopped({"path": "/sp/counts/sp-1", "job": {"id": "counts-3f9c", "state": "finished"},
+                     "phases": {"boundary": 0.84, "savepoint": 0.61, "driver_exit": 1.2},
+                     "queries": [{"name": "counts", "at_boundary": True, "batch_id": 41, "replayed_batch_id": None},
+                                 {"name": "slow", "at_boundary": False, "batch_id": 6, "replayed_batch_id": 7}]})
+    assert capsys.readouterr().out.splitlines() == [
+        "Job counts-3f9c stopped (finished); savepoint /sp/counts/sp-1",
+        "  boundary 0.8 s, savepoint 0.6 s, driver exit 1.2 s (from the boundary, alongside the savepoint)",
+        "  counts: stopped at a batch boundary, cut at batch 41; no batch is replayed",
+        "  slow: stopped mid-batch (timeout), cut at batch 6; batch 7 is replayed on restore",
+    ]

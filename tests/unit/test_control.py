@@ -19,7 +19,7 @@ from sparkpoint.core.jobs import (
     pid_alive,
     state_of,
 )
-from sparkpoint.errors import BadArgumentError, JobNotRunningError, NotFoundError
+from sparkpoint.errors import BadArgumentError, JobFailedError, JobNotRunningError, NotFoundError
 
 
 def test_cancel_without_an_agent_ends_the_process_group_at_once(tmp_path):
@@ -74,3 +74,77 @@ def test_a_waiting_driver_gives_up_when_its_controller_is_gone(tmp_path):
 def test_a_waiting_driver_takes_the_controllers_answer(tmp_path):
     answer_handover(tmp_path, {"expected_queries": ["counts"]})
     assert await_handover(tmp_path, os.getpid()) == {"expected_queries": ["counts"]}
+
+
+class StopReports:
+    """An agent's stop reports, one per poll; the last one stays."""
+
+    def __init__(self, *reports, gone_after=None):
+        self.reports, self.gone_after, self.polls = list(reports), gone_after, 0
+
+    def request_stop(self, timeout):
+        self.timeout = timeout
+        return self.reports[0]
+
+    def stop_report(self):
+        self.polls += 1
+        if self.gone_after is not None and self.polls > self.gone_after:
+            raise JobNotRunningError("the agent does not answer")
+        return self.reports[min(self.polls, len(self.reports) - 1)]
+
+
+class Shown:
+    def __init__(self):
+        self.lines, self.finished = [], 0
+
+    def waiting(self, message):
+        self.lines.append(message)
+
+    def finish(self):
+        self.finished += 1
+
+
+def waiting(seconds, batch=41):
+    return {"done": False, "seconds": seconds, "queries": [
+        {"name": "counts", "state": "waiting", "batch_id": batch, "at_boundary": None},
+        {"name": "alarms", "state": "stopped", "batch_id": 7, "at_boundary": True}]}
+
+
+DONE = {"done": True, "seconds": 2.5, "queries": [{"name": "counts", "state": "stopped", "at_boundary": True}]}
+
+
+def fake_time():
+    now = [0.0]
+    return (lambda: now[0]), (lambda s: now.__setitem__(0, now[0] + s))
+
+
+def stop_job_for_test(tmp_path):
+    return Registry(str(tmp_path)).new_job("counts", app="app.py", app_args=[], master="local[2]", submit_args=[])
+
+
+def test_the_wait_for_the_boundary_shows_what_it_waits_for(tmp_path):
+    clock, sleep = fake_time()
+    shown = Shown()
+    agent = StopReports(waiting(0.2), waiting(1.4), waiting(12.0, batch=42), DONE)
+    queries = control._await_boundary(agent, stop_job_for_test(tmp_path), 60, shown, sleep, clock)
+    assert queries == DONE["queries"] and agent.timeout == 60
+    assert shown.lines == ["waiting for batch 41 of counts to commit, 0 s", "waiting for batch 41 of counts to commit, 1 s",
+                           "waiting for batch 42 of counts to commit, 12 s"]
+    assert shown.finished == 1
+
+
+def test_an_agent_that_never_reports_the_end_is_given_up_on(tmp_path):
+    clock, sleep = fake_time()
+    shown = Shown()
+    job = stop_job_for_test(tmp_path)
+    with pytest.raises(JobFailedError, match=r"did not report the end of its queries within 40 s"):
+        control._await_boundary(StopReports(waiting(1)), job, 10, shown, sleep, clock)
+    assert 40 <= clock() < 40.2 and shown.finished == 1
+
+
+def test_a_driver_that_dies_during_the_stop_says_where_its_checkpoints_are(tmp_path):
+    clock, sleep = fake_time()
+    job = stop_job_for_test(tmp_path)
+    with pytest.raises(JobFailedError, match="ended before its queries reached a batch boundary") as raised:
+        control._await_boundary(StopReports(waiting(1), gone_after=2), job, 60, Shown(), sleep, clock)
+    assert job.checkpoint_root in str(raised.value) and "savepoint --from-checkpoint" in str(raised.value)

@@ -6,9 +6,11 @@
 2. Upgrade downtime, as the time between v1's last committed batch and v2's first one (file times of
    the commit logs), for `sparkpoint stop` + `sparkpoint run -s`, for `sparkpoint run --replace`, and
    for a plain restart of the same application on its own checkpoint (SIGTERM, spark-submit again).
+   With --workload keyed, the downtime is measured on scripts/demo_apps/keyed_state.py instead: a
+   million keys of state, a 1 s trigger, about a second of work per batch (savepoints of ~150 MB).
 It prints figures; it is never a pass/fail test.
 
-    .venv/bin/python scripts/bench_jobs.py [--seconds 40] [--rounds 2] [--downtime-rounds 3]
+    .venv/bin/python scripts/bench_jobs.py [--seconds 40] [--rounds 2] [--downtime-rounds 3] [--workload rate|keyed]
 """
 
 from __future__ import annotations
@@ -27,10 +29,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "scripts" / "demo_apps" / "rate_counts.py")
+KEYED_APP = str(ROOT / "scripts" / "demo_apps" / "keyed_state.py")
 SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
 # Throughput is measured flat out; downtime at a steady rate, so that the rows piled up while a job is
 # down (the rate source generates by wall clock) do not make one first batch much larger than the other.
 FLAT_OUT, STEADY = 2_000_000, 20_000
+# The application, its query's name and its arguments, for the downtime measurements.
+WORKLOADS = {"rate": (APP, "rate_counts", lambda work: ["0", str(STEADY)]),
+             "keyed": (KEYED_APP, "keyed", lambda work: [str(work / "keyed"), "1"])}
 ENV = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
 
 
@@ -86,42 +92,46 @@ def agent_overhead(work: Path, seconds: float, rounds: int) -> None:
           f"(positive = slower under sparkpoint)")
 
 
-def managed_job(home: Path) -> tuple[dict, Path]:
-    job = sparkpoint(home, "run", "--detach", "--name", "upgrade", APP, "0", str(STEADY))
-    checkpoint = Path(job["checkpoint_root"]) / "rate_counts"
+def managed_job(home: Path, workload) -> tuple[dict, Path]:
+    app, query, args = workload
+    job = sparkpoint(home, "run", "--detach", "--name", "upgrade", app, *args(home.parent))
+    checkpoint = Path(job["checkpoint_root"]) / query
     await_commits(checkpoint, 5)
     return job, checkpoint
 
 
-def stop_then_run(home: Path) -> tuple[float, float]:
+def stop_then_run(home: Path, workload) -> tuple[float, float]:
     """`sparkpoint stop` then `sparkpoint run -s`: (stop request -> first new commit, commit gap)."""
-    job, checkpoint = managed_job(home)
+    app, query, args = workload
+    job, checkpoint = managed_job(home, workload)
     start = time.time()
     stopped = sparkpoint(home, "stop", job["id"])
     cut = stopped["queries"][0]["batch_id"]
-    restored = sparkpoint(home, "run", "--detach", "--name", "upgrade", "-s", stopped["id"], APP, "0", str(STEADY))
-    new_checkpoint = Path(restored["checkpoint_root"]) / "rate_counts"
+    restored = sparkpoint(home, "run", "--detach", "--name", "upgrade", "-s", stopped["id"], app, *args(home.parent))
+    new_checkpoint = Path(restored["checkpoint_root"]) / query
     first = commit_time(new_checkpoint, wait_for_commit_after(new_checkpoint, cut))
     sparkpoint(home, "cancel", restored["id"])
     return first - start, first - commit_time(checkpoint, cut)
 
 
-def run_replace(home: Path) -> tuple[float, float]:
+def run_replace(home: Path, workload) -> tuple[float, float]:
     """`sparkpoint run --replace`: (command start -> first new commit, commit gap)."""
-    job, checkpoint = managed_job(home)
+    app, query, args = workload
+    job, checkpoint = managed_job(home, workload)
     start = time.time()
-    restored = sparkpoint(home, "run", "--detach", "--name", "upgrade", "--replace", job["id"], APP, "0", str(STEADY))
+    restored = sparkpoint(home, "run", "--detach", "--name", "upgrade", "--replace", job["id"], app, *args(home.parent))
     cut = restored["replaced"]["queries"][0]["batch_id"]
-    new_checkpoint = Path(restored["checkpoint_root"]) / "rate_counts"
+    new_checkpoint = Path(restored["checkpoint_root"]) / query
     first = commit_time(new_checkpoint, wait_for_commit_after(new_checkpoint, cut))
     sparkpoint(home, "cancel", restored["id"])
     return first - start, first - commit_time(checkpoint, cut)
 
 
-def plain_restart(work: Path) -> tuple[float, float]:
+def plain_restart(work: Path, workload) -> tuple[float, float]:
     """SIGTERM the driver, spark-submit again on the same checkpoint: (SIGTERM -> first new commit, commit gap)."""
+    app, _, args = workload
     checkpoint = work / f"plain-restart-{time.monotonic_ns()}"
-    command = [SPARK_SUBMIT, "--master", "local[2]", APP, "0", str(STEADY), str(checkpoint)]
+    command = [SPARK_SUBMIT, "--master", "local[2]", app, *args(work), str(checkpoint)]
     driver = subprocess.Popen(command, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     await_commits(checkpoint, 5)
@@ -137,10 +147,11 @@ def plain_restart(work: Path) -> tuple[float, float]:
     return first - start, first - commit_time(checkpoint, last)
 
 
-def upgrade_downtime(work: Path) -> tuple[float, float]:
+def upgrade_downtime(work: Path, workload) -> tuple[float, float]:
     """One round of the three paths; returns each sparkpoint path's commit gap minus the plain restart's."""
     home = work / "home"
-    two_commands, replace, plain = stop_then_run(home), run_replace(home), plain_restart(work)
+    two_commands, replace, plain = (stop_then_run(home, workload), run_replace(home, workload),
+                                    plain_restart(work, workload))
     print(f"  commit gap (v1's last commit -> v2's first): stop + run -s {two_commands[1]:.2f} s, "
           f"run --replace {replace[1]:.2f} s, plain restart {plain[1]:.2f} s | from the stop request / command / "
           f"SIGTERM: {two_commands[0]:.2f} s, {replace[0]:.2f} s, {plain[0]:.2f} s", flush=True)
@@ -152,15 +163,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=40)
     parser.add_argument("--rounds", type=int, default=2, help="agent-overhead rounds (0: skip)")
     parser.add_argument("--downtime-rounds", type=int, default=3, help="upgrade-downtime comparisons")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="rate", help="the job whose downtime is measured")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sparkpoint-bench-jobs-"))
     print(f"machine: nproc={os.cpu_count()}, python {sys.version.split()[0]}; command: {' '.join(sys.argv)}")
     try:
         agent_overhead(work, options.seconds, options.rounds)
-        rounds = [upgrade_downtime(work) for _ in range(options.downtime_rounds)]
+        rounds = [upgrade_downtime(work, WORKLOADS[options.workload]) for _ in range(options.downtime_rounds)]
         if rounds:
-            print(f"upgrade downtime minus plain restart's, median of {len(rounds)} rounds (savepoints ~0.3 MB, "
-                  f"restored by hard links): stop + run -s {statistics.median(r[0] for r in rounds):+.2f} s, "
+            print(f"upgrade downtime minus plain restart's ({options.workload}), median of {len(rounds)} rounds "
+                  f"(savepoints restored by hard links): stop + run -s {statistics.median(r[0] for r in rounds):+.2f} s, "
                   f"run --replace {statistics.median(r[1] for r in rounds):+.2f} s")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,111 @@
+"""Benchmark: `sparkpoint stop` on a busy job with a million keys of state (scripts/demo_apps/keyed_state.py).
+
+For each variant (a 1 s trigger interval; none, batches back to back), ROUNDS rounds chained by `run -s`:
+the job runs (restored from the previous round's stop savepoint), a live `savepoint JOB` is timed, then
+`sparkpoint stop` (the command's wall time, with its phases). Prints min / median / max of the stop, its
+phases, the live savepoint and the batch duration (from the driver's log), and how many rounds met the
+target: median live savepoint + 2 batch durations + 1.5 s. A figure, never a pass/fail test.
+
+    .venv/bin/python scripts/bench_stop.py [--rounds 10] [--variants 1,0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_jobs import sparkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "scripts" / "demo_apps" / "keyed_state.py")
+BATCH = re.compile(r"^batch (\d+) took (\d+) ms$")
+
+
+def batch_durations(log: Path) -> list[float]:
+    """Seconds per batch of one driver, its first left out (the seed, or the first after a restore)."""
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    return [int(m.group(2)) / 1000 for m in map(BATCH.match, lines) if m][1:]
+
+
+def await_batches(log: Path, count: int, timeout: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(batch_durations(log)) < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"fewer than {count} batches in {log}")
+        time.sleep(0.2)
+
+
+def timed(home: Path, *args: str) -> tuple[float, dict]:
+    started = time.monotonic()
+    result = sparkpoint(home, *args)
+    return time.monotonic() - started, result
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):6.2f} {statistics.median(values):6.2f} {max(values):6.2f}"
+
+
+def variant(work: Path, trigger: str, rounds: int) -> None:
+    home, previous = work / "home", None
+    stops, boundaries, savepoints, exits, lives, batches = [], [], [], [], [], []
+    for round_ in range(rounds + 1):  # round 0 seeds the state and warms the page cache: not counted
+        job = sparkpoint(home, "run", "--detach", "--name", f"keyed-{trigger}", *(["-s", previous] if previous else []),
+                         APP, str(work), trigger)
+        log = Path(job["log"])
+        await_batches(log, 3)
+        live_seconds, live = timed(home, "savepoint", job["id"])
+        await_batches(log, 5)
+        stop_seconds, stopped = timed(home, "stop", job["id"])
+        durations = batch_durations(log)
+        cut = stopped["queries"][0]
+        phases = stopped["phases"]
+        print(f"  trigger {trigger} s, round {round_}: stop {stop_seconds:.2f} s (boundary {phases['boundary']:.2f}, "
+              f"savepoint {phases['savepoint']:.2f}, driver exit {phases['driver_exit']:.2f}), at boundary "
+              f"{cut['at_boundary']}, replayed {cut['replayed_batch_id']}; live savepoint {live_seconds:.2f} s "
+              f"({live['bytes'] / 1e6:.0f} MB); batches {statistics.median(durations):.2f} s median", flush=True)
+        if round_:
+            stops.append(stop_seconds)
+            boundaries.append(phases["boundary"])
+            savepoints.append(phases["savepoint"])
+            exits.append(phases["driver_exit"])
+            lives.append(live_seconds)
+            batches += durations
+        sparkpoint(home, "savepoint", "--dispose", live["path"])
+        if previous:
+            sparkpoint(home, "savepoint", "--dispose", previous)
+        shutil.rmtree(Path(job["checkpoint_root"]).parent, ignore_errors=True)  # the bench's own job
+        previous = stopped["path"]
+    if not stops:
+        return
+    target = statistics.median(lives) + 2 * statistics.median(batches) + 1.5
+    print(f"trigger {trigger} s, {len(stops)} rounds           min    med    max  (seconds)")
+    for name, values in (("stop (command)", stops), ("  boundary", boundaries), ("  savepoint", savepoints),
+                         ("  driver exit", exits), ("live savepoint", lives), ("batch duration", batches)):
+        print(f"  {name:<28} {spread(values)}")
+    print(f"  target live savepoint + 2 batches + 1.5 s = {target:.2f} s: {sum(s <= target for s in stops)} of "
+          f"{len(stops)} rounds within it")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--variants", default="1,0", help="trigger intervals in seconds (0: none)")
+    options = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="sparkpoint-bench-stop-"))
+    print(f"machine: nproc={os.cpu_count()}, python {sys.version.split()[0]}; command: {' '.join(sys.argv)}")
+    try:
+        for trigger in options.variants.split(","):
+            variant(work, trigger, options.rounds)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

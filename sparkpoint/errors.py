@@ -96,6 +96,13 @@ class UnreachableError(SparkpointError):
     exit_code = 14
 
 
+class StopInterruptedError(SparkpointError):
+    """Ctrl-C during a stop: the driver goes on ending its queries, but no savepoint is taken; says
+    where their checkpoints stay."""
+
+    exit_code = 130
+
+
 class RecordedFailureError(SparkpointError):
     """A background operation (a detached savepoint) failed earlier: reported again, with the exit
     status it failed with."""

@@ -40,7 +40,14 @@ from sparkpoint.core.jobs import (
 )
 from sparkpoint.core.times import iso
 from sparkpoint.core.transfer import NullProgress, Progress
-from sparkpoint.errors import BadArgumentError, JobFailedError, JobNotRunningError, NotFoundError, SparkpointError
+from sparkpoint.errors import (
+    BadArgumentError,
+    JobFailedError,
+    JobNotRunningError,
+    NotFoundError,
+    SparkpointError,
+    StopInterruptedError,
+)
 
 BOOTSTRAP = str(Path(__file__).resolve().parents[1] / "runtime" / "bootstrap.py")
 RUN_OPTIONS = {"--name", "-s", "--from-savepoint", "--allow-non-restored-state", "--claim-mode", "--master",
@@ -405,6 +412,10 @@ def _await_boundary(client, job: Job, timeout: float, progress: Progress, sleep,
         raise JobFailedError(f"the driver of job {job.id} ended before its queries reached a batch boundary; its "
                              f"checkpoints are kept under {job.checkpoint_root}: "
                              "`sparkpoint savepoint --from-checkpoint` takes a savepoint of them") from None
+    except KeyboardInterrupt:
+        raise StopInterruptedError(f"interrupted: job {job.id} goes on ending its queries at their batch boundaries, "
+                                   f"without a savepoint; their checkpoints stay under {job.checkpoint_root} "
+                                   "(`sparkpoint savepoint --from-checkpoint` takes one)") from None
     finally:
         progress.finish()
     return report["queries"]

@@ -19,7 +19,7 @@ from sparkpoint.core.jobs import (
     pid_alive,
     state_of,
 )
-from sparkpoint.errors import BadArgumentError, JobFailedError, JobNotRunningError, NotFoundError
+from sparkpoint.errors import BadArgumentError, JobFailedError, JobNotRunningError, NotFoundError, StopInterruptedError
 
 
 def test_cancel_without_an_agent_ends_the_process_group_at_once(tmp_path):
@@ -148,3 +148,16 @@ def test_a_driver_that_dies_during_the_stop_says_where_its_checkpoints_are(tmp_p
     with pytest.raises(JobFailedError, match="ended before its queries reached a batch boundary") as raised:
         control._await_boundary(StopReports(waiting(1), gone_after=2), job, 60, Shown(), sleep, clock)
     assert job.checkpoint_root in str(raised.value) and "savepoint --from-checkpoint" in str(raised.value)
+
+
+def test_ctrl_c_during_the_wait_says_the_stop_goes_on_without_a_savepoint(tmp_path):
+    clock, _ = fake_time()
+
+    def interrupted(seconds):
+        raise KeyboardInterrupt
+
+    shown = Shown()
+    job = stop_job_for_test(tmp_path)
+    with pytest.raises(StopInterruptedError, match="goes on ending its queries") as raised:
+        control._await_boundary(StopReports(waiting(1)), job, 60, shown, interrupted, clock)
+    assert raised.value.exit_code == 130 and job.checkpoint_root in str(raised.value) and shown.finished == 1

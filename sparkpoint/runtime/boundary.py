@@ -116,6 +116,9 @@ class StreamThread:
         self._previous = self._state.getAndSet(self._terminated)
 
     def withdraw_end(self) -> None:
+        # Safe for the stream thread: it is blocked on the lock held here and read the state before the
+        # request. Not against the application itself calling query.stop() in those few milliseconds:
+        # its stop would then be reported as the query's failure. No internal tells the two apart.
         if self._previous is not None and not self._previous.equals(self._terminated):
             self._state.compareAndSet(self._terminated, self._previous)
 

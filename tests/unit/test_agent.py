@@ -184,3 +184,31 @@ def test_a_stop_before_the_queries_start_does_not_stick_and_a_failing_stop_still
         assert active[0].stopped
     finally:
         running.finish(0, None)
+
+
+def test_an_agent_of_an_earlier_sparkpoint_answers_a_stop_at_once_and_is_understood():
+    """Jobs outlive CLI upgrades: an earlier agent replied to POST /v1/stop only once stopped, with "stopped"."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    earlier = [{"name": "alarms", "id": "q-1", "checkpoint": "file:/c/alarms", "at_boundary": True}]
+
+    class EarlierAgent(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = json.dumps({"stopped": earlier}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = HTTPServer(("127.0.0.1", 0), EarlierAgent)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        report = AgentClient(*server.server_address[:2], "job", "token").request_stop(5)
+    finally:
+        server.shutdown()
+    assert report == {"done": True, "seconds": None, "queries": earlier}

@@ -44,6 +44,9 @@ BEFORE_BATCH = "before_batch"  # blocked on the lock in constructNextBatch: past
 ASLEEP = "asleep"  # between triggers: a trigger interval's wait, or the poll delay after an empty trigger
 SLEEPING_TILL_TRIGGER = "sleeping_till_trigger"  # ASLEEP, in a trigger interval's wait (may be long)
 BUSY = "busy"  # anything else: planning or running a batch, or on its way from one place to another
+UNKNOWN = "unknown"  # the end was requested, but the thread was still on its way at the deadline
+
+COMMIT_GRACE = 5.0  # seconds past the deadline for a commit that was reached before it
 
 _LOCK_FRAMES = ("java.util.concurrent.locks.", "jdk.internal.misc.Unsafe.")
 _SECTIONS = {"constructNextBatch": BEFORE_BATCH, "runBatch": AT_COMMIT, "executeOneBatch": AT_COMMIT}
@@ -101,7 +104,8 @@ class StreamThread:
         return bool(self._lock.tryLock(max(1, int(seconds * 1000)), self._milliseconds))
 
     def unlock(self) -> None:
-        self._lock.unlock()
+        if self._lock.isHeldByCurrentThread():
+            self._lock.unlock()
 
     def position(self) -> str:
         if not self._thread.isAlive():
@@ -130,8 +134,15 @@ class StreamThread:
 
 
 def stream_thread(query, jvm) -> StreamThread | None:
-    """The query's stream thread, or None where this Spark lacks the internals a graceful stop needs."""
+    """The query's stream thread, or None where this Spark lacks the internals a graceful stop needs, or
+    where py4j does not pin Python threads to JVM threads (PYSPARK_PIN_THREAD=false): the lock would then
+    be unlocked by another JVM thread than took it, which fails and leaves it held."""
     try:
+        from py4j.clientserver import ClientServer
+        from pyspark import SparkContext
+
+        if not isinstance(SparkContext._gateway, ClientServer):
+            return None
         return StreamThread(query, jvm)
     except Exception:  # noqa: BLE001 - py4j errors, a missing class or method: use the fallback
         return None
@@ -156,10 +167,15 @@ def stop_at_next_boundary(stream: StreamThread, deadline: float, clock: Callable
         return Outcome(at_boundary=False, how="timeout")
     if where == SLEEPING_TILL_TRIGGER:
         stream.stop()  # ends the wait for the next trigger; no batch is in flight to interrupt
-    while stream.alive() and clock() < deadline:
+    # A request made at a commit just before the deadline still gets to write that commit.
+    ends_by = max(deadline, clock() + COMMIT_GRACE)
+    while stream.alive() and clock() < ends_by:
         sleep(0.005)
     if stream.alive():
-        stream.stop()  # the last commit is made; whatever hangs after it is not a batch
+        stream.stop()
+        return Outcome(at_boundary=False, how="timeout")
+    if where == UNKNOWN:
+        return Outcome(at_boundary=False, how="timeout")  # the checkpoint tells whether a batch was lost
     return Outcome(at_boundary=True, how={ENDED: "ended", EXITING: "ended", AT_COMMIT: "boundary"}.get(
         where, "between-triggers"))
 
@@ -175,10 +191,14 @@ def _request_end_when_safe(stream: StreamThread, deadline: float, clock, sleep) 
     if where == AT_COMMIT:
         return where
     # Asleep when looked at; it may have woken and passed its isActive check before the request.
-    if _settled(stream, deadline, clock, sleep) == BEFORE_BATCH:
+    again = _settled(stream, deadline, clock, sleep)
+    if again == BEFORE_BATCH:
         stream.withdraw_end()
         return None
-    return where
+    if again == BUSY:  # still on its way at the deadline: whether it saw the request first is unknown
+        return UNKNOWN
+    # It may have read isActive just before the request and gone to wait for its next trigger.
+    return SLEEPING_TILL_TRIGGER if again == SLEEPING_TILL_TRIGGER else where
 
 
 def _settled(stream: StreamThread, deadline: float, clock, sleep) -> str:

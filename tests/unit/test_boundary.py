@@ -54,8 +54,8 @@ def test_where_the_stream_thread_is(frames, expected):
 class ScriptedStream:
     """A stream thread that is at the given places, one per look; the last place stays."""
 
-    def __init__(self, *places, ends=True):
-        self.places, self.ends = list(places), ends
+    def __init__(self, *places, ends=True, alive_for=0):
+        self.places, self.ends, self.alive_for = list(places), ends, alive_for  # alive_for: looks after a request
         self.held = False
         self.requested = self.withdrawn = self.stopped = 0
         self.log: list[str] = []
@@ -84,7 +84,12 @@ class ScriptedStream:
         self.withdrawn += 1
 
     def alive(self):
-        return not (self.ends and self.requested > self.withdrawn) and not self.stopped
+        if self.stopped:
+            return False
+        if self.ends and self.requested > self.withdrawn:
+            self.alive_for -= 1
+            return self.alive_for >= 0
+        return True
 
     def stop(self):
         assert not self.held, "query.stop() waits for the thread, which may wait for this lock"
@@ -147,10 +152,30 @@ def test_a_batch_longer_than_the_timeout_is_interrupted_and_said_so():
     assert stream.requested == 0 and stream.stopped == 1 and 2.0 <= elapsed < 2.1
 
 
-def test_a_thread_that_never_ends_after_its_commit_is_stopped_at_the_deadline():
+def test_a_thread_that_never_ends_after_its_commit_is_stopped_and_not_called_at_a_boundary():
     stream = ScriptedStream(AT_COMMIT, ends=False)
     outcome, elapsed = run(stream, timeout=1.0)
-    assert outcome.at_boundary and stream.stopped == 1 and elapsed >= 1.0
+    assert (outcome.at_boundary, outcome.how) == (False, "timeout")
+    assert stream.stopped == 1 and elapsed >= boundary.COMMIT_GRACE
+
+
+def test_a_commit_reached_just_before_the_deadline_is_let_finish_after_it():
+    stream = ScriptedStream(*[BUSY] * 9, AT_COMMIT, alive_for=50)  # ~0.25 s to commit and end
+    outcome, elapsed = run(stream, timeout=0.1)
+    assert (outcome.at_boundary, outcome.how, stream.stopped) == (True, "boundary", 0) and elapsed > 0.1
+
+
+def test_a_thread_still_on_its_way_at_the_deadline_after_a_request_is_not_called_at_a_boundary():
+    stream = ScriptedStream(ASLEEP, BUSY)  # woke just before the request: it may plan a batch and self-interrupt
+    outcome, _ = run(stream, timeout=0.5)
+    assert (outcome.at_boundary, outcome.how) == (False, "timeout") and stream.withdrawn == 0
+
+
+def test_a_thread_that_went_to_wait_for_its_next_trigger_has_that_wait_cut_short():
+    stream = ScriptedStream(ASLEEP, SLEEPING_TILL_TRIGGER, ends=False)  # read isActive just before the request
+    outcome, elapsed = run(stream)
+    assert (outcome.at_boundary, outcome.how) == (True, "between-triggers") and stream.stopped == 1
+    assert elapsed < 0.1
 
 
 def test_a_spark_without_these_internals_gets_no_stream_thread():

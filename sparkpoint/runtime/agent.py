@@ -103,6 +103,12 @@ class Stop:
     def done(self) -> bool:
         return not any(thread.is_alive() for thread in self._threads)
 
+    def join(self, seconds: float) -> None:
+        """Until every query's outcome is recorded, for at most ``seconds``."""
+        ends_by = time.monotonic() + seconds
+        for thread in self._threads:
+            thread.join(max(0.0, ends_by - time.monotonic()))
+
     def report(self) -> dict[str, Any]:
         done = self.done  # before the records: a done report must hold every query's outcome
         queries = []
@@ -254,11 +260,19 @@ class Agent:
             error = self.restore_error
         elif self.failures:
             error = "; ".join(f"query '{name}' failed: {failure}" for name, failure in self.failures.items())
+        # The stop's outcome goes in the final record too: a caller who finds the agent gone reads it there.
+        # The application may end (its queries stopped) a moment before the stop threads record that.
+        with self._lock:  # begin_stop holds it while it makes the stop, whose threads may end the application
+            stop = self._stop
+        stopped = {}
+        if stop is not None:
+            stop.join(DRAIN_SECONDS)
+            stopped = {"stop": stop.report()}
         self._write_state("failed" if exit_code or error else "finished", exit_code=exit_code, error=error,
-                          ended_at=iso(), final=True)
-        if self._stop is not None:
+                          ended_at=iso(), final=True, **stopped)
+        if stop is not None:
             # The stop ended the application: its caller polls for the outcome, which must reach it.
-            self._stop.delivered.wait(DRAIN_SECONDS)
+            stop.delivered.wait(DRAIN_SECONDS)
         if self._server is not None:
             self._server.shutdown()
             # A stop request ends the application; its reply must still reach the caller before the

@@ -107,8 +107,8 @@ def test_spark_error_line_keeps_the_innermost_error_class():
 
 
 def test_a_stop_that_ends_the_application_still_gets_its_outcome(tmp_path):
-    """Stopping the queries lets the application end, and the bootstrap then finishes the agent:
-    the stop's final report must still reach its caller, who polls for it, before the process exits."""
+    """Stopping the queries lets the application end, and the bootstrap then finishes the agent: it must
+    keep answering until the caller has read the stop's final report (and write that report in its record)."""
     import threading
     import time
     from types import SimpleNamespace
@@ -116,7 +116,6 @@ def test_a_stop_that_ends_the_application_still_gets_its_outcome(tmp_path):
     registry = Registry(str(tmp_path))
     job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
     finished = threading.Event()
-    finished_too_early: list[bool] = []
 
     class EndingQuery:
         name, id = "alarms", "6a1b0c5e-0000-4000-8000-000000000001"
@@ -127,28 +126,69 @@ def test_a_stop_that_ends_the_application_still_gets_its_outcome(tmp_path):
         def stop(self):
             # The application's main thread returns from awaitTermination and the bootstrap finishes.
             threading.Thread(target=lambda: (running.finish(0, None), finished.set())).start()
-            time.sleep(0.3)  # the reply is written after finish() has begun shutting the server down
-            # The driver exits as soon as finish() returns: it must still be waiting for this request.
-            finished_too_early.append(finished.is_set())
 
     session = SimpleNamespace(streams=SimpleNamespace(active=[EndingQuery()], addListener=lambda listener: None),
                               sparkContext=SimpleNamespace(applicationId="local-1"))
     running = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: session)
     running.start()
     client = AgentClient(*running.address, job.id, registry.token(job))
-    report = client.request_stop(5)
-    while not report["done"]:
-        time.sleep(0.05)
-        report = client.stop_report()
+    client.request_stop(5)
+    deadline = time.monotonic() + 10
+    while "stop" not in read_agent_file(job.directory):  # the final record, with the stop's outcome
+        assert time.monotonic() < deadline, "the agent never wrote its final record"
+        time.sleep(0.02)
+    assert read_agent_file(job.directory)["stop"]["done"] is True
+    # Nobody has read the final report yet: finish() waits, and the driver with it.
+    assert not finished.wait(0.5)
+    report = client.stop_report()
     # A session without Spark's internals: the fallback, stopping when no trigger is active.
-    assert report["queries"] == [{"name": "alarms", "id": EndingQuery.id, "checkpoint": "file:/ckpt/alarms",
-                                  "state": "stopped", "at_boundary": True, "how": "fallback",
-                                  "seconds": report["queries"][0]["seconds"]}]
+    assert report["done"] and report["queries"] == [
+        {"name": "alarms", "id": EndingQuery.id, "checkpoint": "file:/ckpt/alarms", "state": "stopped",
+         "at_boundary": True, "how": "fallback", "seconds": report["queries"][0]["seconds"]}]
     assert finished.wait(5) and read_agent_file(job.directory)["state"] == "finished"
-    assert finished_too_early == [False]
+
+
+def test_a_second_stop_request_joins_the_stop_under_way(tmp_path):
+    import time
+    from types import SimpleNamespace
+
+    registry = Registry(str(tmp_path))
+    job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
+
+    class BusyQuery:  # a trigger active for its first 400 looks (~2 s): the fallback waits for its end
+        name, id, lastProgress, looks, stops = "alarms", "q-1", {"batchId": 40}, 0, 0
+        _jsq = SimpleNamespace(streamingQuery=lambda: SimpleNamespace(resolvedCheckpointRoot=lambda: "file:/c"))
+
+        @property
+        def status(self):
+            self.looks += 1
+            return {"isTriggerActive": self.looks <= 400}
+
+        def stop(self):
+            self.stops += 1
+
+    query = BusyQuery()
+    session = SimpleNamespace(streams=SimpleNamespace(active=[query], addListener=lambda listener: None),
+                              sparkContext=SimpleNamespace(applicationId="local-1"))
+    running = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: session)
+    running.start()
+    try:
+        client = AgentClient(*running.address, job.id, registry.token(job))
+        first = client.request_stop(30)
+        assert not first["done"] and first["queries"][0]["batch_id"] == 41  # waiting for the batch after 40
+        second = client.request_stop(5)
+        assert not second["done"] and second["seconds"] >= first["seconds"]
+        deadline = time.monotonic() + 10
+        while not client.stop_report()["done"]:
+            assert time.monotonic() < deadline, "the stop never ended"
+            time.sleep(0.02)
+        assert query.stops == 1  # one stop, not two
+    finally:
+        running.finish(0, None)
 
 
 def test_a_stop_before_the_queries_start_does_not_stick_and_a_failing_stop_still_stops(tmp_path):
+    import time
     from types import SimpleNamespace
 
     registry = Registry(str(tmp_path))
@@ -176,7 +216,10 @@ def test_a_stop_before_the_queries_start_does_not_stick_and_a_failing_stop_still
 
         active.append(BrokenQuery())  # the application starts its query after the first stop
         report = client.request_stop(5)
+        deadline = time.monotonic() + 10
         while not report["done"]:
+            assert time.monotonic() < deadline, "the stop never ended"
+            time.sleep(0.02)
             report = client.stop_report()
         (query,) = report["queries"]
         assert (query["name"], query["state"], query["at_boundary"], query["how"]) == (

@@ -137,7 +137,7 @@ def _render_stopped(result: dict) -> None:
     click.echo(f"  boundary {phases['boundary']:.1f} s, savepoint {phases['savepoint']:.1f} s, driver exit "
                f"{phases['driver_exit']:.1f} s (from the boundary, alongside the savepoint)")
     for q in result["queries"]:
-        where = "at a batch boundary" if q["at_boundary"] else "mid-batch (timeout)"
+        where = "at a batch boundary" if q["at_boundary"] else "without a boundary (interrupted)"
         replay = (f"; batch {q['replayed_batch_id']} is replayed on restore" if q["replayed_batch_id"] is not None
                   else "; no batch is replayed")
         click.echo(f"  {q['name']}: stopped {where}, cut at batch {q['batch_id']}{replay}")

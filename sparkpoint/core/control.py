@@ -390,7 +390,8 @@ def _stop_with_savepoint(settings: Settings, registry: Registry, job: Job, targe
     result["phases"] = {"boundary": round(boundary - started, 3), "savepoint": round(clock() - boundary, 3)}
     outcome = {q["name"]: q for q in stopped}
     for query in result["queries"]:
-        query["at_boundary"] = outcome[query["name"]]["at_boundary"]
+        # The checkpoint has the last word: a planned batch without its commit was interrupted.
+        query["at_boundary"] = bool(outcome[query["name"]]["at_boundary"]) and query["planned_batch_id"] is None
         query["replayed_batch_id"] = query["planned_batch_id"]
     return result, exiting
 
@@ -398,20 +399,17 @@ def _stop_with_savepoint(settings: Settings, registry: Registry, job: Job, targe
 def _await_boundary(client, job: Job, timeout: float, progress: Progress, sleep, clock) -> list[dict[str, Any]]:
     """The agent's account of its queries once every one has ended at its next batch boundary (or was
     interrupted at ``timeout``), showing what is being waited for meanwhile."""
-    report = client.request_stop(timeout)
     give_up = clock() + timeout + STOP_REPORT_GRACE
     try:
+        report = client.request_stop(timeout)
         while not report["done"]:
             if clock() > give_up:
+                where = f"its driver log: {job.log_path}" if job.detached else "the driver's output above"
                 raise JobFailedError(f"job {job.id} did not report the end of its queries within "
-                                     f"{timeout + STOP_REPORT_GRACE:g} s; see its driver log: {job.log_path}")
+                                     f"{timeout + STOP_REPORT_GRACE:g} s; see {where}")
             progress.waiting(_waiting_message(report))
             sleep(0.05)
-            report = client.stop_report()
-    except JobNotRunningError:
-        raise JobFailedError(f"the driver of job {job.id} ended before its queries reached a batch boundary; its "
-                             f"checkpoints are kept under {job.checkpoint_root}: "
-                             "`sparkpoint savepoint --from-checkpoint` takes a savepoint of them") from None
+            report = _next_report(client, job, report)
     except KeyboardInterrupt:
         raise StopInterruptedError(f"interrupted: job {job.id} goes on ending its queries at their batch boundaries, "
                                    f"without a savepoint; their checkpoints stay under {job.checkpoint_root} "
@@ -419,6 +417,23 @@ def _await_boundary(client, job: Job, timeout: float, progress: Progress, sleep,
     finally:
         progress.finish()
     return report["queries"]
+
+
+def _next_report(client, job: Job, last: dict[str, Any]) -> dict[str, Any]:
+    """The agent's latest report. Once the agent is gone (the application ended; another caller may have
+    read the final report first), its final one from the agent's record; while the driver lives, a
+    poll that failed (a busy driver) is tried again."""
+    try:
+        return client.stop_report()
+    except JobNotRunningError:
+        final = read_agent_file(job.directory).get("stop")
+        if isinstance(final, dict) and final.get("done"):
+            return final
+        if pid_alive(job.pid):
+            return last
+        raise JobFailedError(f"the driver of job {job.id} ended before its queries reached a batch boundary; its "
+                             f"checkpoints are kept under {job.checkpoint_root}: "
+                             "`sparkpoint savepoint --from-checkpoint` takes a savepoint of them") from None
 
 
 def _waiting_message(report: dict[str, Any]) -> str:
@@ -435,17 +450,23 @@ class _DriverExit:
         self._clock = clock
         self._started = clock()
         self._seconds: float | None = None
+        self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(job, sleep), name="sparkpoint-driver-exit",
                                         daemon=True)
         self._thread.start()
 
     def _run(self, job: Job, sleep) -> None:
-        _end_driver(job, grace=30.0, sleep=sleep)
+        try:
+            _end_driver(job, grace=30.0, sleep=sleep)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller by wait()
+            self._error = exc
         self._seconds = self._clock() - self._started
 
     def wait(self) -> float:
-        """Seconds from the boundary to the driver's exit."""
+        """Seconds from the boundary to the driver's exit; what ending it raised, if anything did."""
         self._thread.join()
+        if self._error is not None:
+            raise self._error
         return round(self._seconds or 0.0, 3)
 
 

@@ -198,5 +198,5 @@ def test_a_stop_is_rendered_with_its_cut_and_phases(capsys):
         "Job counts-3f9c stopped (finished); savepoint /sp/counts/sp-1",
         "  boundary 0.8 s, savepoint 0.6 s, driver exit 1.2 s (from the boundary, alongside the savepoint)",
         "  counts: stopped at a batch boundary, cut at batch 41; no batch is replayed",
-        "  slow: stopped mid-batch (timeout), cut at batch 6; batch 7 is replayed on restore",
+        "  slow: stopped without a boundary (interrupted), cut at batch 6; batch 7 is replayed on restore",
     ]

@@ -19,7 +19,14 @@ from sparkpoint.core.jobs import (
     pid_alive,
     state_of,
 )
-from sparkpoint.errors import BadArgumentError, JobFailedError, JobNotRunningError, NotFoundError, StopInterruptedError
+from sparkpoint.errors import (
+    BadArgumentError,
+    JobFailedError,
+    JobNotRunningError,
+    NotFoundError,
+    SparkpointError,
+    StopInterruptedError,
+)
 
 
 def test_cancel_without_an_agent_ends_the_process_group_at_once(tmp_path):
@@ -161,3 +168,37 @@ def test_ctrl_c_during_the_wait_says_the_stop_goes_on_without_a_savepoint(tmp_pa
     with pytest.raises(StopInterruptedError, match="goes on ending its queries") as raised:
         control._await_boundary(StopReports(waiting(1)), job, 60, shown, interrupted, clock)
     assert raised.value.exit_code == 130 and job.checkpoint_root in str(raised.value) and shown.finished == 1
+
+
+def test_a_final_report_read_by_another_caller_is_taken_from_the_agents_record(tmp_path):
+    from sparkpoint.core.jobs import write_agent_file
+
+    clock, sleep = fake_time()
+    job = stop_job_for_test(tmp_path)
+    write_agent_file(job.directory, {"state": "finished", "stop": DONE})  # what finish() leaves
+    queries = control._await_boundary(StopReports(waiting(1), gone_after=1), job, 60, Shown(), sleep, clock)
+    assert queries == DONE["queries"]
+
+
+def test_a_failed_poll_of_a_living_driver_is_tried_again(tmp_path):
+    clock, sleep = fake_time()
+    job = stop_job_for_test(tmp_path)
+    job.pid = os.getpid()  # alive: the poll timed out on a busy driver
+
+    class FlakyAgent(StopReports):
+        def stop_report(self):
+            self.polls += 1
+            if self.polls == 2:
+                raise JobNotRunningError("timed out")
+            return self.reports[min(self.polls, len(self.reports) - 1)]
+
+    agent = FlakyAgent(waiting(1), waiting(2), waiting(3), DONE)
+    assert control._await_boundary(agent, job, 60, Shown(), sleep, clock) == DONE["queries"]
+
+
+def test_what_ending_the_driver_raised_reaches_the_caller(tmp_path):
+    clock, sleep = fake_time()
+    job = stop_job_for_test(tmp_path)
+    job.submission_id, job.master = "driver-1", "not-a-master-url"  # cluster mode, with a master that cannot be
+    with pytest.raises(SparkpointError):
+        control._DriverExit(job, sleep, clock).wait()

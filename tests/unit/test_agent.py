@@ -106,6 +106,17 @@ def test_spark_error_line_keeps_the_innermost_error_class():
     assert json.dumps(spark_error_line(""))
 
 
+def started_agent(registry, job, active: list):
+    """A started agent whose application runs the fake queries in ``active``, and a client of it."""
+    from types import SimpleNamespace
+
+    session = SimpleNamespace(streams=SimpleNamespace(active=active, addListener=lambda listener: None),
+                              sparkContext=SimpleNamespace(applicationId="local-1"))
+    running = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: session)
+    running.start()
+    return running, AgentClient(*running.address, job.id, registry.token(job))
+
+
 def test_a_stop_that_ends_the_application_still_gets_its_outcome(tmp_path):
     """Stopping the queries lets the application end, and the bootstrap then finishes the agent: it must
     keep answering until the caller has read the stop's final report (and write that report in its record)."""
@@ -127,11 +138,7 @@ def test_a_stop_that_ends_the_application_still_gets_its_outcome(tmp_path):
             # The application's main thread returns from awaitTermination and the bootstrap finishes.
             threading.Thread(target=lambda: (running.finish(0, None), finished.set())).start()
 
-    session = SimpleNamespace(streams=SimpleNamespace(active=[EndingQuery()], addListener=lambda listener: None),
-                              sparkContext=SimpleNamespace(applicationId="local-1"))
-    running = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: session)
-    running.start()
-    client = AgentClient(*running.address, job.id, registry.token(job))
+    running, client = started_agent(registry, job, [EndingQuery()])
     client.request_stop(5)
     deadline = time.monotonic() + 10
     while "stop" not in read_agent_file(job.directory):  # the final record, with the stop's outcome
@@ -168,12 +175,8 @@ def test_a_second_stop_request_joins_the_stop_under_way(tmp_path):
             self.stops += 1
 
     query = BusyQuery()
-    session = SimpleNamespace(streams=SimpleNamespace(active=[query], addListener=lambda listener: None),
-                              sparkContext=SimpleNamespace(applicationId="local-1"))
-    running = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: session)
-    running.start()
+    running, client = started_agent(registry, job, [query])
     try:
-        client = AgentClient(*running.address, job.id, registry.token(job))
         first = client.request_stop(30)
         assert not first["done"] and first["queries"][0]["batch_id"] == 41  # waiting for the batch after 40
         second = client.request_stop(5)
@@ -194,12 +197,8 @@ def test_a_stop_before_the_queries_start_does_not_stick_and_a_failing_stop_still
     registry = Registry(str(tmp_path))
     job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
     active: list = []
-    session = SimpleNamespace(streams=SimpleNamespace(active=active, addListener=lambda listener: None),
-                              sparkContext=SimpleNamespace(applicationId="local-1"))
-    running = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: session)
-    running.start()
+    running, client = started_agent(registry, job, active)
     try:
-        client = AgentClient(*running.address, job.id, registry.token(job))
         first = client.request_stop(5)
         assert first["done"] is True and first["queries"] == []
 

@@ -41,8 +41,8 @@ ENDED = "ended"  # the thread is gone
 EXITING = "exiting"  # the loop has ended; the thread waits for the lock to signal its end
 AT_COMMIT = "at_commit"  # blocked on the lock at the commit of a planned batch, or just after it
 BEFORE_BATCH = "before_batch"  # blocked on the lock in constructNextBatch: past the isActive check
-ASLEEP = "asleep"  # between triggers: a trigger interval's wait, or the poll delay after an empty trigger
-SLEEPING_TILL_TRIGGER = "sleeping_till_trigger"  # ASLEEP, in a trigger interval's wait (may be long)
+ASLEEP = "asleep"  # in the poll delay after a trigger that found no batch to run (10 ms)
+SLEEPING_TILL_TRIGGER = "sleeping_till_trigger"  # between triggers, waiting for the next one (may be long)
 BUSY = "busy"  # anything else: planning or running a batch, or on its way from one place to another
 UNKNOWN = "unknown"  # the end was requested, but the thread was still on its way at the deadline
 
@@ -151,7 +151,8 @@ def stream_thread(query, jvm) -> StreamThread | None:
 def stop_at_next_boundary(stream: StreamThread, deadline: float, clock: Callable[[], float] = time.monotonic,
                           sleep: Callable[[float], None] = time.sleep) -> Outcome:
     """End the query once its batch in flight has committed (or at once, if none is); stop it anyway at
-    ``deadline``. Returns whether it ended at a boundary."""
+    ``deadline`` (a commit reached before it gets COMMIT_GRACE more). At a boundary only where no batch
+    can have been interrupted."""
     where = None
     while where is None and clock() < deadline:
         if not stream.lock(min(0.05, max(0.0, deadline - clock()))):

@@ -39,6 +39,11 @@ class SavepointInvalidError(SparkpointError):
     exit_code = 6
 
 
+class UnsafeFileError(SavepointInvalidError):
+    """A checkpoint or savepoint holds something other than regular files and directories (a symbolic
+    link, a FIFO, a device): following it could read another owner's file, hang, or never end."""
+
+
 class TargetNotEmptyError(SparkpointError):
     """A restore or savepoint target already holds data that sparkpoint must not overwrite."""
 

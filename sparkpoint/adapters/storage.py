@@ -14,6 +14,7 @@ import errno
 import hashlib
 import os
 import shutil
+import stat
 import threading
 import uuid
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from collections.abc import Iterator, Mapping
 
 import xxhash
 
-from sparkpoint.errors import NotFoundError, StorageError
+from sparkpoint.errors import NotFoundError, StorageError, UnsafeFileError
 
 CHUNK = 4 << 20
 # The checksum detects corrupted and altered files. xxh3-128 keeps a copy-and-hash pass as fast as
@@ -35,8 +36,45 @@ HASH_ALGORITHMS = {"xxh3_128": xxhash.xxh3_128, "sha256": hashlib.sha256}
 @dataclass(frozen=True)
 class Entry:
     name: str
-    is_dir: bool
+    is_dir: bool  # a real directory: a symbolic link to one is not, and is refused when opened
     size: int
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def unsafe(path: str, mode: int) -> UnsafeFileError:
+    return UnsafeFileError(
+        f"{path} is {_kind(mode)}: checkpoints and savepoints hold only regular files and directories; "
+        "refusing to follow it (replace it with the file itself)"
+    )
+
+
+def open_regular(path: str):
+    """A local file opened for reading, if it is a regular file. A symbolic link could lead to another
+    owner's file, a FIFO would block for ever, a device never ends: each is refused by name."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise unsafe(path, stat.S_IFLNK) from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):  # as open() says it: callers word "a directory where a file belongs"
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        raise unsafe(path, mode)
+    return os.fdopen(fd, "rb")
 
 
 def is_url(path: str) -> bool:
@@ -91,56 +129,86 @@ class Storage:
     def is_dir(self, path: str) -> bool:
         return os.path.isdir(path) if self.local else self.fs.isdir(path)
 
-    def list(self, path: str) -> list[Entry]:
+    def list(self, path: str, foreign: bool = False) -> list[Entry]:
         """Entries of a directory; raises FileNotFoundError (untranslated) if it is gone,
-        because a vanished directory in a live checkpoint is a retry, not an error."""
+        because a vanished directory in a live checkpoint is a retry, not an error.
+        A symbolic link, FIFO or device is refused by name (a linked directory would be read as
+        somebody else's files, or skipped): unless ``foreign``, for callers that pass over them."""
         if self.local:
             entries = []
             with os.scandir(path) as it:
                 for item in it:
                     try:
-                        is_dir = item.is_dir()
-                        size = 0 if is_dir else item.stat().st_size
+                        info = item.stat(follow_symlinks=False)
                     except FileNotFoundError:
                         continue
-                    entries.append(Entry(item.name, is_dir, size))
+                    is_dir = stat.S_ISDIR(info.st_mode)
+                    if not (is_dir or stat.S_ISREG(info.st_mode) or foreign):
+                        raise unsafe(item.path, info.st_mode)
+                    entries.append(Entry(item.name, is_dir, 0 if is_dir else info.st_size))
             return entries
         return [
             Entry(basename(info["name"]), info["type"] == "directory", int(info.get("size") or 0))
             for info in self.fs.ls(path, detail=True)
         ]
 
-    def read_bytes(self, path: str) -> bytes:
+    def read_bytes(self, path: str, limit: int | None = None) -> bytes:
+        """The file's bytes; with ``limit``, a file larger than that is refused before it is read whole."""
         if self.local:
-            with open(path, "rb") as handle:
-                return handle.read()
-        return self.fs.cat_file(path)
+            with open_regular(path) as handle:
+                data = handle.read() if limit is None else handle.read(limit + 1)
+        elif limit is None:
+            return self.fs.cat_file(path)
+        else:
+            with self.fs.open(path, "rb") as handle:
+                data = handle.read(limit + 1)
+        if limit is not None and len(data) > limit:
+            raise StorageError(f"{path} is larger than {limit >> 20} MiB, more than sparkpoint reads of such a file; "
+                               "refusing to parse it")
+        return data
 
     def open_read(self, path: str):
-        return open(path, "rb") if self.local else self.fs.open(path, "rb")
+        return open_regular(path) if self.local else self.fs.open(path, "rb")
 
     def size(self, path: str) -> int:
         return os.stat(path).st_size if self.local else int(self.fs.size(path))
 
+    def mode(self, path: str) -> int:
+        """Permission bits to give what is made from ``path``: a private checkpoint stays private.
+        Object stores have none (0o777, the umask decides)."""
+        return stat.S_IMODE(os.stat(path).st_mode) if self.local else 0o777
+
     def walk_files(self, root: str) -> Iterator[tuple[str, int]]:
         """(path relative to root, size) of every file below root."""
         if self.local:
-            for directory, _dirs, files in os.walk(root):
+            for directory, dirs, files in os.walk(root):
+                for name in dirs:
+                    full = os.path.join(directory, name)
+                    if os.path.islink(full):  # os.walk lists it but does not enter it: its files would be lost
+                        raise unsafe(full, stat.S_IFLNK)
                 for name in files:
                     full = os.path.join(directory, name)
                     with contextlib.suppress(FileNotFoundError):
-                        yield os.path.relpath(full, root), os.stat(full).st_size
+                        yield os.path.relpath(full, root), os.stat(full, follow_symlinks=False).st_size
             return
         prefix = self.fs._strip_protocol(root).rstrip("/") + "/"
         for full, info in self.fs.find(root, detail=True).items():
             yield full[len(prefix):], int(info.get("size") or 0)
 
     # -- writing ---------------------------------------------------------------------------
-    def makedirs(self, path: str) -> None:
-        if self.local:
-            os.makedirs(path, exist_ok=True)
-        else:
+    def makedirs(self, path: str, mode: int = 0o777) -> None:
+        """``path`` and its missing ancestors, each made with ``mode`` (less the umask)."""
+        if not self.local:
             self.fs.makedirs(path, exist_ok=True)
+            return
+        missing = []
+        current = os.path.abspath(path)
+        while not os.path.isdir(current):
+            missing.append(current)
+            current = os.path.dirname(current)
+        for directory in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(directory, mode)
 
     def write_atomic(self, path: str, data: bytes) -> None:
         """Readers see the old state or the whole new file, never a part of it."""
@@ -160,11 +228,22 @@ class Storage:
             # An object store's single PUT is atomic: the object appears whole or not at all.
             self.fs.pipe_file(path, data)
 
-    def open_write(self, path: str):
-        return open(path, "wb") if self.local else self.fs.open(path, "wb")
+    def open_write(self, path: str, mode: int = 0o666):
+        """A new file: an existing one (or a link planted in its place) is never written through."""
+        if not self.local:
+            return self.fs.open(path, "wb")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        return os.fdopen(fd, "wb")
 
-    def link(self, source: str, target: str) -> None:
-        os.link(source, target)
+    def link(self, source: str, target: str) -> int:
+        """Hard-link a regular file; returns the size the new name has. A symbolic link is refused, not
+        followed: its target could be any file of any owner."""
+        os.link(source, target, follow_symlinks=False)
+        linked = os.lstat(target)
+        if not stat.S_ISREG(linked.st_mode):
+            os.unlink(target)
+            raise unsafe(source, linked.st_mode)
+        return linked.st_size
 
     def remove_file(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -174,8 +253,11 @@ class Storage:
                 self.fs.rm_file(path)
 
     def remove_tree(self, path: str) -> None:
+        """Remove a directory and what it holds; what another process removed meanwhile is gone already."""
         if self.local:
-            shutil.rmtree(path, ignore_errors=False)
+            if os.path.islink(path):
+                raise unsafe(path, stat.S_IFLNK)
+            shutil.rmtree(path, onerror=_gone_already)
         elif self.fs.exists(path):
             self.fs.rm(path, recursive=True)
 
@@ -186,6 +268,11 @@ class Storage:
             return os.stat(a).st_dev == os.stat(existing_ancestor(b)).st_dev
         except FileNotFoundError:
             return False
+
+
+def _gone_already(_function, _path, exc_info) -> None:
+    if not isinstance(exc_info[1], FileNotFoundError):
+        raise exc_info[1]
 
 
 def existing_ancestor(path: str) -> str:
@@ -252,18 +339,28 @@ def _thread_buffer() -> memoryview:
     return _buffers.view
 
 
+class Cancelled(Exception):
+    """A copy stopped between two chunks because the command is ending (Ctrl-C, another copy failed)."""
+
+
 def copy_with_digest(
-    src: Storage, src_path: str, dst: Storage, dst_path: str, algorithm: str = HASH_ALGORITHM
+    src: Storage, src_path: str, dst: Storage, dst_path: str, algorithm: str = HASH_ALGORITHM,
+    cancelled: threading.Event | None = None,
 ) -> tuple[int, str]:
-    """Copy one file, hashing it in the same pass. Returns (size, hex digest)."""
+    """Copy one file, hashing it in the same pass, to a new file with the source's permission bits.
+    Returns (size, hex digest). A set ``cancelled`` ends it at the next chunk."""
     digest = HASH_ALGORITHMS[algorithm]()
     size = 0
     view = _thread_buffer()
-    with src.open_read(src_path) as reader, dst.open_write(dst_path) as writer:
-        while count := reader.readinto(view):
-            digest.update(view[:count])
-            writer.write(view[:count])
-            size += count
+    with src.open_read(src_path) as reader:
+        mode = stat.S_IMODE(os.fstat(reader.fileno()).st_mode) if src.local else 0o666
+        with dst.open_write(dst_path, mode) as writer:
+            while count := reader.readinto(view):
+                if cancelled is not None and cancelled.is_set():
+                    raise Cancelled(dst_path)
+                digest.update(view[:count])
+                writer.write(view[:count])
+                size += count
     return size, digest.hexdigest()
 
 

@@ -24,12 +24,13 @@ from sparkpoint.adapters.storage import Storage, is_url, join, storage_for, tran
 from sparkpoint.core import manifest as mf
 from sparkpoint.core import savepoint as sp
 from sparkpoint.core.times import iso, parse_iso
-from sparkpoint.errors import BadArgumentError, NotFoundError, SavepointInvalidError
+from sparkpoint.errors import BadArgumentError, NotFoundError, SparkpointError
 
 _DURATION = re.compile(r"(\d+)\s*(w|d|h|m|s)")
 _UNIT_SECONDS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
 # An in-progress savepoint whose owner cannot be checked is left alone for this long.
 STALE_AFTER_SECONDS = 24 * 3600
+MARKER_BYTES = 64 << 10  # sparkpoint's markers are a line of JSON
 
 
 def parse_duration(text: str) -> float:
@@ -69,13 +70,14 @@ class Entry:
 
 
 def scan(directory: str, storage_options: dict | None = None) -> list[Entry]:
-    """Every savepoint below ``directory`` (depth 1 and 2), newest first."""
+    """Every savepoint below ``directory`` (depth 1 and 2), newest first. Symbolic links are not
+    followed: sparkpoint never makes one, so what one points at is not this catalog's."""
     storage, directory = storage_for(directory, storage_options)
     entries: list[Entry] = []
     with translate_errors(directory):
         if not storage.exists(directory):
             return []
-        for first in storage.list(directory):
+        for first in storage.list(directory, foreign=True):
             if not first.is_dir:
                 continue
             level1 = join(directory, first.name)
@@ -83,7 +85,7 @@ def scan(directory: str, storage_options: dict | None = None) -> list[Entry]:
             if entry is not None:
                 entries.append(entry)
                 continue
-            for second in storage.list(level1):
+            for second in _entries(storage, level1):
                 if second.is_dir:
                     entry = _classify(storage, join(level1, second.name))
                     if entry is not None:
@@ -91,51 +93,66 @@ def scan(directory: str, storage_options: dict | None = None) -> list[Entry]:
     return sorted(entries, key=lambda e: (e.created or 0, e.id), reverse=True)
 
 
-def _classify(storage: Storage, path: str) -> Entry | None:
+def _entries(storage: Storage, path: str) -> list:
+    """A directory's entries; one that vanished or cannot be read has none here (the catalog goes on)."""
     try:
-        names = {e.name for e in storage.list(path)}
-    except FileNotFoundError:
-        return None
+        return storage.list(path, foreign=True)
+    except OSError:
+        return []
+
+
+def _classify(storage: Storage, path: str) -> Entry | None:
+    """What one directory is, never an exception: one broken entry must not hide the others."""
+    names = {e.name for e in _entries(storage, path)}
     name = path.rstrip("/").rsplit("/", 1)[-1]
     if mf.MANIFEST in names:
         try:
             savepoint = sp.load_from(storage, path)
-        except SavepointInvalidError as exc:
+        except FileNotFoundError:
+            return None  # disposed of meanwhile
+        except SparkpointError as exc:
             return Entry(path, "invalid", name, problem=str(exc))
         data = savepoint.manifest
         return Entry(
             path,
             "complete",
-            data.get("id", name),
-            job=data.get("job"),
-            created=parse_iso(data.get("created_at")),
-            bytes=int(data.get("bytes", 0)),
+            data["id"],
+            job=data["job"],
+            created=parse_iso(data["created_at"]),
+            bytes=data["bytes"],
             queries=[{"name": q["name"], "batch_id": q["batch_id"]} for q in data["queries"]],
         )
     for marker in (mf.IN_PROGRESS, mf.DISPOSING):
         if marker in names:
-            try:
-                info = json.loads(storage.read_bytes(join(path, marker)))
-            except (FileNotFoundError, ValueError):
-                info = {}
+            info = _read_marker(storage, join(path, marker))
             return Entry(
                 path,
                 "incomplete",
                 name,
-                created=parse_iso(info.get("started_at")) if isinstance(info, dict) else None,
+                created=parse_iso(info.get("started_at")),
                 problem="creation did not finish" if marker == mf.IN_PROGRESS else "disposal did not finish",
-                marker=dict(info, kind=marker) if isinstance(info, dict) else {"kind": marker},
+                marker=dict(info, kind=marker),
             )
     return None
+
+
+def _read_marker(storage: Storage, path: str) -> dict[str, Any]:
+    """What an in-progress marker says of its owner; nothing when it is unreadable or malformed."""
+    try:
+        info = json.loads(storage.read_bytes(path, limit=MARKER_BYTES))
+    except (OSError, ValueError, RecursionError, SparkpointError):
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 def _owner_alive(marker: dict[str, Any], now: float, created: float | None) -> bool:
     """Whether an in-progress savepoint may still be being written. Disposals never are."""
     if marker.get("kind") == mf.DISPOSING:
         return False
-    if marker.get("host") == socket.gethostname() and isinstance(marker.get("pid"), int):
+    pid = marker.get("pid")
+    if marker.get("host") == socket.gethostname() and isinstance(pid, int) and 0 < pid < 1 << 22:
         try:
-            os.kill(marker["pid"], 0)
+            os.kill(pid, 0)
             return True
         except ProcessLookupError:
             return False
@@ -198,12 +215,10 @@ def prune(
     deleted = []
     for entry in delete:
         if not dry_run:
-            if entry.status == "complete":
+            try:
                 sp.dispose(entry.path, storage_options)
-            else:
-                storage, path = storage_for(entry.path, storage_options)
-                with translate_errors(path):
-                    storage.remove_tree(path)
+            except NotFoundError:
+                continue  # another prune (or a dispose) was first: gone, as asked, and not freed by this one
         deleted.append(entry.to_json())
     return {
         "directory": directory,

@@ -354,7 +354,7 @@ def last_savepoint(settings: Settings, job_name: str) -> str | None:
     """The newest complete savepoint of a job name: ids sort by time, so no manifest is parsed."""
     storage, directory = storage_for(join(settings.savepoints_dir(), job_name), settings.storage_options)
     try:
-        entries = sorted((e.name for e in storage.list(directory) if e.is_dir), reverse=True)
+        entries = sorted((e.name for e in storage.list(directory, foreign=True) if e.is_dir), reverse=True)
     except FileNotFoundError:
         return None
     for name in entries:

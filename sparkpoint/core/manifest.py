@@ -24,11 +24,13 @@ FORMAT_VERSION = 1
 QUERIES_DIR = "queries"
 
 # Spark accepts any query name; a savepoint stores it as one directory level, so it must be one.
-_QUERY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
+_QUERY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}")
+# Bigger than any manifest sparkpoint writes for ~400,000 files: parsing a file of this size costs ~10x in memory.
+MAX_BYTES = 64 << 20
 
 
-def check_query_name(name: str) -> str:
-    if not _QUERY_NAME.match(name or "") or name in (".", ".."):
+def check_query_name(name: Any) -> str:
+    if not isinstance(name, str) or not _QUERY_NAME.fullmatch(name) or name in (".", ".."):
         raise SavepointInvalidError(
             f"query name {name!r} cannot name a savepoint directory: use letters, digits, '_', '.', '-' "
             "(set it with .queryName(...) or --name)"
@@ -54,53 +56,84 @@ def check_relative_path(path: str, where: str) -> str:
     return path
 
 
+_OPTIONAL = type(None)
+# What every manifest of format 1 holds, and its JSON types: a reader indexes these without checks.
+_TOP_FIELDS = {
+    "id": str, "job": str, "created_at": str, "completed_at": str, "sparkpoint_version": str,
+    "spark_version": (str, _OPTIONAL), "checksum_algorithm": str, "origin": dict, "restored_from": (str, _OPTIONAL),
+    "bytes": int, "file_count": int, "queries": list,
+}
+_QUERY_FIELDS = {
+    "name": str, "query_id": str, "source_location": str, "batch_id": int, "planned_batch_id": (int, _OPTIONAL),
+    "state_version": int, "batch_timestamp_ms": (int, _OPTIONAL), "watermark_ms": (int, _OPTIONAL),
+    "offsets": list, "planned_offsets": (list, _OPTIONAL), "provider": (str, _OPTIONAL),
+    "checkpoint_format_version": int, "confs": dict, "operators": list, "bytes": int, "files": list, "relocate": list,
+}
+_OPERATOR_FIELDS = {"id": int, "name": (str, _OPTIONAL), "stores": list, "partitions": int, "bytes": int}
+_FILE_FIELDS = {"path": str, "size": int, "digest": str}
+
+
+def _check_fields(data: Any, fields: dict[str, Any], what: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise SavepointInvalidError(f"{what} is not an object")
+    for key, kind in fields.items():
+        value = data.get(key)
+        # bool is an int to Python, never to this format.
+        if key not in data or not isinstance(value, kind) or isinstance(value, bool):
+            raise SavepointInvalidError(f"{what}: {key!r} is missing or not of the right type")
+    return data
+
+
 def validate(data: Any, where: str) -> dict[str, Any]:
-    """Raise SavepointInvalidError unless ``data`` is a manifest this version can use safely."""
+    """Raise SavepointInvalidError unless ``data`` is a manifest this version can use safely: every
+    field a reader uses is present, of its type, and every path stays inside the savepoint."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise SavepointInvalidError(f"{where} is not a sparkpoint savepoint manifest")
     version = data.get("format_version")
-    if not isinstance(version, int) or version < 1:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise SavepointInvalidError(f"{where} has no valid formatVersion")
     if version > FORMAT_VERSION:
         raise SavepointInvalidError(
             f"{where} has manifest format {version}, newer than this sparkpoint reads ({FORMAT_VERSION}): upgrade sparkpoint"
         )
-    if data.get("checksum_algorithm") not in HASH_ALGORITHMS:
-        raise SavepointInvalidError(f"{where} names an unknown checksum algorithm {data.get('checksum_algorithm')!r}")
-    queries = data.get("queries")
-    if not isinstance(queries, list) or not queries:
+    _check_fields(data, _TOP_FIELDS, where)
+    if data["checksum_algorithm"] not in HASH_ALGORITHMS:
+        raise SavepointInvalidError(f"{where} names an unknown checksum algorithm {data['checksum_algorithm']!r}")
+    if not data["queries"]:
         raise SavepointInvalidError(f"{where} lists no queries")
     seen = set()
-    for query in queries:
-        if not isinstance(query, dict):
-            raise SavepointInvalidError(f"{where}: a query entry is not an object")
-        name = check_query_name(query.get("name", ""))
+    for query in data["queries"]:
+        name = check_query_name(query.get("name") if isinstance(query, dict) else None)
+        _check_fields(query, _QUERY_FIELDS, f"{where}: query {name!r}")
         if name in seen:
             raise SavepointInvalidError(f"{where}: query {name!r} appears twice")
         seen.add(name)
-        if not isinstance(query.get("batch_id"), int):
-            raise SavepointInvalidError(f"{where}: query {name!r} has no batchId")
-        files = query.get("files")
-        if not isinstance(files, list) or not files:
+        for operator in query["operators"]:
+            _check_fields(operator, _OPERATOR_FIELDS, f"{where}: an operator of query {name!r}")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in query["confs"].items()):
+            raise SavepointInvalidError(f"{where}: query {name!r} has a malformed 'confs'")
+        if not query["files"]:
             raise SavepointInvalidError(f"{where}: query {name!r} lists no files")
         prefix = f"{QUERIES_DIR}/{name}/"
-        for entry in files:
-            if not isinstance(entry, dict) or not isinstance(entry.get("size"), int) or not isinstance(
-                entry.get("digest"), str
-            ):
-                raise SavepointInvalidError(f"{where}: query {name!r} has a malformed file entry")
-            path = check_relative_path(entry.get("path"), where)
+        paths = set()
+        for entry in query["files"]:
+            path = check_relative_path(_check_fields(entry, _FILE_FIELDS, f"{where}: a file of query {name!r}")["path"],
+                                       where)
             if not path.startswith(prefix):
                 raise SavepointInvalidError(f"{where}: file {path!r} lies outside {prefix}")
-        for path in query.get("relocate", []):
-            check_relative_path(path, where)
+            if entry["size"] < 0:
+                raise SavepointInvalidError(f"{where}: file {path!r} has a negative size")
+            paths.add(path)
+        for path in query["relocate"]:
+            if check_relative_path(path, where) not in paths:
+                raise SavepointInvalidError(f"{where}: query {name!r} relocates {path!r}, which it does not list")
     return data
 
 
 def parse(raw: bytes, where: str) -> dict[str, Any]:
     try:
         data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise SavepointInvalidError(f"{where} is not valid JSON: the savepoint is corrupted") from None
     return validate(data, where)
 

@@ -8,6 +8,9 @@ up to ``attempts`` times. A savepoint whose manifest is not written is never lis
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import getpass
 import importlib.metadata
 import json
@@ -15,6 +18,7 @@ import os
 import re
 import secrets
 import socket
+import stat
 import time
 from dataclasses import dataclass
 from datetime import datetime, UTC
@@ -32,6 +36,7 @@ from sparkpoint.adapters.storage import (
     parent,
     storage_for,
     translate_errors,
+    unsafe,
 )
 from sparkpoint.core import manifest as mf
 from sparkpoint.core import transfer
@@ -43,6 +48,7 @@ from sparkpoint.errors import (
     NotACheckpointError,
     NotFoundError,
     SavepointInvalidError,
+    StorageError,
     TargetNotEmptyError,
 )
 
@@ -54,6 +60,11 @@ class QuerySource:
     name: str
     location: str
 
+    def __post_init__(self) -> None:
+        # The name becomes a directory of the savepoint, and comes from the application (its queryName):
+        # checked before anything is written, so `../../x` can neither write nor delete outside the savepoint.
+        mf.check_query_name(self.name)
+
 
 def discover_queries(storage: Storage, location: str, name: str | None = None) -> list[QuerySource]:
     """One query's checkpoint, or a checkpoint root whose subdirectories are named queries."""
@@ -61,11 +72,11 @@ def discover_queries(storage: Storage, location: str, name: str | None = None) -
         if not storage.exists(location):
             raise NotFoundError(f"checkpoint {location} does not exist")
     if is_checkpoint(storage, location):
-        return [QuerySource(mf.check_query_name(name or basename(location)), location)]
+        return [QuerySource(name or basename(location), location)]
     if not storage.is_dir(location):
         raise NotACheckpointError(f"{location} is a file, not a checkpoint directory")
     found = [
-        QuerySource(mf.check_query_name(entry.name), join(location, entry.name))
+        QuerySource(entry.name, join(location, entry.name))
         for entry in sorted(storage.list(location), key=lambda e: e.name)
         if entry.is_dir and is_checkpoint(storage, join(location, entry.name))
     ]
@@ -115,11 +126,20 @@ def create(
 ) -> dict[str, Any]:
     """Write a savepoint of ``sources`` below ``target_parent``; return its manifest (with ``path``)."""
     progress = progress or transfer.NullProgress()
+    names = [source.name for source in sources]
+    if len(set(names)) != len(names):
+        raise SavepointInvalidError(f"two queries share one name ({', '.join(sorted(names))}): "
+                                    "each needs a name of its own (.queryName(...))")
     for source in sources:
         if _inside(target_parent, source.location):
             raise BadArgumentError(f"target {target_parent} lies inside the checkpoint {source.location}; choose another")
     # Plan every query before writing anything: bad input fails with nothing written.
     plans = {source.name: _plan(source_storage, source, batch_id, attempts) for source in sources}
+    # A private checkpoint makes a private savepoint: its directories get no permission a source lacks.
+    dir_mode = 0o777
+    for source in sources:
+        with translate_errors(source.location):
+            dir_mode &= source_storage.mode(source.location)
 
     now = clock()
     savepoint_id = new_savepoint_id(job, now)
@@ -127,13 +147,14 @@ def create(
     with translate_errors(path):
         if target_storage.exists(path):
             raise TargetNotEmptyError(f"{path} already exists")
-        target_storage.makedirs(path)
+        target_storage.makedirs(path, dir_mode)
         target_storage.write_atomic(join(path, mf.IN_PROGRESS), _owner_marker(now))
     try:
         queries = []
         for source in sources:
             plan, results = _copy_query(
-                source_storage, source, plans[source.name], target_storage, path, batch_id, workers, attempts, progress
+                source_storage, source, plans[source.name], target_storage, path, batch_id, workers, attempts, progress,
+                dir_mode,
             )
             queries.append(_query_entry(source, plan, results))
         data = {
@@ -227,6 +248,7 @@ def _copy_query(
     workers: int,
     attempts: int,
     progress: transfer.Progress,
+    dir_mode: int,
 ) -> tuple[Plan, list[transfer.Result]]:
     query_dir = join(path, mf.QUERIES_DIR, source.name)
     for attempt in range(attempts):
@@ -237,7 +259,8 @@ def _copy_query(
             for f in plan.files
         ]
         try:
-            return plan, transfer.run(items, workers, progress, f"savepoint {source.name} @ batch {plan.cut.batch_id}")
+            return plan, transfer.run(items, workers, progress, f"savepoint {source.name} @ batch {plan.cut.batch_id}",
+                                      dir_mode)
         except transfer.SourceMissing as missing:
             vanished = missing.path
         with translate_errors(query_dir):
@@ -314,9 +337,13 @@ def load_from(storage: Storage, path: str) -> Savepoint:
         if not storage.exists(path):
             raise NotFoundError(f"savepoint {path} does not exist")
         try:
-            raw = storage.read_bytes(join(path, mf.MANIFEST))
+            raw = storage.read_bytes(join(path, mf.MANIFEST), limit=mf.MAX_BYTES)
         except FileNotFoundError:
             raw = None
+        except IsADirectoryError:
+            raise SavepointInvalidError(f"{join(path, mf.MANIFEST)} is a directory, not a manifest") from None
+        except StorageError as exc:
+            raise SavepointInvalidError(f"{path}: {exc}") from None
         if raw is None:
             if storage.exists(join(path, mf.IN_PROGRESS)):
                 raise SavepointInvalidError(
@@ -390,43 +417,46 @@ def restore(
     target_storage, target = storage_for(target, storage_options)
     if _inside(target, savepoint.path) or _inside(savepoint.path, target):
         raise BadArgumentError(f"restore target {target} and savepoint {savepoint.path} overlap; choose another target")
+    with translate_errors(target):
+        if target_storage.exists(target) and not target_storage.is_dir(target):
+            raise TargetNotEmptyError(f"restore target {target} is a file, not a directory")
     chosen = [savepoint.query(query)] if query else savepoint.queries
     destinations = {q["name"]: (target if query else join(target, q["name"])) for q in chosen}
-    for dest in destinations.values():
-        _check_empty(target_storage, dest)
-
     resolved = _transfer_mode(mode, savepoint, target_storage, target)
-    # What a failed restore removes again: the target itself when it is new, else the new query directories.
-    created = (
-        [target] if not target_storage.exists(target)
-        else [dest for dest in destinations.values() if not target_storage.exists(dest)]
-    )
-    # On a local disk each query's checkpoint is assembled in a hidden sibling and renamed into place once
-    # verified: a restore killed half-way must never leave a checkpoint that Spark would start from (a
-    # `metadata` file without offsets is a new query that silently reprocesses from the beginning).
-    staging = {name: _staging_path(dest) if target_storage.local else dest for name, dest in destinations.items()}
-    items, relocations = _restore_items(savepoint, chosen, staging, destinations, target_storage, resolved)
+    with translate_errors(savepoint.path):
+        dir_mode = savepoint.storage.mode(savepoint.path)
+    placements: dict[str, _Placement] = {}
     try:
-        results = transfer.run([t for _, t in items], workers, progress, f"restore {savepoint.manifest['id']}")
-        _check_results(savepoint, items, results, target_storage)
+        for name, dest in destinations.items():
+            placements[name] = _Placement(target_storage, dest, dir_mode)
+        staging = {name: placement.staging for name, placement in placements.items()}
+        items, relocations = _restore_items(savepoint, chosen, staging, destinations, target_storage, resolved)
+        for name, placement in placements.items():
+            if not target_storage.local:
+                placement.files = [t.dst_path for _, t in items if t.dst_path.startswith(staging[name] + "/")]
+                placement.files += [dst for _, dst, dest in relocations if dest == destinations[name]]
+        results = transfer.run([t for _, t in items], workers, progress, f"restore {savepoint.manifest['id']}",
+                               dir_mode)
+        _check_results(items, results)
         for entry, dst, dest in relocations:
             with translate_errors(dst):
                 raw = savepoint.storage.read_bytes(join(savepoint.path, entry["path"]))
                 _check_digest(savepoint, entry, raw)
                 target_storage.write_atomic(dst, relocate_metadata(raw, _spark_uri(dest)))
-        for name, dest in destinations.items():
-            if staging[name] != dest:
-                with translate_errors(dest):
-                    os.replace(staging[name], dest)  # onto nothing, or onto the empty directory checked above
+        for placement in placements.values():
+            placement.commit()
     except transfer.SourceMissing as missing:
-        _undo(target_storage, destinations.values(), [*created, *staging.values()])
+        _undo(placements.values())
         if not savepoint.storage.exists(join(savepoint.path, mf.MANIFEST)):
             raise NotFoundError(f"savepoint {savepoint.path} was deleted (disposed or pruned) while it was restored; "
                                 "nothing was restored") from None
         raise SavepointInvalidError(f"savepoint file {missing.path} is missing: the savepoint is broken") from None
     except BaseException:
-        _undo(target_storage, destinations.values(), [*created, *staging.values()])
+        _undo(placements.values())
         raise
+    finally:
+        for placement in placements.values():
+            placement.release()
     if mode == "claim":
         # Claimed only once the restored copy is complete and verified: a failure before this
         # point leaves the savepoint as it was.
@@ -444,8 +474,105 @@ def restore(
     }
 
 
-def _staging_path(dest: str) -> str:
-    return join(parent(dest), f".{basename(dest)}.sparkpoint-restoring-{secrets.token_hex(4)}")
+STAGING_PREFIX = ".sparkpoint-restoring-"
+
+
+class _Placement:
+    """Where one query's checkpoint is assembled, and how it is put in place or taken back.
+
+    On a local disk the files are assembled in a hidden staging directory and put in place only once
+    complete and verified: a restore killed half-way must never leave a checkpoint Spark would start
+    from (a `metadata` file without offsets is a new query that silently reprocesses from the start).
+    - A new destination is staged beside it and renamed into place: all or nothing. Two restores
+      racing for it: the second rename finds a non-empty directory and fails, removing only its own.
+    - An existing empty destination (a directory prepared for it, a volume's mount point) is filled,
+      keeping its owner and mode: staged inside it, then each entry moved up, `metadata` last.
+      An exclusive lock on it keeps a second restore out; what dead restores left there is removed.
+    An object store has no rename: files are written in place; an undo removes only those.
+    """
+
+    def __init__(self, storage: Storage, dest: str, dir_mode: int):
+        self.storage = storage
+        self.dest = dest
+        self.dir_mode = dir_mode
+        self.lock: int | None = None
+        self.moved: list[str] = []  # what was put in place, for an undo
+        self.files: list[str] = []  # on an object store, what was written in place, for an undo
+        self.existing = storage.exists(dest)
+        if self.existing and storage.local:
+            self._lock()
+        _check_empty(storage, dest, leftovers_are_dead=self.lock is not None)
+        if not storage.local:
+            self.staging = dest
+            self.made: list[str] = []
+            return
+        inside = dest if self.existing else parent(dest)
+        self.staging = join(inside, f"{STAGING_PREFIX}{basename(dest)}-{secrets.token_hex(4)}")
+        self.made = _missing_ancestors(inside)
+        with translate_errors(inside):
+            storage.makedirs(inside, dir_mode)
+
+    def _lock(self) -> None:
+        with translate_errors(self.dest):
+            self.lock = os.open(self.dest, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.release()
+            raise TargetNotEmptyError(f"another restore is writing into {self.dest}; wait for it to end, "
+                                      "or restore into another directory") from None
+
+    def commit(self) -> None:
+        if not self.storage.local:
+            return
+        with translate_errors(self.dest):
+            if not self.existing:
+                try:
+                    os.rename(self.staging, self.dest)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                        raise TargetNotEmptyError(
+                            f"restore target {self.dest} was filled by another restore meanwhile; nothing of this "
+                            "one was kept there") from None
+                    raise
+                self.moved.append(self.dest)
+                return
+            names = sorted(os.listdir(self.staging), key=lambda name: name == "metadata")
+            for name in names:
+                os.rename(join(self.staging, name), join(self.dest, name))
+                self.moved.append(join(self.dest, name))
+            os.rmdir(self.staging)
+
+    def undo(self) -> None:
+        """Remove what this restore wrote: its staging, what it moved or renamed into place, the
+        directories it made (only while empty: a concurrent restore may use them)."""
+        storage = self.storage
+        if not storage.local:
+            for path in self.files:
+                storage.remove_file(path)
+            return
+        if os.path.lexists(self.staging):
+            storage.remove_tree(self.staging)
+        for path in self.moved:
+            storage.remove_tree(path) if os.path.isdir(path) else storage.remove_file(path)
+        for directory in reversed(self.made):
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+
+    def release(self) -> None:
+        if self.lock is not None:
+            os.close(self.lock)
+            self.lock = None
+
+
+def _missing_ancestors(path: str) -> list[str]:
+    """``path`` and its ancestors that do not exist yet, outermost first."""
+    missing = []
+    current = os.path.abspath(path)
+    while not os.path.lexists(current):
+        missing.append(current)
+        current = os.path.dirname(current)
+    return list(reversed(missing))
 
 
 def _restore_items(
@@ -487,13 +614,21 @@ def _tampered(entry: dict[str, Any]) -> SavepointInvalidError:
     )
 
 
-def _check_empty(storage: Storage, dest: str) -> None:
+def _check_empty(storage: Storage, dest: str, leftovers_are_dead: bool = False) -> None:
+    """Refuse a destination that holds anything. With the destination locked, staging directories
+    left there belong to restores that died (their lock died with them): they are removed."""
     with translate_errors(dest):
         if not storage.exists(dest):
             return
         if not storage.is_dir(dest):
             raise TargetNotEmptyError(f"restore target {dest} is a file")
-        if storage.list(dest):
+        entries = storage.list(dest)
+        leftovers = [e for e in entries if e.is_dir and e.name.startswith(STAGING_PREFIX)]
+        if leftovers_are_dead and len(leftovers) == len(entries):
+            for entry in leftovers:
+                storage.remove_tree(join(dest, entry.name))
+            return
+        if entries:
             raise TargetNotEmptyError(
                 f"restore target {dest} is not empty: restore into a new directory; sparkpoint never overwrites a checkpoint"
             )
@@ -518,32 +653,19 @@ def _checksum_of_relocated(path: str, relocate: set[str]) -> bool:
     return False
 
 
-def _check_results(
-    savepoint: Savepoint,
-    items: list[tuple[dict[str, Any], transfer.Transfer]],
-    results: list[transfer.Result],
-    target_storage: Storage,
-) -> None:
-    for (entry, item), result in zip(items, results, strict=True):
+def _check_results(items: list[tuple[dict[str, Any], transfer.Transfer]], results: list[transfer.Result]) -> None:
+    for (entry, _item), result in zip(items, results, strict=True):
         if result.digest is not None and result.digest != entry["digest"]:
             raise _tampered(entry)
-        if result.digest is None and target_storage.size(item.dst_path) != entry["size"]:
+        if result.size != entry["size"]:
             raise SavepointInvalidError(f"size of {entry['path']} differs from the manifest: the savepoint is corrupted")
 
 
-def _undo(storage: Storage, destinations, created: list[str]) -> None:
-    """Remove what a failed restore wrote; a target that existed (empty) before stays, emptied."""
-    try:
-        for path in created:
-            if storage.exists(path):
-                storage.remove_tree(path)
-        for dest in destinations:
-            if not any(_inside(dest, path) for path in created) and storage.exists(dest):
-                for entry in storage.list(dest):
-                    path = join(dest, entry.name)
-                    storage.remove_tree(path) if entry.is_dir else storage.remove_file(path)
-    except Exception:  # noqa: BLE001 - the original error is the one to report
-        pass
+def _undo(placements) -> None:
+    """Take back what a failed restore wrote; the original error is the one to report."""
+    for placement in placements:
+        with contextlib.suppress(Exception):
+            placement.undo()
 
 
 def _spark_uri(location: str) -> str:
@@ -555,20 +677,45 @@ def _spark_uri(location: str) -> str:
 
 
 def dispose(path: str, storage_options: dict | None = None) -> dict[str, Any]:
-    """Delete a savepoint. Refuses any directory that is not a sparkpoint savepoint."""
+    """Delete a savepoint, or what a crashed creation or disposal left. Refuses any directory that is
+    not sparkpoint's, and a symbolic link (its target is not in the catalog). Disposals of one savepoint
+    exclude each other: the second finds it gone (NotFoundError)."""
     storage, path = storage_for(path, storage_options)
-    with translate_errors(path):
-        if not storage.exists(path):
-            raise NotFoundError(f"savepoint {path} does not exist")
-        names = {e.name for e in storage.list(path)} if storage.is_dir(path) else set()
+    with translate_errors(path), _disposal_lock(storage, path):
+        try:
+            names = {e.name for e in storage.list(path, foreign=True)}
+        except FileNotFoundError:
+            raise NotFoundError(f"savepoint {path} does not exist") from None
+        except NotADirectoryError:
+            names = set()
         if not names & {mf.MANIFEST, mf.IN_PROGRESS, mf.DISPOSING}:
             raise SavepointInvalidError(f"{path} is not a sparkpoint savepoint; refusing to delete it")
-        info = None
-        if mf.MANIFEST in names:
-            info = load(path, storage_options).summary()
+        info = load_from(storage, path).summary() if mf.MANIFEST in names else {}
         # Marker first, manifest next: a crash from here on leaves a directory prune recognises.
         storage.write_atomic(join(path, mf.DISPOSING), b'{"reason": "dispose"}')
         storage.remove_file(join(path, mf.MANIFEST))
         storage.remove_tree(path)
-    return {"path": path, "id": (info or {}).get("id", basename(path)), "disposed": True,
-            "bytes": (info or {}).get("bytes", 0)}
+    return {"path": path, "id": info.get("id", basename(path)), "disposed": True, "bytes": info.get("bytes", 0)}
+
+
+@contextlib.contextmanager
+def _disposal_lock(storage: Storage, path: str):
+    """On a local disk, an exclusive lock on the savepoint directory itself: a second disposal (two
+    prunes at once) waits, then finds nothing left. Object stores have no locks: there, the loser of
+    a race meets a vanished file, reported as not found."""
+    if not storage.local:
+        yield
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise NotFoundError(f"savepoint {path} does not exist") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise unsafe(path, stat.S_IFLNK) from None
+        raise
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

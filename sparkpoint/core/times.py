@@ -14,9 +14,9 @@ def iso(moment: float | None = None) -> str:
 
 def parse_iso(text: str | None) -> float | None:
     """Seconds since the epoch of an ISO 8601 time, or None when there is none or it is malformed."""
-    if not text:
+    if not text or not isinstance(text, str):
         return None
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError):
         return None

@@ -1,0 +1,368 @@
+"""What hostile or broken input does to savepoints, restores and the catalog: escapes, races, links,
+special files, malformed manifests. Each test is one probe of issue 9, run on real files."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+
+import pytest
+from checkpoints import hdfs_checkpoint
+
+from sparkpoint.adapters.storage import storage_for
+from sparkpoint.core import catalog, control, transfer
+from sparkpoint.core import manifest as mf
+from sparkpoint.core import savepoint as sp
+from sparkpoint.errors import (
+    NotFoundError,
+    SavepointInvalidError,
+    StorageError,
+    TargetNotEmptyError,
+    UnsafeFileError,
+)
+
+
+def create(checkpoint, target, name="q", job="alarms"):
+    storage, path = storage_for(str(checkpoint))
+    target_storage, target = storage_for(str(target))
+    return sp.create([sp.QuerySource(name, path)], storage, target, target_storage, job=job)
+
+
+def tree(root):
+    return {
+        os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
+        for d, _, files in os.walk(root) for f in files
+    }
+
+
+def everything_below(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, dirs, files in os.walk(root) for f in dirs + files)
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    return hdfs_checkpoint(tmp_path / "ckpt", committed=4, snapshots=(3,))
+
+
+# -- a query name from the driver ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["../../../victim", "a/../../victim", "q1\n", "..", "q/"])
+def test_a_query_name_from_the_driver_writes_and_deletes_nothing_outside_the_savepoint(checkpoint, tmp_path, name):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.me").write_text("mine")
+    before = everything_below(tmp_path)
+    reported = [{"id": "5c1e", "name": name, "checkpoint": f"file://{checkpoint}"}]  # as an agent reports queries
+    with pytest.raises(SavepointInvalidError, match="cannot name a savepoint directory"):
+        storage, _ = storage_for(str(checkpoint))
+        sp.create(control._job_sources(reported), storage, str(tmp_path / "sps"), storage, job="alarms")
+    assert everything_below(tmp_path) == before
+
+
+def test_two_queries_of_one_name_are_refused_before_anything_is_written(checkpoint, tmp_path):
+    storage, path = storage_for(str(checkpoint))
+    with pytest.raises(SavepointInvalidError, match="share one name"):
+        sp.create([sp.QuerySource("q", path), sp.QuerySource("q", path)], storage, str(tmp_path / "sps"), storage,
+                  job="alarms")
+    assert not (tmp_path / "sps").exists()
+
+
+# -- two restores into one target ------------------------------------------------------------------
+
+
+class _MeetAtTheCopy(transfer.NullProgress):
+    """Holds each restore at its first byte until both got there: whatever checks come before, they
+    have both passed them, as two commands started together do."""
+
+    def __init__(self, barrier: threading.Barrier):
+        self.barrier = barrier
+
+    def start(self, description, total_bytes):
+        with contextlib.suppress(threading.BrokenBarrierError):  # the other restore was refused before its copy
+            self.barrier.wait()
+
+
+def _race(saved, target, **kwargs):
+    barrier = threading.Barrier(2)
+    outcomes = []
+
+    def one():
+        try:
+            outcomes.append(sp.restore(saved, target, progress=_MeetAtTheCopy(barrier), **kwargs))
+        except Exception as exc:  # noqa: BLE001 - the outcome is what the test reads
+            barrier.abort()
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes
+
+
+@pytest.fixture
+def many_files(tmp_path):
+    checkpoint = hdfs_checkpoint(tmp_path / "big", committed=4, partitions=300)  # ~3,000 files
+    saved = sp.load(create(checkpoint, tmp_path / "sps")["path"])
+    sp.restore(saved, str(tmp_path / "reference"), query="q")
+    return saved, tree(tmp_path / "reference")
+
+
+@pytest.mark.parametrize("layout", ["new target", "empty target", "empty target, --query"])
+def test_two_restores_into_one_target_leave_one_whole_checkpoint(many_files, tmp_path, layout):
+    saved, reference = many_files
+    target = tmp_path / "restored"
+    if layout != "new target":
+        target.mkdir()
+    query = "q" if "--query" in layout else None
+    outcomes = _race(saved, str(target), query=query, mode="copy")
+    won = [o for o in outcomes if isinstance(o, dict)]
+    lost = [o for o in outcomes if not isinstance(o, dict)]
+    assert len(won) == 1 and len(lost) == 1 and isinstance(lost[0], TargetNotEmptyError), outcomes
+    assert tree(target if query else target / "q") == reference
+
+
+def test_a_restore_fills_an_existing_directory_in_place(checkpoint, tmp_path):
+    saved = sp.load(create(checkpoint, tmp_path / "sps")["path"])
+    volume = tmp_path / "volume"  # as a mount point: it cannot be replaced, only filled
+    volume.mkdir(mode=0o750)
+    inode = volume.stat().st_ino
+    (volume / f"{sp.STAGING_PREFIX}q-dead").mkdir()  # left by a restore that was killed
+    sp.restore(saved, str(volume), query="q", mode="copy")
+    assert volume.stat().st_ino == inode and stat.S_IMODE(volume.stat().st_mode) == 0o750
+    assert (volume / "commits" / "4").exists() and not list(volume.glob(f"{sp.STAGING_PREFIX}*"))
+
+
+def test_a_restore_target_that_is_a_file_is_refused_as_such(checkpoint, tmp_path):
+    saved = sp.load(create(checkpoint, tmp_path / "sps")["path"])
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(TargetNotEmptyError, match="is a file"):
+        sp.restore(saved, str(tmp_path / "file"))
+
+
+# -- links, FIFOs, devices -----------------------------------------------------------------------------
+
+
+def test_a_savepoint_file_replaced_by_a_link_is_refused_in_link_mode(checkpoint, tmp_path):
+    saved = sp.load(create(checkpoint, tmp_path / "sps")["path"])
+    victim = os.path.join(saved.path, "queries", "q", "commits", "4")
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"s" * os.path.getsize(victim))  # same size: a size check alone would take it
+    secret.chmod(0o600)
+    os.unlink(victim)
+    os.symlink(secret, victim)
+    with pytest.raises(UnsafeFileError, match="commits/4 is a symbolic link"):
+        sp.restore(saved, str(tmp_path / "restored"), mode="link")
+    assert not (tmp_path / "restored").exists()
+    with pytest.raises(UnsafeFileError):
+        sp.verify(saved)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "file link", "directory link"])
+def test_a_checkpoint_entry_that_is_not_a_file_or_directory_is_refused_by_name(checkpoint, tmp_path, kind):
+    victim = checkpoint / "state" / "0" / "0" / "3.snapshot"
+    if kind == "directory link":
+        victim = checkpoint / "state" / "0" / "1"
+        os.rename(victim, tmp_path / "elsewhere")
+        os.symlink(tmp_path / "elsewhere", victim)
+    else:
+        victim.unlink()
+        {"fifo": lambda: os.mkfifo(victim), "device": lambda: _zero_device(victim),
+         "file link": lambda: os.symlink("/etc/hostname", victim)}[kind]()
+    with pytest.raises((UnsafeFileError, SavepointInvalidError)) as refused:
+        create(checkpoint, tmp_path / "sps")
+    assert str(victim.relative_to(checkpoint)) in str(refused.value) or kind == "directory link"
+    assert not list((tmp_path / "sps").glob("*/manifest.json"))
+
+
+def _zero_device(path):
+    """/dev/zero's node where a file belongs (as root), else a link to it: endless bytes either way."""
+    if os.geteuid() == 0:
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 5))
+    else:
+        os.symlink("/dev/zero", path)
+
+
+def test_a_fifo_in_a_savepoint_fails_verify_at_once(checkpoint, tmp_path):
+    saved = sp.load(create(checkpoint, tmp_path / "sps")["path"])
+    victim = os.path.join(saved.path, "queries", "q", "offsets", "4")
+    os.unlink(victim)
+    os.mkfifo(victim)
+    with pytest.raises(UnsafeFileError, match="offsets/4 is a FIFO"):
+        sp.verify(saved)
+
+
+# -- permissions -----------------------------------------------------------------------------------------
+
+
+def test_a_private_checkpoint_makes_private_savepoints_and_restores(checkpoint, tmp_path):
+    for directory, _dirs, files in os.walk(checkpoint):
+        os.chmod(directory, 0o700)
+        for name in files:
+            os.chmod(os.path.join(directory, name), 0o600)
+    saved = create(checkpoint, tmp_path / "sps")["path"]
+    sp.restore(sp.load(saved), str(tmp_path / "restored"), mode="copy")
+    for root in (saved, tmp_path / "restored"):
+        for directory, _dirs, files in os.walk(root):
+            assert stat.S_IMODE(os.stat(directory).st_mode) & 0o077 == 0, directory
+            for name in files:
+                if name != mf.MANIFEST:
+                    assert stat.S_IMODE(os.stat(os.path.join(directory, name)).st_mode) & 0o077 == 0, name
+
+
+# -- malformed manifests and the catalog ---------------------------------------------------------------------
+
+
+MALFORMED = {
+    "relocate is a number": lambda m: m["queries"][0].update(relocate=5),
+    "a list where the id belongs": lambda m: m.update(id=["x"]),
+    "a string where the bytes belong": lambda m: m.update(bytes="12"),
+    "a file size that is a string": lambda m: m["queries"][0]["files"][0].update(size="1"),
+    "a query name that is a list": lambda m: m["queries"][0].update(name=["q"]),
+    "operators not objects": lambda m: m["queries"][0].update(operators=[1]),
+    "confs not strings": lambda m: m["queries"][0].update(confs={"a": {"b": 1}}),
+    "no created_at": lambda m: m.pop("created_at"),
+    "queries not a list": lambda m: m.update(queries={"q": 1}),
+    "relocating an unlisted file": lambda m: m["queries"][0].update(relocate=["queries/q/other"]),
+}
+
+
+@pytest.fixture
+def catalog_dir(checkpoint, tmp_path):
+    directory = tmp_path / "savepoints"
+    good = [create(checkpoint, directory / "alarms")["path"] for _ in range(3)]
+    return directory, good
+
+
+def _break(directory, how):
+    bad = create(hdfs_checkpoint(directory.parent / "other", committed=1), directory / "alarms")["path"]
+    path = os.path.join(bad, mf.MANIFEST)
+    if how in MALFORMED:
+        data = json.loads(open(path).read())
+        MALFORMED[how](data)
+        open(path, "w").write(json.dumps(data))
+    elif how == "nested 100,000 deep":
+        open(path, "w").write("[" * 100_000 + "]" * 100_000)
+    elif how == "not UTF-8":
+        open(path, "wb").write(b"\xff\xfe{")
+    elif how == "a directory":
+        os.unlink(path)
+        os.mkdir(path)
+    elif how == "bigger than the cap":
+        with open(path, "r+b") as handle:
+            handle.truncate(mf.MAX_BYTES + 1)
+    return bad
+
+
+@pytest.mark.parametrize("how", [*MALFORMED, "nested 100,000 deep", "not UTF-8", "a directory", "bigger than the cap"])
+def test_one_malformed_manifest_is_listed_as_invalid_and_the_catalog_keeps_working(catalog_dir, how):
+    directory, good = catalog_dir
+    bad = _break(directory, how)
+    with pytest.raises(SavepointInvalidError):
+        sp.load(bad)
+    entries = {e.path: e for e in catalog.scan(str(directory))}
+    assert entries[bad].status == "invalid" and entries[bad].problem
+    assert all(entries[p].status == "complete" for p in good)
+    assert catalog.resolve(os.path.basename(good[0]), str(directory)) == good[0]
+    result = catalog.prune(str(directory), keep_last=1, max_age=None)
+    deleted = {d["path"] for d in result["deleted"]}
+    assert len(deleted) == 2 and deleted < set(good)
+    assert os.path.exists(bad)  # an invalid entry is listed, never deleted by prune
+
+
+def test_dispose_and_prune_refuse_to_go_through_a_link(catalog_dir, tmp_path):
+    directory, good = catalog_dir
+    link = directory / "alarms" / "savepoint-alarms-linked"
+    os.symlink(good[0], link)
+    with pytest.raises(UnsafeFileError, match="symbolic link"):
+        sp.dispose(str(link))
+    assert os.path.exists(os.path.join(good[0], mf.MANIFEST))
+    assert str(link) not in {e.path for e in catalog.scan(str(directory))}
+    for _ in range(2):  # the link stays; every later prune still works
+        catalog.prune(str(directory), keep_last=1, max_age=None)
+    assert os.path.islink(link) and len([e for e in catalog.scan(str(directory)) if e.status == "complete"]) == 1
+
+
+def test_two_prunes_at_once_share_the_work_and_both_succeed(catalog_dir, monkeypatch):
+    directory, good = catalog_dir
+    barrier = threading.Barrier(2)
+    real_scan = catalog.scan
+
+    def scan_then_meet(*args, **kwargs):
+        entries = real_scan(*args, **kwargs)
+        barrier.wait()  # both planned the same deletions before either deletes
+        return entries
+
+    monkeypatch.setattr(catalog, "scan", scan_then_meet)
+    outcomes = []
+
+    def prune():
+        try:
+            outcomes.append(catalog.prune(str(directory), keep_last=1, max_age=None))
+        except Exception as exc:  # noqa: BLE001 - the outcome is what the test reads
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=prune) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(isinstance(o, dict) for o in outcomes), outcomes
+    deleted = [d["path"] for o in outcomes for d in o["deleted"]]
+    assert len(deleted) == 2 and set(deleted) < set(good)  # each deleted once, by one of the two
+    assert len([e for e in real_scan(str(directory)) if e.status == "complete"]) == 1
+
+
+def test_dispose_of_a_vanished_savepoint_says_not_found(catalog_dir):
+    _, good = catalog_dir
+    sp.dispose(good[0])
+    with pytest.raises(NotFoundError):
+        sp.dispose(good[0])
+
+
+# -- copies: Ctrl-C, and which file an error is about --------------------------------------------------------
+
+
+class _InterruptAtFirstFile(transfer.NullProgress):
+    def __init__(self, destination):
+        self.destination = destination
+        self.copied_before = None
+
+    def advance(self, nbytes):
+        self.copied_before = len(os.listdir(self.destination))
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_stops_queued_copies_at_once(tmp_path):
+    source = tmp_path / "src"
+    source.mkdir()
+    for index in range(400):
+        (source / f"f{index}").write_bytes(os.urandom(64 << 10))
+    storage, _ = storage_for(str(tmp_path))
+    items = [transfer.Transfer(storage, str(source / f"f{i}"), storage, str(tmp_path / "dst" / f"f{i}"), "copy", 64 << 10)
+             for i in range(400)]
+    interrupt = _InterruptAtFirstFile(tmp_path / "dst")
+    with pytest.raises(KeyboardInterrupt):
+        transfer.run(items, 2, interrupt, "copy")
+    # What was running ends; nothing queued starts. (Queued copies all ran before: 400 files.)
+    started_after = len(os.listdir(tmp_path / "dst")) - interrupt.copied_before
+    assert started_after < 100, started_after
+
+
+def test_an_unreadable_source_file_is_named_in_the_error(checkpoint, tmp_path):
+    victim = checkpoint / "state" / "0" / "1" / "3.snapshot"
+    victim.chmod(0o000)
+    # Root reads any file: the command runs without the capabilities that allow it.
+    prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+    done = subprocess.run([*prefix, sys.executable, "-m",
+                           "sparkpoint", "savepoint", "--from-checkpoint", str(checkpoint), str(tmp_path / "sps"),
+                           "--job", "alarms"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == StorageError.exit_code, done.stderr
+    assert str(victim) in done.stderr and "permission denied" in done.stderr

@@ -88,13 +88,13 @@ class _MeetAtTheCopy(transfer.NullProgress):
             self.barrier.wait()
 
 
-def _race(saved, target, **kwargs):
-    barrier = threading.Barrier(2)
+def _twice_at_once(call, barrier: threading.Barrier) -> list:
+    """What ``call`` returned or raised, run by two threads at once; a refusal releases the other."""
     outcomes = []
 
     def one():
         try:
-            outcomes.append(sp.restore(saved, target, progress=_MeetAtTheCopy(barrier), **kwargs))
+            outcomes.append(call())
         except Exception as exc:  # noqa: BLE001 - the outcome is what the test reads
             barrier.abort()
             outcomes.append(exc)
@@ -105,6 +105,11 @@ def _race(saved, target, **kwargs):
     for thread in threads:
         thread.join()
     return outcomes
+
+
+def _race(saved, target, **kwargs):
+    barrier = threading.Barrier(2)
+    return _twice_at_once(lambda: sp.restore(saved, target, progress=_MeetAtTheCopy(barrier), **kwargs), barrier)
 
 
 @pytest.fixture
@@ -301,19 +306,7 @@ def test_two_prunes_at_once_share_the_work_and_both_succeed(catalog_dir, monkeyp
         return entries
 
     monkeypatch.setattr(catalog, "scan", scan_then_meet)
-    outcomes = []
-
-    def prune():
-        try:
-            outcomes.append(catalog.prune(str(directory), keep_last=1, max_age=None))
-        except Exception as exc:  # noqa: BLE001 - the outcome is what the test reads
-            outcomes.append(exc)
-
-    threads = [threading.Thread(target=prune) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    outcomes = _twice_at_once(lambda: catalog.prune(str(directory), keep_last=1, max_age=None), barrier)
     assert all(isinstance(o, dict) for o in outcomes), outcomes
     deleted = [d["path"] for o in outcomes for d in o["deleted"]]
     assert len(deleted) == 2 and set(deleted) < set(good)  # each deleted once, by one of the two

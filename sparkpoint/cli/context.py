@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -96,6 +97,19 @@ class PathPart(click.ParamType):
 
 
 PATH_PART = PathPart()
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds, at least 0 (or ``min``): nan and inf slip through FloatRange's comparisons and
+    make waits fail (threading refuses an infinite timeout)."""
+
+    name = "SECONDS"
+
+    def convert(self, value, param, ctx):
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return seconds
 
 
 def console():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sparkpoint.cli.context import PATH_PART, AppContext, echo, emit, output_option, text
+from sparkpoint.cli.context import PATH_PART, AppContext, Seconds, echo, emit, output_option, text
 from sparkpoint.cli.context import console as make_console
 
 pass_app = click.make_pass_decorator(AppContext)
@@ -16,13 +16,13 @@ pass_app = click.make_pass_decorator(AppContext)
 @click.option("--allow-non-restored-state", is_flag=True, help="Start even if saved state has no query to take it.")
 @click.option("--claim-mode", type=click.Choice(["no_claim", "claim"]), default="no_claim", show_default=True,
               help="claim: the savepoint is handed over to the job (disposed of after a verified restore).")
-@click.option("--restore-grace", type=click.FloatRange(min=1), default=60.0, show_default=True,
+@click.option("--restore-grace", type=Seconds(min=1), default=60.0, show_default=True,
               help="Seconds after the first query starts for every saved query to start.")
 @click.option("--replace", metavar="JOB", type=PATH_PART,
               help="Upgrade a running job: start this application, then stop JOB with a savepoint and continue "
                    "from it (JOB runs on until the new driver is up).")
 @click.option("--savepoint-path", metavar="DIR", help="With --replace: where JOB's savepoint goes [default: the catalog].")
-@click.option("--stop-timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
+@click.option("--stop-timeout", type=Seconds(min=0), default=60.0, show_default=True,
               help="With --replace: seconds to let JOB's batch in flight commit before interrupting it.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
 @click.option("--deploy-mode", type=click.Choice(["client", "cluster"]), default="client", show_default=True,
@@ -115,7 +115,7 @@ def _render_jobs(jobs: list[dict]) -> None:
 @click.command("stop")
 @click.argument("job_ref", metavar="JOB", type=PATH_PART)
 @click.option("--savepoint-path", metavar="DIR", help="Where the savepoint goes [default: the home's catalog].")
-@click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
+@click.option("--timeout", type=Seconds(min=0), default=60.0, show_default=True,
               help="Seconds to let the batch in flight commit; a longer batch is interrupted (and replayed "
                    "on restore).")
 @output_option
@@ -149,7 +149,7 @@ def _render_stopped(result: dict) -> None:
 @click.option("--with-savepoint", "with_savepoint", is_flag=True,
               help="Savepoint at a batch boundary first, like stop (Flink's cancel -s).")
 @click.option("--savepoint-path", metavar="DIR", help="Where that savepoint goes [default: the home's catalog].")
-@click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
+@click.option("--timeout", type=Seconds(min=0), default=60.0, show_default=True,
               help="With --with-savepoint: seconds to let the batch in flight commit before interrupting it.")
 @output_option
 @pass_app

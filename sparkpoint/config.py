@@ -57,14 +57,14 @@ def _coerce(key: str, value: Any, origin: str) -> Any:
     if expected is int:
         try:
             number = int(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: .inf in YAML, 'inf' in the environment
             raise ConfigError(f"{origin}: '{key}' must be a whole number, got {value!r}") from None
         if number < 1:
             raise ConfigError(f"{origin}: '{key}' must be at least 1, got {number}")
         return number
     if expected is str:
-        if not isinstance(value, (str, Path)) or not str(value):
-            raise ConfigError(f"{origin}: '{key}' must be a non-empty string, got {value!r}")
+        if not isinstance(value, (str, Path)) or not str(value) or "\0" in str(value):
+            raise ConfigError(f"{origin}: '{key}' must be a non-empty string without NUL, got {value!r}")
         return str(value)
     if not isinstance(value, Mapping):
         raise ConfigError(f"{origin}: '{key}' must be a mapping, got {value!r}")

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from sparkpoint.cli.context import AppContext, emit, human_bytes, output_option
+from sparkpoint.cli.context import PATH_PART, AppContext, echo, emit, human_bytes, output_option, text
 from sparkpoint.cli.context import console as make_console
 
 pass_app = click.make_pass_decorator(AppContext)
 
 
 @click.command("savepoints")
-@click.option("--job", help="Only this job's savepoints.")
+@click.option("--job", type=PATH_PART, help="Only this job's savepoints.")
 @click.option("--dir", "directory", metavar="DIR", help="A savepoints directory [default: the home's].")
 @output_option
 @pass_app
@@ -36,15 +36,16 @@ def _render_list(rows: list[dict]) -> None:
     table.add_column("id", overflow="fold")
     for row in rows:
         queries = ", ".join(f"{q['name']}@{q['batch_id']}" for q in row["queries"]) or "-"
-        status = row["status"] if row["status"] == "complete" else f"[red]{row['status']}[/red]: {row['problem']}"
-        table.add_row(row["job"] or "-", row["created_at"] or "-", queries, human_bytes(row["bytes"]), status, row["id"])
+        status = text(row["status"]) if row["status"] == "complete" else text(f"{row['status']}: {row['problem']}", "red")
+        table.add_row(text(row["job"] or "-"), text(row["created_at"] or "-"), text(queries), human_bytes(row["bytes"]),
+                      status, text(row["id"]))
     make_console().print(table)
 
 
 @click.command("prune")
 @click.option("--keep-last", type=click.IntRange(min=0), help="Keep the newest N savepoints of each job.")
 @click.option("--max-age", metavar="DURATION", help="Delete savepoints older than this (e.g. 7d, 12h, 1d12h).")
-@click.option("--job", help="Only this job's savepoints.")
+@click.option("--job", type=PATH_PART, help="Only this job's savepoints.")
 @click.option("--dir", "directory", metavar="DIR", help="A savepoints directory [default: the home's].")
 @click.option("--dry-run", is_flag=True, help="Show what would be deleted; delete nothing.")
 @output_option
@@ -73,8 +74,8 @@ def prune_cmd(app, keep_last, max_age, job, directory, dry_run, output):
 def _render_pruned(data: dict) -> None:
     verb = "Would delete" if data["dry_run"] else "Deleted"
     for row in data["deleted"]:
-        click.echo(f"{verb} {row['id']} ({row['status']}, {human_bytes(row['bytes'])}): {row['path']}")
-    click.echo(f"{verb} {len(data['deleted'])} savepoint(s), {human_bytes(data['freed_bytes'])}; kept {len(data['kept'])}.")
+        echo(f"{verb} {row['id']} ({row['status']}, {human_bytes(row['bytes'])}): {row['path']}")
+    echo(f"{verb} {len(data['deleted'])} savepoint(s), {human_bytes(data['freed_bytes'])}; kept {len(data['kept'])}.")
 
 
 COMMANDS = (savepoints_cmd, prune_cmd)

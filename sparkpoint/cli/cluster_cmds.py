@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from sparkpoint.cli.context import emit, output_option
+from sparkpoint.cli.context import echo, emit, output_option
 
 DEFAULT_DIR = ".sparkpoint-cluster"
 
@@ -73,15 +73,19 @@ def stop_cmd(directory, output):
     from sparkpoint.core import local_cluster
 
     result = local_cluster.stop(directory)
-    emit(output, result, lambda r: click.echo(f"stopped: {', '.join(r['stopped']) or 'nothing was running'}"))
+    emit(output, result, _render_stopped)
+
+
+def _render_stopped(result: dict) -> None:
+    echo(f"stopped: {', '.join(result['stopped']) or 'nothing was running'}")
 
 
 def _render_status(info: dict) -> None:
     up = info["master_pid"] and info["worker_pid"]
-    click.echo(f"cluster {info['master_url']}: {'up' if up else 'down'} (master pid {info['master_pid'] or '-'}, "
+    echo(f"cluster {info['master_url']}: {'up' if up else 'down'} (master pid {info['master_pid'] or '-'}, "
                f"worker pid {info['worker_pid'] or '-'}, {info['workers_alive']} worker(s) registered)")
-    click.echo(f"  REST {info['rest_url']}; export SPARK_CONF_DIR={info['conf_dir']}")
-    click.echo(f"  applications: {', '.join(info['active_apps']) or '-'}; drivers: {', '.join(info['active_drivers']) or '-'}")
+    echo(f"  REST {info['rest_url']}; export SPARK_CONF_DIR={info['conf_dir']}")
+    echo(f"  applications: {', '.join(info['active_apps']) or '-'}; drivers: {', '.join(info['active_drivers']) or '-'}")
 
 
 COMMANDS = (cluster_group,)

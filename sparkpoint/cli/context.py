@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -52,6 +54,62 @@ def emit(output: str, data: Any, render: Callable[[Any], None]) -> None:
         click.echo(json.dumps(data, indent=2, sort_keys=False))
     else:
         render(data)
+
+
+# What a terminal would act on instead of showing: C0 and C1 controls (ESC starts every escape
+# sequence, \r overwrites the line), DEL, line and paragraph separators, bidi overrides (which
+# reorder what follows), and the lone surrogates an undecodable file name becomes (unprintable).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def literal(value: Any) -> str:
+    """``value`` as text that shows on a terminal exactly as it is: every character a terminal would
+    act on is written as its escape (``\x1b``, ``\n``), so names, paths and messages read from
+    manifests, job records, agents or the command line can neither move the cursor nor forge a line.
+    Escaping rather than dropping keeps 'a\nb' distinct from 'ab'."""
+    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape", "backslashreplace").decode("ascii"), str(value))
+
+
+def echo(line: Any = "", err: bool = False) -> None:
+    """One line for a person, through :func:`literal`."""
+    click.echo(literal(line), err=err)
+
+
+def text(value: Any, style: str = ""):
+    """A rich cell or line holding ``value`` literally: never parsed as markup, escaped by :func:`literal`."""
+    from rich.text import Text
+
+    return Text(literal(value), style=style)
+
+
+# Anything given on the command line that becomes a directory name (a job or query name, a job id, a
+# trigger id) must be one plain path component: no '/', no '..', nothing a terminal acts on.
+_PATH_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}")
+
+
+class PathPart(click.ParamType):
+    name = "NAME"
+
+    def convert(self, value, param, ctx):
+        if not _PATH_PART.fullmatch(value):
+            self.fail(f"{value!r}: use letters, digits, '_', '.', '-', starting with a letter or digit", param, ctx)
+        return value
+
+
+PATH_PART = PathPart()
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds, at least 0 (or ``min``): nan and inf slip through FloatRange's comparisons and
+    make waits fail (threading refuses an infinite timeout)."""
+
+    name = "SECONDS"
+
+    def convert(self, value, param, ctx):
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return seconds
 
 
 def console():

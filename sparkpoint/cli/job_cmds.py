@@ -4,25 +4,25 @@ from __future__ import annotations
 
 import click
 
-from sparkpoint.cli.context import AppContext, emit, output_option
+from sparkpoint.cli.context import PATH_PART, AppContext, Seconds, echo, emit, output_option, text
 from sparkpoint.cli.context import console as make_console
 
 pass_app = click.make_pass_decorator(AppContext)
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--name", help="Job name [default: the application's file name].")
+@click.option("--name", type=PATH_PART, help="Job name [default: the application's file name].")
 @click.option("-s", "--from-savepoint", "from_savepoint", metavar="SAVEPOINT", help="Restore from this savepoint.")
 @click.option("--allow-non-restored-state", is_flag=True, help="Start even if saved state has no query to take it.")
 @click.option("--claim-mode", type=click.Choice(["no_claim", "claim"]), default="no_claim", show_default=True,
               help="claim: the savepoint is handed over to the job (disposed of after a verified restore).")
-@click.option("--restore-grace", type=click.FloatRange(min=1), default=60.0, show_default=True,
+@click.option("--restore-grace", type=Seconds(min=1), default=60.0, show_default=True,
               help="Seconds after the first query starts for every saved query to start.")
-@click.option("--replace", metavar="JOB",
+@click.option("--replace", metavar="JOB", type=PATH_PART,
               help="Upgrade a running job: start this application, then stop JOB with a savepoint and continue "
                    "from it (JOB runs on until the new driver is up).")
 @click.option("--savepoint-path", metavar="DIR", help="With --replace: where JOB's savepoint goes [default: the catalog].")
-@click.option("--stop-timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
+@click.option("--stop-timeout", type=Seconds(min=0), default=60.0, show_default=True,
               help="With --replace: seconds to let JOB's batch in flight commit before interrupting it.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
 @click.option("--deploy-mode", type=click.Choice(["client", "cluster"]), default="client", show_default=True,
@@ -57,13 +57,13 @@ def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, res
 
 
 def _render_job(job: dict) -> None:
-    click.echo(f"Job {job['id']} ({job['name']}): {job['state']}" + (f" — {job['error']}" if job["error"] else ""))
+    echo(f"Job {job['id']} ({job['name']}): {job['state']}" + (f" — {job['error']}" if job["error"] else ""))
     if job.get("replaced"):
         _render_stopped(job["replaced"])
     if job.get("restored_from"):
-        click.echo(f"  restored from {job['restored_from']}")
+        echo(f"  restored from {job['restored_from']}")
     if job.get("log"):
-        click.echo(f"  driver log: {job['log']}")
+        echo(f"  driver log: {job['log']}")
 
 
 @click.command("list")
@@ -102,19 +102,20 @@ def _render_jobs(jobs: list[dict]) -> None:
         queries = job["queries"] or [{}]
         for index, query in enumerate(queries):
             first = index == 0
-            table.add_row(
+            cells = (
                 (job["id"] or f"{job['name']} (ui)") if first else "", job["state"] if first else "", (job["app_id"] or "-") if first else "",
                 query.get("name") or "-", _plain(query.get("batch_id")), _rate(query.get("input_rate")),
                 _rate(query.get("processing_rate")), _plain(query.get("state_rows")),
                 (job["last_savepoint"] or "-").rsplit("/", 1)[-1] if first else "",
             )
+            table.add_row(*map(text, cells))
     make_console().print(table)
 
 
 @click.command("stop")
-@click.argument("job_ref", metavar="JOB")
+@click.argument("job_ref", metavar="JOB", type=PATH_PART)
 @click.option("--savepoint-path", metavar="DIR", help="Where the savepoint goes [default: the home's catalog].")
-@click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
+@click.option("--timeout", type=Seconds(min=0), default=60.0, show_default=True,
               help="Seconds to let the batch in flight commit; a longer batch is interrupted (and replayed "
                    "on restore).")
 @output_option
@@ -132,23 +133,23 @@ def stop_cmd(app, job_ref, savepoint_path, timeout, output):
 
 
 def _render_stopped(result: dict) -> None:
-    click.echo(f"Job {result['job']['id']} stopped ({result['job']['state']}); savepoint {result['path']}")
+    echo(f"Job {result['job']['id']} stopped ({result['job']['state']}); savepoint {result['path']}")
     phases = result["phases"]
-    click.echo(f"  boundary {phases['boundary']:.1f} s, savepoint {phases['savepoint']:.1f} s, driver exit "
+    echo(f"  boundary {phases['boundary']:.1f} s, savepoint {phases['savepoint']:.1f} s, driver exit "
                f"{phases['driver_exit']:.1f} s (from the boundary, alongside the savepoint)")
     for q in result["queries"]:
         where = "at a batch boundary" if q["at_boundary"] else "without a boundary (interrupted)"
         replay = (f"; batch {q['replayed_batch_id']} is replayed on restore" if q["replayed_batch_id"] is not None
                   else "; no batch is replayed")
-        click.echo(f"  {q['name']}: stopped {where}, cut at batch {q['batch_id']}{replay}")
+        echo(f"  {q['name']}: stopped {where}, cut at batch {q['batch_id']}{replay}")
 
 
 @click.command("cancel")
-@click.argument("job_ref", metavar="JOB")
+@click.argument("job_ref", metavar="JOB", type=PATH_PART)
 @click.option("--with-savepoint", "with_savepoint", is_flag=True,
               help="Savepoint at a batch boundary first, like stop (Flink's cancel -s).")
 @click.option("--savepoint-path", metavar="DIR", help="Where that savepoint goes [default: the home's catalog].")
-@click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
+@click.option("--timeout", type=Seconds(min=0), default=60.0, show_default=True,
               help="With --with-savepoint: seconds to let the batch in flight commit before interrupting it.")
 @output_option
 @pass_app

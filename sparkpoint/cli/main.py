@@ -1,17 +1,21 @@
 """The ``sparkpoint`` command: the only place that turns errors into exit statuses.
 
 Exit statuses: 0 success; 1 an unexpected internal error; 2 bad usage (flags, arguments);
-3..10 the classes in ``sparkpoint.errors`` (see README.md, "Exit codes"); 130 interrupted.
+3..14 the classes in ``sparkpoint.errors`` (see README.md, "Exit codes"); 130 interrupted. Each
+error is one line on stderr; an unexpected exception says it is a bug, and shows its traceback only
+when ``SPARKPOINT_DEBUG`` is set.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import traceback
 
 import click
 
 from sparkpoint.cli import catalog_cmds, cluster_cmds, job_cmds, savepoint_cmds
-from sparkpoint.cli.context import AppContext
+from sparkpoint.cli.context import AppContext, echo
 from sparkpoint.errors import SparkpointError
 
 
@@ -31,6 +35,8 @@ def cli(ctx: click.Context, home: str | None, config_path: str | None, quiet: bo
     ctx.obj = AppContext(config_path=config_path, overrides={"home": home}, quiet=quiet)
 
 
+DEBUG_ENV = "SPARKPOINT_DEBUG"
+
 for command in (*job_cmds.COMMANDS, *savepoint_cmds.COMMANDS, *catalog_cmds.COMMANDS, *cluster_cmds.COMMANDS):
     cli.add_command(command)
 
@@ -39,20 +45,32 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="sparkpoint", standalone_mode=False)
     except SparkpointError as exc:
-        click.echo(f"sparkpoint: error: {exc}", err=True)
+        line, code = f"sparkpoint: error: {exc}", exc.exit_code
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        line, code = "sparkpoint: interrupted", 130
+    except click.exceptions.NoArgsIsHelpError as exc:
+        exc.show()  # a bare 'sparkpoint' or 'sparkpoint cluster' asks for the help
         return exc.exit_code
-    except click.exceptions.Abort:
-        click.echo("sparkpoint: interrupted", err=True)
-        return 130
     except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
+        line, code = f"sparkpoint: error: {exc.format_message()}{_help_hint(exc)}", exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except KeyboardInterrupt:
-        click.echo("sparkpoint: interrupted", err=True)
-        return 130
-    return 0
+    except Exception as exc:
+        if os.environ.get(DEBUG_ENV):
+            for text in "".join(traceback.format_exception(exc)).splitlines():
+                echo(text, err=True)
+        line = (f"sparkpoint: internal error, a bug: please report it to sparkpoint's maintainers with the traceback "
+                f"{DEBUG_ENV}=1 shows ({type(exc).__name__}: {exc})")
+        code = 1
+    else:
+        return 0
+    echo(line, err=True)
+    return code
+
+
+def _help_hint(exc: click.ClickException) -> str:
+    context = getattr(exc, "ctx", None)
+    return f" (see '{context.command_path} --help')" if context is not None else ""
 
 
 def run() -> None:

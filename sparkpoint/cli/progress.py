@@ -8,6 +8,8 @@ from rich.console import Console
 from rich.status import Status
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
+from sparkpoint.cli.context import literal, text
+
 
 class RichProgress:
     def __init__(self) -> None:
@@ -18,14 +20,14 @@ class RichProgress:
 
     def waiting(self, message: str) -> None:
         if self._status is None:
-            self._status = Status(message, console=Console(stderr=True))
+            self._status = Status(text(message), console=Console(stderr=True))
             self._status.start()
         else:
-            self._status.update(message)
+            self._status.update(text(message))
 
     def start(self, description: str, total_bytes: int) -> None:
         self._progress = Progress(
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             DownloadColumn(),
             TransferSpeedColumn(),
@@ -34,7 +36,7 @@ class RichProgress:
             transient=True,
         )
         self._progress.start()
-        self._task = self._progress.add_task(description, total=total_bytes)
+        self._task = self._progress.add_task(literal(description), total=total_bytes)
 
     def advance(self, nbytes: int) -> None:
         with self._lock:

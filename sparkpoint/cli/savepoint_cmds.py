@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sparkpoint.cli.context import AppContext, emit, human_bytes, output_option
+from sparkpoint.cli.context import PATH_PART, AppContext, echo, emit, human_bytes, output_option, text
 from sparkpoint.cli.context import console as make_console
 from sparkpoint.errors import BadArgumentError, RecordedFailureError, SavepointInvalidError
 
@@ -16,13 +16,13 @@ pass_app = click.make_pass_decorator(AppContext)
 @click.option("--from-checkpoint", "checkpoint", metavar="CHECKPOINT_DIR",
               help="A query's checkpoint (live or stopped), or a root of named query checkpoints.")
 @click.option("--dispose", "dispose_path", metavar="SAVEPOINT", help="Delete this savepoint (path or id).")
-@click.option("--name", help="Query name (uid) for a single query's checkpoint [default: its directory name].")
-@click.option("--job", help="Job label in the catalog [default: the checkpoint directory name].")
+@click.option("--name", type=PATH_PART, help="Query name (uid) for a single query's checkpoint [default: its directory name].")
+@click.option("--job", type=PATH_PART, help="Job label in the catalog [default: the checkpoint directory name].")
 @click.option("--batch", type=click.IntRange(min=0), help="Cut at this committed batch [default: the latest].")
 @click.option("--keep-last", type=click.IntRange(min=0), help="After success, prune the job's older savepoints.")
 @click.option("--detached", is_flag=True, help="Return a trigger id at once; poll it with --status JOB TRIGGER_ID.")
 @click.option("--status", "poll", is_flag=True, help="Report a detached savepoint: JOB TRIGGER_ID.")
-@click.option("--record-trigger", hidden=True)
+@click.option("--record-trigger", type=PATH_PART, hidden=True)
 @output_option
 @pass_app
 def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_last, detached, poll, record_trigger,
@@ -52,7 +52,7 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
     if poll:
         if len(args) != 2:
             raise BadArgumentError("--status takes JOB TRIGGER_ID")
-        record = control.trigger_status(settings, *args)
+        record = control.trigger_status(settings, *(PATH_PART.convert(arg, None, None) for arg in args))
         emit(output, record, _render_trigger)
         if record["status"] == "failed":
             raise RecordedFailureError(record.get("error", "failed"), record.get("exit_code"))
@@ -60,14 +60,15 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
     if not checkpoint:
         if not args or len(args) > 2:
             raise BadArgumentError("give a JOB (and optionally TARGET_DIR), or --from-checkpoint CHECKPOINT_DIR")
+        job_ref = PATH_PART.convert(args[0], None, None)
         target = args[1] if len(args) > 1 else None
         if detached:
-            emit(output, control.trigger_savepoint(settings, args[0], target, keep_last, app.config_path),
+            emit(output, control.trigger_savepoint(settings, job_ref, target, keep_last, app.config_path),
                  _render_trigger)
         elif record_trigger:
-            emit(output, control.run_trigger(settings, args[0], record_trigger, target, keep_last), _render_created)
+            emit(output, control.run_trigger(settings, job_ref, record_trigger, target, keep_last), _render_created)
         else:
-            emit(output, control.savepoint_job(settings, args[0], target, keep_last, progress=app.progress()),
+            emit(output, control.savepoint_job(settings, job_ref, target, keep_last, progress=app.progress()),
                  _render_created)
         return
     if len(args) > 1:
@@ -88,22 +89,22 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
 
 
 def _render_created(data: dict) -> None:
-    click.echo(f"Savepoint {data['id']} completed: {data['path']}")
+    echo(f"Savepoint {data['id']} completed: {data['path']}")
     for q in data["queries"]:
         replay = f", batch {q['planned_batch_id']} planned (replayed on restore)" if q["planned_batch_id"] is not None else ""
-        click.echo(f"  {q['name']}: cut at batch {q['batch_id']}{replay}, {human_bytes(q['bytes'])}")
+        echo(f"  {q['name']}: cut at batch {q['batch_id']}{replay}, {human_bytes(q['bytes'])}")
 
 
 def _render_trigger(record: dict) -> None:
-    click.echo(f"Savepoint trigger {record['trigger_id']} of job {record['job_id']}: {record['status']}")
+    echo(f"Savepoint trigger {record['trigger_id']} of job {record['job_id']}: {record['status']}")
     if record.get("savepoint"):
-        click.echo(f"  savepoint {record['savepoint']['path']}")
+        echo(f"  savepoint {record['savepoint']['path']}")
     if record.get("error"):
-        click.echo(f"  {record['error']}")
+        echo(f"  {record['error']}")
 
 
 def _render_disposed(data: dict) -> None:
-    click.echo(f"Disposed of savepoint {data['id']} ({human_bytes(data['bytes'])}): {data['path']}")
+    echo(f"Disposed of savepoint {data['id']} ({human_bytes(data['bytes'])}): {data['path']}")
 
 
 @click.command("restore")
@@ -112,7 +113,7 @@ def _render_disposed(data: dict) -> None:
 @click.option("--claim", is_flag=True, help="Hand the savepoint over: it is disposed of once the restore is verified.")
 @click.option("--mode", type=click.Choice(["auto", "copy", "link"]), default="auto", show_default=True,
               help="auto: hard links on the same local file system, copies elsewhere.")
-@click.option("--query", help="Restore only this query, into CHECKPOINT_DIR itself.")
+@click.option("--query", type=PATH_PART, help="Restore only this query, into CHECKPOINT_DIR itself.")
 @output_option
 @pass_app
 def restore_cmd(app, savepoint_ref, checkpoint_dir, claim, mode, query, output):
@@ -135,9 +136,9 @@ def restore_cmd(app, savepoint_ref, checkpoint_dir, claim, mode, query, output):
 
 
 def _render_restored(data: dict) -> None:
-    click.echo(f"Restored savepoint {data['id']} ({data['transfer']}):")
+    echo(f"Restored savepoint {data['id']} ({data['transfer']}):")
     for q in data["queries"]:
-        click.echo(f"  {q['name']} -> {q['checkpoint']} (resumes after batch {q['batch_id']})")
+        echo(f"  {q['name']} -> {q['checkpoint']} (resumes after batch {q['batch_id']})")
 
 
 @click.command("verify")
@@ -159,9 +160,9 @@ def verify_cmd(app, savepoint_ref, output):
 
 def _render_verified(data: dict) -> None:
     if data["valid"]:
-        click.echo(f"Savepoint {data['id']} is valid: {data['files']} files, {human_bytes(data['bytes'])} verified")
+        echo(f"Savepoint {data['id']} is valid: {data['files']} files, {human_bytes(data['bytes'])} verified")
     for problem in data["problems"]:
-        click.echo(f"  {problem}")
+        echo(f"  {problem}")
 
 
 @click.command("inspect")
@@ -189,28 +190,30 @@ def _render_inspected(data: dict) -> None:
     from rich.table import Table
 
     console = make_console()
-    console.print(f"[bold]{data['id']}[/bold]  job {data['job']}  created {data['created_at']}  "
-                  f"{human_bytes(data['bytes'])} in {data['file_count']} files")
-    console.print(f"path: {data['path']}")
+    console.print(text(data["id"], "bold") + text(f"  job {data['job']}  created {data['created_at']}  "
+                                                  f"{human_bytes(data['bytes'])} in {data['file_count']} files"))
+    console.print(text(f"path: {data['path']}"))
     if data.get("restored_from"):
-        console.print(f"restored from: {data['restored_from']}")
+        console.print(text(f"restored from: {data['restored_from']}"))
     for q in data["queries"]:
         planned = f" (batch {q['planned_batch_id']} planned)" if q.get("planned_batch_id") is not None else ""
-        console.print(f"\n[bold]{q['name']}[/bold]  query id {q['query_id']}  batch {q['batch_id']}{planned}  "
-                      f"state v{q['state_version']}  {q['provider']}")
+        console.print()
+        console.print(text(q["name"], "bold") + text(f"  query id {q['query_id']}  batch {q['batch_id']}{planned}  "
+                                                     f"state v{q['state_version']}  {q['provider']}"))
         for index, offset in enumerate(q.get("offsets") or []):
-            console.print(f"  source {index}: {offset}", markup=False, highlight=False)
+            console.print(text(f"  source {index}: {offset}"), highlight=False)
         table = Table("operator", "name", "stores", "partitions", "size")
         for op in q.get("operators") or []:
-            table.add_row(str(op["id"]), op["name"] or "?", ", ".join(op["stores"]), str(op["partitions"]),
+            table.add_row(text(op["id"]), text(op["name"] or "?"), text(", ".join(op["stores"])), text(op["partitions"]),
                           human_bytes(op["bytes"]))
         if q.get("operators"):
             console.print(table)
     for store in data.get("state", []):
-        table = Table(*store["columns"], title=f"{store['query']} operator {store['operator']} {store['store']}"
-                      f" ({store['rows']} rows)")
+        table = Table(title=text(f"{store['query']} operator {store['operator']} {store['store']} ({store['rows']} rows)"))
+        for column in store["columns"]:
+            table.add_column(text(column))
         for row in store["sample"]:
-            table.add_row(*[str(v) for v in row])
+            table.add_row(*map(text, row))
         console.print(table)
 
 

@@ -28,6 +28,8 @@ from sparkpoint.errors import BadArgumentError, NotFoundError, SparkpointError
 
 _DURATION = re.compile(r"(\d+)\s*(w|d|h|m|s)")
 _UNIT_SECONDS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
+# Retention beyond this is a typo (and a few hundred digits of weeks would overflow a float).
+MAX_DURATION_YEARS = 100
 # An in-progress savepoint whose owner cannot be checked is left alone for this long.
 STALE_AFTER_SECONDS = 24 * 3600
 MARKER_BYTES = 64 << 10  # sparkpoint's markers are a line of JSON
@@ -38,7 +40,12 @@ def parse_duration(text: str) -> float:
     compact = (text or "").strip().lower().replace(" ", "")
     if not compact or _DURATION.sub("", compact):
         raise BadArgumentError(f"invalid duration {text!r}: use a number and a unit (s, m, h, d, w), e.g. 7d or 1d12h")
-    seconds = sum(int(n) * _UNIT_SECONDS[u] for n, u in _DURATION.findall(compact))
+    parts = _DURATION.findall(compact)
+    # No retention needs more digits; with too many, the number could not even be converted.
+    too_long = any(len(number.lstrip("0")) > 12 for number, _ in parts)
+    seconds = 0 if too_long else sum(int(n) * _UNIT_SECONDS[u] for n, u in parts)
+    if too_long or seconds > MAX_DURATION_YEARS * 365 * 86400:
+        raise BadArgumentError(f"invalid duration {text!r}: at most {MAX_DURATION_YEARS} years")
     if seconds <= 0:
         raise BadArgumentError(f"invalid duration {text!r}: it must be longer than zero")
     return float(seconds)

@@ -83,13 +83,16 @@ def test_human_output_goes_to_stdout_and_names_the_cut(capsys, home, checkpoint)
         (["savepoint", "--from-checkpoint", "{tmp}/alarms", "--dispose", "x"], 2, "not both"),
         (["savepoint", "no-such-job"], 4, "no job 'no-such-job'"),
         (["savepoint", "--from-checkpoint", "{tmp}/alarms", "--batch", "-1"], 2, "Invalid value"),
-        (["savepoint", "--from-checkpoint", "{tmp}/alarms", "--name", "bad/name"], 6, "cannot name"),
+        (["savepoint", "--from-checkpoint", "{tmp}/alarms", "--name", "bad/name"], 2, "Invalid value for '--name'"),
         (["savepoint", "--dispose", "{tmp}/plain"], 6, "not a sparkpoint savepoint"),
         (["restore", "{tmp}/plain", "{tmp}/out"], 6, "not a savepoint"),
         (["restore", "savepoint-unknown", "{tmp}/out"], 4, "no savepoint 'savepoint-unknown'"),
         (["inspect", "{tmp}/nowhere"], 4, "does not exist"),
         (["prune"], 2, "needs --keep-last"),
         (["prune", "--max-age", "soon"], 2, "invalid duration"),
+        (["prune", "--max-age", "9" * 400 + "w"], 2, "at most 100 years"),  # once an OverflowError
+        (["prune", "--max-age", "9" * 5000 + "w"], 2, "at most 100 years"),  # once int()'s digit limit
+        (["prune", "--max-age", "5300w"], 2, "at most 100 years"),
         (["--config", "{tmp}/bad.yaml", "savepoints"], 3, "not valid YAML"),
         (["savepoint", "--from-checkpoint", "{tmp}/alarms", "{tmp}/alarms/inside"], 2, "lies inside the checkpoint"),
         (["stop", "no-such-job"], 4, "no job 'no-such-job'"),
@@ -115,7 +118,7 @@ def test_bad_input_is_one_line_on_stderr_with_its_exit_code(capsys, home, checkp
     got, out, err = run(capsys, *[a.format(tmp=tmp_path) for a in args])
     assert got == code, err
     assert message in err and out == ""
-    assert len(err.strip().splitlines()) == 1 or "Usage:" in err
+    assert err.startswith("sparkpoint: error: ") and err.count("\n") == 1
     assert sorted(os.walk(tmp_path)) == before  # nothing written
 
 
@@ -200,3 +203,160 @@ def test_a_stop_is_rendered_with_its_cut_and_phases(capsys):
         "  counts: stopped at a batch boundary, cut at batch 41; no batch is replayed",
         "  slow: stopped without a boundary (interrupted), cut at batch 6; batch 7 is replayed on restore",
     ]
+
+
+# What a manifest, job record or agent reply may hold: markup, a screen clear, a carriage return, a newline.
+HOSTILE = "q[/]x[bold red]y\x1b[2J\rz\nw"
+SHOWN = "q[/]x[bold red]y\\x1b[2J\\rz\\nw"  # how every renderer must print it
+
+
+def rendered(capsys, render, data):
+    render(data)
+    out, err = capsys.readouterr()
+    assert not set(out + err) & {"\x1b", "\r"}, (out, err)
+    return out.splitlines()
+
+
+def test_the_stop_and_run_renderers_print_names_literally(capsys):
+    from sparkpoint.cli.job_cmds import _render_job, _render_stopped
+
+    job = {"id": HOSTILE, "name": HOSTILE, "state": "running", "error": HOSTILE, "restored_from": HOSTILE,
+           "log": HOSTILE}
+    assert rendered(capsys, _render_job, job) == [
+        f"Job {SHOWN} ({SHOWN}): running — {SHOWN}", f"  restored from {SHOWN}", f"  driver log: {SHOWN}"]
+    stopped = {"path": HOSTILE, "job": {"id": HOSTILE, "state": "finished"},
+               "phases": {"boundary": 1, "savepoint": 1, "driver_exit": 1},
+               "queries": [{"name": HOSTILE, "at_boundary": True, "batch_id": 4, "replayed_batch_id": None}]}
+    lines = rendered(capsys, _render_stopped, stopped)
+    assert lines[0] == f"Job {SHOWN} stopped (finished); savepoint {SHOWN}"
+    assert lines[2] == f"  {SHOWN}: stopped at a batch boundary, cut at batch 4; no batch is replayed"
+
+
+def test_the_savepoint_renderers_print_names_and_paths_literally(capsys):
+    from sparkpoint.cli import savepoint_cmds as cmds
+
+    created = {"id": HOSTILE, "path": HOSTILE,
+               "queries": [{"name": HOSTILE, "batch_id": 3, "planned_batch_id": None, "bytes": 1}]}
+    assert rendered(capsys, cmds._render_created, created) == [
+        f"Savepoint {SHOWN} completed: {SHOWN}", f"  {SHOWN}: cut at batch 3, 1 B"]
+    trigger = {"trigger_id": HOSTILE, "job_id": HOSTILE, "status": "failed", "savepoint": {"path": HOSTILE},
+               "error": HOSTILE}
+    assert rendered(capsys, cmds._render_trigger, trigger) == [
+        f"Savepoint trigger {SHOWN} of job {SHOWN}: failed", f"  savepoint {SHOWN}", f"  {SHOWN}"]
+    assert rendered(capsys, cmds._render_disposed, {"id": HOSTILE, "bytes": 0, "path": HOSTILE}) == [
+        f"Disposed of savepoint {SHOWN} (0 B): {SHOWN}"]
+    restored = {"id": HOSTILE, "transfer": "copy", "queries": [{"name": HOSTILE, "checkpoint": HOSTILE, "batch_id": 3}]}
+    assert rendered(capsys, cmds._render_restored, restored) == [
+        f"Restored savepoint {SHOWN} (copy):", f"  {SHOWN} -> {SHOWN} (resumes after batch 3)"]
+    # The forged line of the issue: a missing file whose name returns the carriage and claims validity.
+    forged = "queries/q/x\r\x1b[2KSavepoint sp-1 is valid: 40 files, 2.1 KiB verified"
+    verified = {"id": "sp-1", "valid": False, "files": 40, "bytes": 2150, "problems": [f"missing: {forged}"]}
+    assert rendered(capsys, cmds._render_verified, verified) == [
+        "  missing: queries/q/x\\r\\x1b[2KSavepoint sp-1 is valid: 40 files, 2.1 KiB verified"]
+
+
+def test_inspect_renders_markup_in_a_manifest_as_text(capsys):
+    from sparkpoint.cli.savepoint_cmds import _render_inspected
+
+    query = {"name": HOSTILE, "query_id": HOSTILE, "batch_id": 3, "planned_batch_id": None, "state_version": 4,
+             "provider": HOSTILE, "offsets": [HOSTILE],
+             "operators": [{"id": 0, "name": HOSTILE, "stores": [HOSTILE], "partitions": 2, "bytes": 1}]}
+    data = {"id": HOSTILE, "job": HOSTILE, "created_at": HOSTILE, "bytes": 1, "file_count": 2, "path": HOSTILE,
+            "restored_from": HOSTILE, "queries": [query],
+            "state": [{"query": HOSTILE, "operator": 0, "store": HOSTILE, "rows": 1, "columns": [HOSTILE],
+                       "sample": [[HOSTILE]]}]}
+    lines = rendered(capsys, _render_inspected, data)
+    assert lines[:3] == [f"{SHOWN}  job {SHOWN}  created {SHOWN}  1 B in 2 files", f"path: {SHOWN}",
+                         f"restored from: {SHOWN}"]
+    assert lines[4] == f"{SHOWN}  query id {SHOWN}  batch 3  state v4  {SHOWN}"
+    assert lines[5] == f"  source 0: {SHOWN}"
+    assert f"│ 0        │ {SHOWN} │ {SHOWN} │ 2          │ 1 B  │" in lines
+    assert f"┃ {SHOWN} ┃" in lines and f"│ {SHOWN} │" in lines  # the state rows: a column and a sample
+
+
+def test_the_catalog_renderers_print_names_literally(capsys):
+    from sparkpoint.cli.catalog_cmds import _render_list, _render_pruned
+
+    row = {"id": HOSTILE, "path": HOSTILE, "status": "invalid", "job": HOSTILE, "created_at": None, "bytes": 0,
+           "queries": [{"name": HOSTILE, "batch_id": 3}], "problem": HOSTILE}
+    lines = rendered(capsys, _render_list, [row])
+    body = next(line for line in lines if line.startswith("│"))
+    assert [cell.strip() for cell in body.strip("│").split("│")] == [
+        SHOWN, "-", f"{SHOWN}@3", "0 B", f"invalid: {SHOWN}", SHOWN]
+    assert rendered(capsys, _render_pruned, {"dry_run": True, "deleted": [row], "kept": [], "freed_bytes": 0}) == [
+        f"Would delete {SHOWN} (invalid, 0 B): {SHOWN}", "Would delete 1 savepoint(s), 0 B; kept 0."]
+
+
+def test_the_jobs_table_prints_names_literally(capsys):
+    from sparkpoint.cli.job_cmds import _render_jobs
+
+    job = {"id": HOSTILE, "name": HOSTILE, "state": "running", "app_id": HOSTILE, "last_savepoint": "/sp/sp-1",
+           "queries": [{"name": HOSTILE, "batch_id": 3}]}
+    body = next(line for line in rendered(capsys, _render_jobs, [job]) if line.startswith("│"))
+    assert [cell.strip() for cell in body.strip("│").split("│")] == [
+        SHOWN, "running", SHOWN, SHOWN, "3", "-", "-", "-", "sp-1"]
+
+
+def test_the_cluster_renderers_print_paths_literally(capsys):
+    from sparkpoint.cli.cluster_cmds import _render_status, _render_stopped
+
+    info = {"master_url": HOSTILE, "master_pid": 1, "worker_pid": None, "workers_alive": 0, "rest_url": HOSTILE,
+            "conf_dir": HOSTILE, "active_apps": [HOSTILE], "active_drivers": []}
+    assert rendered(capsys, _render_status, info) == [
+        f"cluster {SHOWN}: down (master pid 1, worker pid -, 0 worker(s) registered)",
+        f"  REST {SHOWN}; export SPARK_CONF_DIR={SHOWN}", f"  applications: {SHOWN}; drivers: -"]
+    assert rendered(capsys, _render_stopped, {"stopped": [HOSTILE]}) == [f"stopped: {SHOWN}"]
+
+
+def test_progress_shows_what_it_waits_for_literally(capsys, monkeypatch):
+    from sparkpoint.cli.progress import RichProgress
+
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich draws only on a terminal
+    progress = RichProgress()
+    progress.waiting(f"waiting for {HOSTILE}")
+    progress.finish()
+    progress.start(f"copying {HOSTILE}", 10)
+    progress.finish()
+    assert capsys.readouterr().err.count(SHOWN) >= 2
+
+
+def test_error_lines_are_literal_and_one_line(capsys, home, tmp_path):
+    code, out, err = run(capsys, "inspect", str(tmp_path / HOSTILE))
+    assert (code, out) == (4, "")
+    assert err == f"sparkpoint: error: savepoint {tmp_path}/{SHOWN} does not exist\n"
+    code, _, err = run(capsys, "stop", HOSTILE)
+    assert code == 2 and err.count("\n") == 1 and "\x1b" not in err and "\r" not in err
+
+
+def test_names_that_would_become_path_parts_are_one_plain_component(capsys, home, checkpoint, tmp_path):
+    for option in ("--job", "--name"):
+        for bad in ("../../outside/x", "q1\n", "a\nb", ".", "..", "", "-x"):
+            before = sorted(os.walk(tmp_path))
+            code, out, err = run(capsys, "savepoint", "--from-checkpoint", str(checkpoint), option, bad)
+            assert (code, out) == (2, ""), (option, bad, err)
+            assert err.startswith(f"sparkpoint: error: Invalid value for '{option}'") and err.count("\n") == 1
+            assert sorted(os.walk(tmp_path)) == before
+    for args in (["stop", "../x"], ["cancel", "a/b"], ["savepoint", "../../x"], ["savepoint", "--status", "j", "../t"],
+                 ["run", "--name", "a\nb", "app.py"], ["run", "--replace", "../j", "app.py"],
+                 ["restore", "sp", str(tmp_path / "out"), "--query", "../q"], ["prune", "--keep-last", "1", "--job", "../j"]):
+        code, _, err = run(capsys, *args)
+        assert code == 2 and "use letters, digits" in err, (args, err)
+
+
+def test_an_unexpected_exception_is_one_line_saying_it_is_a_bug(capsys, monkeypatch):
+    from sparkpoint.cli import catalog_cmds
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("boom\x1b[2J")
+
+    monkeypatch.setattr("sparkpoint.core.catalog.scan", broken)
+    monkeypatch.delenv("SPARKPOINT_DEBUG", raising=False)
+    assert catalog_cmds  # the command imports scan at call time: the patch is what it calls
+    code, out, err = run(capsys, "savepoints")
+    assert (code, out) == (1, "")
+    assert err == ("sparkpoint: internal error, a bug: please report it to sparkpoint's maintainers with the traceback "
+                   "SPARKPOINT_DEBUG=1 shows (ZeroDivisionError: boom\\x1b[2J)\n")
+    monkeypatch.setenv("SPARKPOINT_DEBUG", "1")
+    code, _, err = run(capsys, "savepoints")
+    assert code == 1 and err.startswith("Traceback (most recent call last):") and "in broken" in err
+    assert err.splitlines()[-1].startswith("sparkpoint: internal error, a bug")

@@ -103,14 +103,7 @@ FIELD_MUTATIONS = {
     "file path a list": (("queries", 0, "files", 0, "path"), ["x"]),
     "planned_batch_id a string": (("queries", 0, "planned_batch_id"), "x"),
 }
-# What the manifest's validation (core/manifest.py, the owner's) lets through to a renderer or a restore.
-MANIFEST_XFAIL = {"relocate 5", "query name a list", "job a list", "created_at a number", "offsets a number",
-                  "operators a string", "operator stores a number", "bytes a string"}
-
-
-@pytest.mark.parametrize("mutation", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="owner: manifest.validate lets this type through"))
-    if name in MANIFEST_XFAIL else name for name in FIELD_MUTATIONS])
+@pytest.mark.parametrize("mutation", FIELD_MUTATIONS)
 def test_a_manifest_field_of_the_wrong_type(capsys, saved, tmp_path, mutation):
     path, raw = saved
     data = mutate(json.loads(raw), *FIELD_MUTATIONS[mutation])
@@ -128,9 +121,7 @@ RAW_MANIFESTS = {
 }
 
 
-@pytest.mark.parametrize("kind", [
-    pytest.param(kind, marks=pytest.mark.xfail(strict=True, reason="owner: manifest.parse lets RecursionError out"))
-    if kind == "nested 10,000 levels" else kind for kind in RAW_MANIFESTS])
+@pytest.mark.parametrize("kind", RAW_MANIFESTS)
 def test_a_manifest_that_is_not_a_manifest(capsys, saved, tmp_path, kind):
     path, _ = saved
     with open(os.path.join(path, "manifest.json"), "wb") as handle:
@@ -147,7 +138,6 @@ def test_a_directory_named_manifest_json(capsys, saved, tmp_path):
         check(capsys, tmp_path, *args, may_write=(tmp_path / "restored",))  # restore owns its target
 
 
-@pytest.mark.xfail(strict=True, reason="owner: manifest.validate checks only some fields' types")
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(field=st.sampled_from(["id", "job", "created_at", "bytes", "file_count", "origin", "restored_from",
                               "name", "query_id", "batch_id", "state_version", "offsets", "operators", "provider"]),

@@ -164,7 +164,9 @@ class Registry:
 
 
 def _is_pid(value: Any) -> bool:
-    return type(value) is int and value > 0  # not a bool; 0 and -1 would signal a whole group or every process
+    # Never a bool, 0, a negative or 1 (init, never a driver): killpg(1) is kill(-1), a signal to every
+    # process the user may signal, and 0 or -1 name a whole group or every process as well.
+    return type(value) is int and value > 1
 
 
 # What each key of job.json may hold (None: the key may also be null).

@@ -95,7 +95,7 @@ def test_the_driver_of_an_earlier_sparkpoints_job_is_recognised_by_its_command_l
     assert driver.wait(timeout=30) == -signal.SIGTERM
 
 
-@pytest.mark.parametrize("pid", [-1, 0, True, "x", 1.5])
+@pytest.mark.parametrize("pid", [-1, 0, 1, True, "x", 1.5])
 def test_a_job_json_with_an_impossible_pid_is_reported_not_signalled(tmp_path, pid):
     settings = Settings(home=str(tmp_path))
     registry = Registry(settings.home)

@@ -101,6 +101,13 @@ class UnreachableError(SparkpointError):
     exit_code = 14
 
 
+class CorruptRecordError(SparkpointError):
+    """A record sparkpoint keeps of a job (its job.json, a savepoint trigger's record) is unreadable or
+    malformed: reported as such, never guessed at."""
+
+    exit_code = 15
+
+
 class StopInterruptedError(SparkpointError):
     """Ctrl-C during a stop: the driver goes on ending its queries, but no savepoint is taken; says
     where their checkpoints stay."""

@@ -1,23 +1,20 @@
-"""HTTP client of a job's agent: one session factory, timeouts, the job's token on every request."""
+"""HTTP client of a job's agent: timeouts, the job's token on every request, never through a proxy."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from sparkpoint.adapters import http
 from sparkpoint.errors import JobNotRunningError, SparkpointError
 
 
 class AgentClient:
     def __init__(self, host: str, port: int, job_id: str, token: str, timeout: float = 5.0):
-        import requests  # here, not at the top: `sparkpoint list` must start fast when no agent is asked
-
-        self._errors = requests.RequestException
+        self._errors = http.request_errors()
         self.base = f"http://{host}:{port}"
         self.job_id = job_id
         self.timeout = timeout
-        self.session = requests.Session()
-        self.session.headers.update({"Authorization": f"Bearer {token}", "X-Sparkpoint-Job": job_id,
-                                     "User-Agent": "sparkpoint"})
+        self.session = http.session({"Authorization": f"Bearer {token}", "X-Sparkpoint-Job": job_id})
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None, timeout: float | None = None) -> dict:
         try:

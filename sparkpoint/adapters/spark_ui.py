@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from sparkpoint.adapters import http
 from sparkpoint.errors import JobNotRunningError, SparkpointError
 
 _DESCRIPTION = re.compile(
@@ -37,14 +38,13 @@ def streaming_queries(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def applications(ui_url: str, timeout: float = 5.0) -> list[dict[str, Any]]:
-    import requests  # here: only this path needs it
-
     base = ui_url.rstrip("/") + "/api/v1/applications"
+    client, errors = http.session(), http.request_errors()
 
     def get(url: str) -> Any:
         try:
-            response = requests.get(url, timeout=timeout, headers={"User-Agent": "sparkpoint"})
-        except requests.RequestException as exc:
+            response = client.get(url, timeout=timeout)
+        except errors as exc:
             raise JobNotRunningError(f"no Spark UI answers at {ui_url}: {type(exc).__name__}") from None
         if response.status_code != 200:
             raise SparkpointError(f"the Spark UI at {ui_url} answered {response.status_code} for {url}")

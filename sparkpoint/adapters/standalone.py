@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from sparkpoint.adapters import http
 from sparkpoint.adapters.spark_submit import VALUELESS_OPTIONS
 from sparkpoint.errors import BadArgumentError, ConfigError, SparkFailureError, UnreachableError
 
@@ -99,11 +100,10 @@ class StandaloneMaster:
         return {"Authorization": f"Bearer {token}"}
 
     def _call(self, method: str, url: str, **kwargs) -> dict[str, Any]:
-        import requests
-
         try:
-            response = requests.request(method, url, headers=self._headers(), timeout=self.timeout, **kwargs)
-        except requests.RequestException as exc:
+            with http.session() as client:
+                response = client.request(method, url, headers=self._headers(), timeout=self.timeout, **kwargs)
+        except http.request_errors() as exc:
             where = urlsplit(url).netloc
             raise UnreachableError(f"the standalone master at {where} does not answer: {type(exc).__name__}") from None
         if response.status_code in (401, 403):

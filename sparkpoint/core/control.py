@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -30,8 +31,10 @@ from sparkpoint.core.jobs import (
     answer_handover,
     client_for,
     describe_job,
+    driver_start,
     handover_waiting,
     pid_alive,
+    process_start,
     read_agent_file,
     signal_group,
     state_of,
@@ -42,6 +45,7 @@ from sparkpoint.core.times import iso
 from sparkpoint.core.transfer import NullProgress, Progress
 from sparkpoint.errors import (
     BadArgumentError,
+    CorruptRecordError,
     JobFailedError,
     JobNotRunningError,
     NotFoundError,
@@ -136,7 +140,7 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
             process = spark_submit.launch(argv, {**spark_submit.driver_environment(), **driver_settings},
                                           job.log_path if request.detach else None,
                                           stdout=None if request.detach else sys.stderr)
-            job.pid = process.pid
+            job.pid, job.pid_start = process.pid, process_start(process.pid)
     except BaseException as exc:
         job.ended = {"state": "failed", "error": str(exc), "at": iso()}
         registry.save(job)
@@ -242,7 +246,7 @@ def _await_end(registry: Registry, job: Job, process: subprocess.Popen) -> dict:
     try:
         code = process.wait()
     except KeyboardInterrupt:
-        terminate_group(process.pid)
+        terminate_group(process.pid, job.pid_start)
         job.ended = {"state": "cancelled", "reason": "interrupted", "at": iso()}
         registry.save(job)
         raise
@@ -291,6 +295,7 @@ def prune_older_savepoints(settings: Settings, job_name: str, keep_last: int) ->
 
 
 TRIGGERS_DIR = "triggers"
+_TRIGGER_ID = re.compile(r"t-[0-9a-f]{8}")
 
 
 def trigger_savepoint(settings: Settings, reference: str, target_dir: str | None, keep_last: int | None,
@@ -299,7 +304,7 @@ def trigger_savepoint(settings: Settings, reference: str, target_dir: str | None
     registry = Registry(settings.home_url())
     job = registry.resolve(reference)
     client_for(registry, job).status()  # fail now, with exit 12, if the job is not running
-    trigger_id = f"t-{secrets.token_hex(4)}"
+    trigger_id = f"t-{secrets.token_hex(4)}"  # the shape _TRIGGER_ID accepts
     path = _trigger_path(job, trigger_id)
     path.parent.mkdir(exist_ok=True)
     argv = [sys.executable, "-m", "sparkpoint", "--home", settings.home, "--quiet",
@@ -310,7 +315,8 @@ def trigger_savepoint(settings: Settings, reference: str, target_dir: str | None
                           "started_at": iso()})
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
-    record = _write_trigger(path, {**json.loads(path.read_text()), "pid": process.pid})
+    record = _write_trigger(path, {**json.loads(path.read_text()), "pid": process.pid,
+                                   "pid_start": process_start(process.pid)})
     return record
 
 
@@ -319,7 +325,7 @@ def run_trigger(settings: Settings, reference: str, trigger_id: str, target_dir:
     """The background half of trigger_savepoint: take the savepoint and record how it went."""
     job = Registry(settings.home_url()).resolve(reference)
     path = _trigger_path(job, trigger_id)
-    record = json.loads(path.read_text())
+    record = _read_trigger(path, job, trigger_id)
     try:
         result = savepoint_job(settings, job.id, target_dir, keep_last)
     except SparkpointError as exc:
@@ -332,18 +338,30 @@ def run_trigger(settings: Settings, reference: str, trigger_id: str, target_dir:
 
 def trigger_status(settings: Settings, reference: str, trigger_id: str) -> dict[str, Any]:
     job = Registry(settings.home_url()).resolve(reference)
-    path = _trigger_path(job, trigger_id)
-    try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise NotFoundError(f"job {job.id} has no savepoint trigger {trigger_id!r}") from None
-    if record["status"] == "in_progress" and not pid_alive(record.get("pid")):
+    record = _read_trigger(_trigger_path(job, trigger_id), job, trigger_id)
+    if record["status"] == "in_progress" and not pid_alive(record.get("pid"), record.get("pid_start")):
         record = {**record, "status": "failed", "error": "the savepoint process ended without recording a result"}
     return record
 
 
 def _trigger_path(job: Job, trigger_id: str) -> Path:
+    # The id becomes a file name: only the shape trigger_savepoint makes, never a path of the caller's.
+    if not isinstance(trigger_id, str) or not _TRIGGER_ID.fullmatch(trigger_id):
+        raise BadArgumentError(f"{trigger_id!r} is not a savepoint trigger id (t- and 8 hex digits, as "
+                               "`savepoint --detached` prints)")
     return Path(job.directory) / TRIGGERS_DIR / f"{trigger_id}.json"
+
+
+def _read_trigger(path: Path, job: Job, trigger_id: str) -> dict[str, Any]:
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise NotFoundError(f"job {job.id} has no savepoint trigger {trigger_id!r}") from None
+    except ValueError:
+        raise CorruptRecordError(f"the savepoint trigger record {path} is not JSON") from None
+    if not isinstance(record, dict) or not isinstance(record.get("status"), str):
+        raise CorruptRecordError(f"the savepoint trigger record {path} is malformed (no status)")
+    return record
 
 
 def _write_trigger(path: Path, record: dict[str, Any]) -> dict[str, Any]:
@@ -504,7 +522,7 @@ def _end_driver(job: Job, grace: float, sleep: Callable[[float], None]) -> None:
     """Let the driver end by itself within ``grace``; then end it: through the master for a cluster-mode
     driver (the bootstrap's watchdog ends its Python when the JVM goes), else its process group."""
     if not job.submission_id:
-        _await_exit(job.pid, grace, sleep)
+        _await_exit(job, grace, sleep)
         return
     master = StandaloneMaster(job.master)
     waited = 0.0
@@ -516,14 +534,16 @@ def _end_driver(job: Job, grace: float, sleep: Callable[[float], None]) -> None:
         waited += 0.2
 
 
-def _await_exit(pid: int | None, grace: float, sleep: Callable[[float], None]) -> None:
-    """Let the driver exit by itself within ``grace``, then end its whole process group."""
+def _await_exit(job: Job, grace: float, sleep: Callable[[float], None]) -> None:
+    """Let the driver exit by itself within ``grace``, then end its whole process group: only the driver's,
+    recognised by its start time (its pid may be another process's by now)."""
+    start = driver_start(job)
     waited = 0.0
-    while pid_alive(pid) and waited < grace:
+    while start is not None and pid_alive(job.pid, start) and waited < grace:
         sleep(0.2)
         waited += 0.2
-    if pid and pid_alive(pid):
-        terminate_group(pid)
-    elif pid:
-        signal_group(pid, signal.SIGKILL)  # leftovers of the group (a Python driver outliving its JVM)
+    if start is not None and pid_alive(job.pid, start):
+        terminate_group(job.pid, start)
+    else:
+        signal_group(job.pid, start, signal.SIGKILL)  # leftovers of the group (a Python driver outliving its JVM)
 

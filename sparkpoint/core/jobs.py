@@ -1,7 +1,8 @@
 """The registry of jobs launched by ``sparkpoint run``, and their states.
 
 A job lives in ``<home>/jobs/<job id>/``:
-- ``job.json``: what was launched, written by the CLI once (and again when it records an end);
+- ``job.json``: what was launched, written by the CLI once (and again when it records an end); it holds
+  the application's arguments, so it is private (0600), like every record in the job's directory;
 - ``token``: the per-job secret of the agent's control endpoint, readable by its owner only;
 - ``agent.json``: written by the driver-side agent: its address while it runs, then how the
   application ended;
@@ -16,7 +17,6 @@ States: ``starting`` (launched, agent not up yet), ``running``, ``finished``, ``
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -24,16 +24,17 @@ import secrets
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from collections.abc import Callable
 
 from sparkpoint.adapters.agent_client import AgentClient
 from sparkpoint.adapters.standalone import DRIVER_STATES, StandaloneMaster
 from sparkpoint.adapters.storage import join, storage_for
 from sparkpoint.config import Settings
 from sparkpoint.core.times import iso
-from sparkpoint.errors import BadArgumentError, JobNotRunningError, NotFoundError, SparkpointError
+from sparkpoint.errors import BadArgumentError, CorruptRecordError, JobNotRunningError, NotFoundError, SparkpointError
 
 # The savepoint commit marker (sparkpoint.core.manifest.MANIFEST); not imported, to keep `list` light.
 MANIFEST = "manifest.json"
@@ -46,7 +47,7 @@ LOG_FILE = "driver.log"
 HANDOVER_WAITING = "handover-waiting"
 HANDOVER_FILE = "handover.json"
 ACTIVE_STATES = ("starting", "running")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Job:
     created_at: str
     directory: str
     pid: int | None = None
+    pid_start: str | None = None  # the driver's start time (process_start): tells it from a later process with its pid
     detached: bool = False
     restored_from: str | None = None
     ended: dict[str, Any] | None = None  # recorded by the CLI: cancelled, or the launcher's exit
@@ -92,7 +94,7 @@ class Registry:
         self.root = Path(home.removeprefix("file://")).expanduser() / "jobs"
 
     def new_job(self, name: str, **fields: Any) -> Job:
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):
             raise BadArgumentError(f"job name {name!r}: use letters, digits, '_', '.', '-' (at most 64)")
         self.root.mkdir(parents=True, exist_ok=True)
         for _ in range(20):
@@ -105,10 +107,7 @@ class Registry:
                 continue
         else:
             raise SparkpointError(f"could not allocate a job id for {name!r}")
-        token_path = directory / TOKEN_FILE
-        fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(secrets.token_urlsafe(32))
+        write_private(directory / TOKEN_FILE, secrets.token_urlsafe(32))
         job = Job(id=job_id, name=name, created_at=iso(), directory=str(directory), **fields)
         (directory / CHECKPOINTS_DIR).mkdir()
         self.save(job)
@@ -123,9 +122,9 @@ class Registry:
             data = json.loads((directory / JOB_FILE).read_text())
         except FileNotFoundError:
             raise NotFoundError(f"no job {job_id!r} in {self.root}") from None
-        except json.JSONDecodeError:
-            raise SparkpointError(f"the registry entry {directory / JOB_FILE} is corrupted") from None
-        job = Job(**data)
+        except ValueError:  # not JSON, or not UTF-8
+            raise CorruptRecordError(f"the registry entry {directory / JOB_FILE} is not JSON") from None
+        job = _job_from_record(data, job_id, directory / JOB_FILE)
         job.agent = read_agent_file(directory)
         if job.submission_id and not job.ended and job.agent.get("state") not in ("finished", "failed"):
             job.driver = driver_status(job)
@@ -164,6 +163,44 @@ class Registry:
         return (Path(job.directory) / TOKEN_FILE).read_text().strip()
 
 
+def _is_pid(value: Any) -> bool:
+    # Never a bool, 0, a negative or 1 (init, never a driver): killpg(1) is kill(-1), a signal to every
+    # process the user may signal, and 0 or -1 name a whole group or every process as well.
+    return type(value) is int and value > 1
+
+
+# What each key of job.json may hold (None: the key may also be null).
+_RECORD_TYPES: dict[str, tuple[Callable[[Any], bool], bool]] = {
+    **{key: (lambda v: isinstance(v, str), False) for key in ("id", "name", "app", "master", "created_at", "directory")},
+    **{key: (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v), False)
+       for key in ("app_args", "submit_args")},
+    "pid": (_is_pid, True),
+    "pid_start": (lambda v: isinstance(v, str), True),
+    "detached": (lambda v: isinstance(v, bool), False),
+    "restored_from": (lambda v: isinstance(v, str), True),
+    "ended": (lambda v: isinstance(v, dict), True),
+    "submission_id": (lambda v: isinstance(v, str), True),
+}
+
+
+def _job_from_record(data: Any, job_id: str, path: Path) -> Job:
+    """A Job from job.json, checked key by key. Keys this version does not know (a newer sparkpoint's) are
+    ignored; a missing or mistyped one makes the entry broken, reported as such."""
+    if not isinstance(data, dict):
+        raise CorruptRecordError(f"the registry entry {path} is not a JSON object")
+    required = {f.name for f in fields(Job) if f.name in _RECORD_TYPES and f.default is MISSING}
+    problems = sorted(f"{key} missing" for key in required - data.keys())
+    for key, (valid, nullable) in _RECORD_TYPES.items():
+        if key in data and not (valid(data[key]) or (nullable and data[key] is None)):
+            problems.append(f"{key} is {json.dumps(data[key])[:40]}")
+    if not problems and data["id"] != job_id:
+        problems.append(f"id is {data['id']!r}, not its directory's name")
+    if problems:
+        raise CorruptRecordError(f"the registry entry {path} is malformed ({'; '.join(problems)}): "
+                                 "remove that job's directory, or restore its job.json")
+    return Job(**{key: data[key] for key in _RECORD_TYPES if key in data})
+
+
 def read_agent_file(directory: Path | str) -> dict[str, Any]:
     try:
         data = json.loads((Path(directory) / AGENT_FILE).read_text())
@@ -172,11 +209,26 @@ def read_agent_file(directory: Path | str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Readers see the old record or the new one whole: temp file, then rename."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
+def write_private(path: Path, text: str, mode: int = 0o600) -> None:
+    """Readers see the old file or the new one whole, on disk: a temp file of a random name, created
+    exclusively (a file or link planted there is refused, not written through), synced, then renamed."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: dict[str, Any], mode: int = 0o600) -> None:
+    """The one writer of sparkpoint's JSON records: atomic, and private by default (they may hold the
+    application's arguments)."""
+    write_private(path, json.dumps(data, indent=2), mode)
 
 
 def await_handover(directory: Path | str, controller_pid: int, sleep=time.sleep) -> dict[str, Any]:
@@ -209,35 +261,83 @@ def write_agent_file(directory: Path | str, data: dict[str, Any]) -> None:
     write_json(Path(directory) / AGENT_FILE, data)
 
 
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat from its third field (the state) on: the command name before it may hold anything."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(") ", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def process_start(pid: int | None, mark: str | None = None) -> str | None:
+    """What tells process ``pid`` from a later one that reuses its pid: its start time (field 22 of
+    /proc/<pid>/stat, clock ticks since boot). None when there is no such process, or, with ``mark``, when
+    its command line does not hold ``mark`` (how a process recorded without its start time is recognised)."""
+    if not _is_pid(pid):
+        return None
+    stat = _stat_fields(pid)
+    if stat is None or len(stat) < 20:
+        return None
+    if mark is not None:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                if mark.encode() not in handle.read().split(b"\0"):
+                    return None
+        except OSError:
+            return None
+    return stat[19]
+
+
+def pid_alive(pid: int | None, start: str | None = None) -> bool:
+    """Whether process ``pid`` runs (a zombie, exited but not reaped, does not); with ``start`` (its
+    process_start when it was launched), whether it is still that process and not a later one."""
+    if not _is_pid(pid):
         return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    # A child that exited but was not reaped yet is a zombie: gone for our purposes.
+        if start is None:
+            return True
+    stat = _stat_fields(pid)
+    if stat is None:
+        return start is None  # /proc hides it (another user's, hidepid): only an unchecked pid counts as alive
+    return stat[0] != "Z" and (start is None or stat[19] == start)
+
+
+def signal_group(pid: int | None, start: str | None, sig: int) -> bool:
+    """Signal the process group that process ``pid`` (started at ``start``) leads; whether it was signalled.
+    Not when ``pid`` is now another process: a pid, and so a group id, is reused only once the group is
+    empty, so with its leader gone the group left is still the one it led. Without ``start`` nothing is
+    signalled: an unknown process is not ended on a guess."""
+    if not _is_pid(pid) or start is None:
+        return False
+    now = process_start(pid)
+    if now is not None and now != start:
+        return False
     try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(") ", 1)[1][:1] != "Z"
-    except (FileNotFoundError, IndexError):
-        return True
-
-
-def signal_group(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
-def terminate_group(pid: int, grace: float = 10.0) -> None:
+def terminate_group(pid: int, start: str | None, grace: float = 10.0) -> None:
     """SIGTERM a process group, then SIGKILL it once its leader is gone or ``grace`` is over."""
-    signal_group(pid, signal.SIGTERM)
+    if not signal_group(pid, start, signal.SIGTERM):
+        return
     deadline = time.monotonic() + grace
-    while pid_alive(pid) and time.monotonic() < deadline:
+    while pid_alive(pid, start) and time.monotonic() < deadline:
         time.sleep(0.1)
-    signal_group(pid, signal.SIGKILL)
+    signal_group(pid, start, signal.SIGKILL)
+
+
+def driver_start(job: Job) -> str | None:
+    """The identity of the job's driver process: recorded at launch; a job.json of an earlier sparkpoint has
+    none, and its driver is then recognised by its command line, which names the job's directory."""
+    return job.pid_start if job.pid_start is not None else process_start(job.pid, mark=job.directory)
 
 
 def state_of(job: Job) -> str:
@@ -254,7 +354,9 @@ def state_of(job: Job) -> str:
         if driver_state not in ACTIVE_STATES:
             return driver_state
     else:
-        alive = pid_alive(job.pid) and (not job.agent.get("pid") or pid_alive(job.agent["pid"]))
+        start = driver_start(job)
+        alive = start is not None and pid_alive(job.pid, start) and (
+            not job.agent.get("pid") or pid_alive(job.agent["pid"], job.agent.get("pid_start")))
         if not alive:
             return "lost"
     return "running" if agent_state == "running" else "starting"

@@ -2,7 +2,8 @@
 sparkpoint against a real cluster, and for its tests.
 
 Everything lives under one directory: ``conf/spark-defaults.conf`` (mode 0600: the RPC secret and the
-JWS key that the master's REST server and web UIs require), ``logs/``, ``pids/`` and the worker's
+JWS key that the master's REST server and web UIs require), ``logs/``, ``pids/`` (each process's pid and start time, so that a pid reused since is not taken for
+it) and the worker's
 ``work/`` (drivers and executors write their output there). Clients point SPARK_CONF_DIR at ``conf``.
 Every port listens on 127.0.0.1 only.
 """
@@ -22,7 +23,7 @@ from typing import Any
 
 from sparkpoint.adapters.spark_submit import spark_submit
 from sparkpoint.adapters.standalone import JWS_KEY, StandaloneMaster, read_properties
-from sparkpoint.core.jobs import pid_alive, terminate_group
+from sparkpoint.core.jobs import pid_alive, process_start, terminate_group, write_private
 from sparkpoint.errors import EnvironmentSetupError, SparkpointError
 
 HOST = "127.0.0.1"
@@ -49,11 +50,16 @@ def _pid_file(directory: Path, role: str) -> Path:
     return directory / "pids" / f"{role}.pid"
 
 
-def _read_pid(directory: Path, role: str) -> int | None:
+def _read_pid(directory: Path, role: str) -> tuple[int | None, str | None]:
+    """The pid of a role's process, and its start time if that is still the process (else None)."""
     try:
-        return int(_pid_file(directory, role).read_text())
+        text, _, start = _pid_file(directory, role).read_text().partition(" ")
+        pid = int(text)
     except (FileNotFoundError, ValueError):
-        return None
+        return None, None
+    # A pid file of an earlier sparkpoint holds the pid alone: the process then shows by its command line.
+    start = start.strip() or process_start(pid, mark=str(_conf_file(directory)))
+    return pid, start if start and pid_alive(pid, start) else None
 
 
 def _write_conf(directory: Path, ports: Ports) -> None:
@@ -76,12 +82,8 @@ def _write_conf(directory: Path, ports: Ports) -> None:
         "spark.org.apache.spark.ui.JWSFilter.param.requireExpiration": "true",
         "spark.pyspark.python": sys.executable,
     }
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write("# Written by sparkpoint cluster start. Secrets: keep this file private.\n")
-        handle.writelines(f"{key} {value}\n" for key, value in lines.items())
-    os.replace(tmp, path)
+    write_private(path, "# Written by sparkpoint cluster start. Secrets: keep this file private.\n"
+                  + "".join(f"{key} {value}\n" for key, value in lines.items()))
 
 
 def _spawn(directory: Path, role: str, main_class: str, args: list[str]) -> int:
@@ -94,7 +96,7 @@ def _spawn(directory: Path, role: str, main_class: str, args: list[str]) -> int:
                                    env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
     _pid_file(directory, role).parent.mkdir(exist_ok=True)
-    _pid_file(directory, role).write_text(str(process.pid))
+    write_private(_pid_file(directory, role), f"{process.pid} {process_start(process.pid)}")
     return process.pid
 
 
@@ -106,7 +108,7 @@ def start(directory: Path, ports: Ports = Ports(), cores: int = 2, memory: str =
           ) -> dict[str, Any]:
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
-    if any(pid_alive(_read_pid(directory, role)) for role in ("master", "worker")):
+    if any(_read_pid(directory, role)[1] for role in ("master", "worker")):
         raise SparkpointError(f"a cluster already runs from {directory}: 'sparkpoint cluster stop' first")
     _write_conf(directory, ports)
     _spawn(directory, "master", "org.apache.spark.deploy.master.Master",
@@ -129,7 +131,7 @@ def start(directory: Path, ports: Ports = Ports(), cores: int = 2, memory: str =
 def status(directory: Path, ports: Ports = Ports()) -> dict[str, Any]:
     directory = directory.resolve()
     pids = {role: _read_pid(directory, role) for role in ("master", "worker")}
-    alive = {role: pid if pid_alive(pid) else None for role, pid in pids.items()}
+    alive = {role: pid if start else None for role, (pid, start) in pids.items()}
     overview: dict[str, Any] = {}
     if alive["master"] and _conf_file(directory).exists():
         with contextlib.suppress(SparkpointError):
@@ -153,9 +155,9 @@ def stop(directory: Path, grace: float = 10.0) -> dict[str, Any]:
     directory = directory.resolve()
     stopped = []
     for role in ("worker", "master"):
-        pid = _read_pid(directory, role)
-        if pid_alive(pid):
-            terminate_group(pid, grace)
+        pid, start = _read_pid(directory, role)
+        if start:
+            terminate_group(pid, start, grace)
             stopped.append(role)
         _pid_file(directory, role).unlink(missing_ok=True)
     return {"directory": str(directory), "stopped": stopped}

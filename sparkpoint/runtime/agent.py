@@ -2,8 +2,10 @@
 
 It runs inside the user's driver (started by ``bootstrap``), so it may import pyspark. Its control
 endpoint listens on loopback by default and answers only requests that carry the job's id and its
-secret token; bodies are capped, and a Host header that is not the agent's own is refused (no DNS
-rebinding from a browser).
+secret token; bodies are capped, connections are capped and must send their request within
+REQUEST_SECONDS, and a Host header that is not the agent's own is refused (no DNS rebinding from a
+browser; a client that reaches a non-loopback agent directly sends any Host it likes, so there the
+token is the only guard).
 
 Spark has no graceful stop: ``query.stop()`` interrupts a running batch. A stop request here ends
 every query at its own next micro-batch boundary, in parallel (``boundary``): the batch in flight
@@ -26,11 +28,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from collections.abc import Callable
 
-from sparkpoint.core.jobs import write_agent_file
+from sparkpoint.core.jobs import process_start, write_agent_file
 from sparkpoint.core.times import iso
 from sparkpoint.runtime.boundary import stop_at_next_boundary, stop_when_idle, stream_thread
 
 MAX_BODY = 64 * 1024
+MAX_CONNECTIONS = 32  # each holds a thread: beyond this, a connection is closed at once
+REQUEST_SECONDS = 10.0  # for a connection to send its request (an idle one holds its thread until then)
 DRAIN_SECONDS = 10.0
 _ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)*)\]")
 
@@ -241,8 +245,7 @@ class Agent:
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
-        self._server = ThreadingHTTPServer((self.host, 0), _handler(self))
-        self._server.daemon_threads = True
+        self._server = _BoundedServer((self.host, 0), _handler(self))
         # A short poll: shutdown() waits for it, and the driver exits only after shutdown() returns.
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="sparkpoint-agent",
                          daemon=True).start()
@@ -289,7 +292,7 @@ class Agent:
             host, port = self.address
             # The agent is agent.json's only writer: its record lives here, not re-read from the file.
             self._record = {**self._record, "state": state, "host": host, "port": port, "pid": os.getpid(),
-                            "updated_at": iso(), **extra}
+                            "pid_start": process_start(os.getpid()), "updated_at": iso(), **extra}
             write_agent_file(self.job_dir, self._record)
 
     def authorized(self, headers) -> bool:
@@ -306,9 +309,40 @@ def _instantiated_session():
     return SparkSession._instantiatedSession
 
 
+class _BoundedServer(ThreadingHTTPServer):
+    """At most MAX_CONNECTIONS connections, each on a thread of its own: connections that never send a
+    request cannot pile up threads in the driver."""
+
+    daemon_threads = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def handle_error(self, request, client_address) -> None:
+        pass  # a client gone mid-reply: nothing to tell, and the driver's stderr is the user's
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
 def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "sparkpoint-agent"
+        timeout = REQUEST_SECONDS
 
         def log_message(self, *args) -> None:  # the driver's log is the user's: stay quiet
             pass
@@ -321,14 +355,24 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def parse_request(self) -> bool:
+            # A request is in flight (finish() lets its reply out) from its headers on, not while a
+            # connection merely waits to send one.
+            parsed = super().parse_request()
+            if parsed:
+                with agent._lock:
+                    agent._in_flight += 1
+                self._counted = True
+            return parsed
+
         def handle_one_request(self) -> None:
-            with agent._lock:
-                agent._in_flight += 1
+            self._counted = False
             try:
                 super().handle_one_request()
             finally:
-                with agent._lock:
-                    agent._in_flight -= 1
+                if self._counted:
+                    with agent._lock:
+                        agent._in_flight -= 1
 
         def _admit(self) -> dict[str, Any] | None:
             host, port = agent.address
@@ -338,7 +382,13 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
             if not agent.authorized(self.headers):
                 self._reply(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong token for this job"})
                 return None
-            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = -1
+            if length < 0:
+                self._reply(HTTPStatus.BAD_REQUEST, {"error": "Content-Length must be a number of bytes"})
+                return None
             if length > MAX_BODY:
                 self._reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": "body too large"})
                 return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 
 import pytest
@@ -82,7 +83,69 @@ def test_client_errors_are_sparkpoint_errors(agent):
     with pytest.raises(SparkpointError, match="refused /v1/status: 401"):
         AgentClient(*running.address, job.id, "wrong").status()
     with pytest.raises(JobNotRunningError, match="does not answer"):
-        AgentClient("127.0.0.1", 9, job.id, "x", timeout=0.5).status()
+        AgentClient("127.0.0.1", closed_port(), job.id, "x", timeout=0.5).status()
+
+
+def closed_port() -> int:
+    """A port nothing listens on: one the system just handed out, closed again."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def raw_request(agent_, head: str) -> bytes:
+    """What the agent answers to ``head`` (request line and headers) sent as is; b"" if it closed the connection."""
+    with socket.create_connection(agent_.address, timeout=30) as connection:
+        connection.sendall(head.encode() + b"\r\n\r\n{}")
+        return connection.recv(64)
+
+
+@pytest.mark.parametrize("length", ["-1", "abc", "1e3"])
+def test_a_content_length_that_is_not_a_size_is_refused(agent, length):
+    running, registry, job = agent
+    host, port = running.address
+    answer = raw_request(running, f"POST /v1/stop HTTP/1.1\r\nHost: {host}:{port}\r\nX-Sparkpoint-Job: {job.id}\r\n"
+                                  f"Authorization: Bearer {registry.token(job)}\r\nContent-Length: {length}")
+    assert answer.startswith(b"HTTP/1.0 400 "), answer
+
+
+def test_connections_beyond_the_cap_are_closed_and_idle_ones_do_not_hold_the_drivers_exit(tmp_path, monkeypatch):
+    import threading
+
+    from sparkpoint.runtime import agent as agent_module
+
+    monkeypatch.setattr(agent_module, "MAX_CONNECTIONS", 4)
+    monkeypatch.setattr(agent_module, "DRAIN_SECONDS", 600.0)  # were idle connections waited for, finish() would hang
+    registry = Registry(str(tmp_path))
+    job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    running = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: None)
+    running.start()
+    idle = [socket.create_connection(running.address, timeout=30) for _ in range(4)]
+    extra = [socket.create_connection(running.address, timeout=30) for _ in range(3)]
+    try:
+        assert [connection.recv(1) for connection in extra] == [b"", b"", b""]  # closed by the agent at once
+        finishing = threading.Thread(target=running.finish, args=(0, None))
+        finishing.start()
+        finishing.join(timeout=30)
+        assert not finishing.is_alive()
+    finally:
+        for connection in idle + extra:
+            connection.close()
+
+
+def test_a_connection_that_sends_no_request_is_closed(tmp_path, monkeypatch):
+    from sparkpoint.runtime import agent as agent_module
+
+    monkeypatch.setattr(agent_module, "REQUEST_SECONDS", 0.2)
+    registry = Registry(str(tmp_path))
+    job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    running = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: None)
+    running.start()
+    try:
+        with socket.create_connection(running.address, timeout=30) as connection:
+            assert connection.recv(1) == b""
+    finally:
+        running.finish(0, None)
 
 
 def test_finish_records_how_the_application_ended(tmp_path):
@@ -103,7 +166,8 @@ def test_spark_error_line_keeps_the_innermost_error_class():
     text = ("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
             "[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match\n at org.apache...")
     assert spark_error_line(text) == "[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match"
-    assert json.dumps(spark_error_line(""))
+    assert spark_error_line("") == spark_error_line(" \n ") == "unknown error"
+    assert spark_error_line("Py4JError: boom\n at x") == "Py4JError: boom"  # no error class: the first line
 
 
 def started_agent(registry, job, active: list):

@@ -173,7 +173,7 @@ def test_module_entry_point(tmp_path):
 
 
 def test_ambiguous_job_prefixes_and_drivers_that_do_not_answer(capsys, home, tmp_path):
-    from sparkpoint.core.jobs import Registry, write_agent_file
+    from sparkpoint.core.jobs import Registry, process_start, write_agent_file
 
     registry = Registry(str(home))
     jobs = [registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[]) for _ in range(2)]
@@ -182,7 +182,7 @@ def test_ambiguous_job_prefixes_and_drivers_that_do_not_answer(capsys, home, tmp
 
     # A driver that is alive (this process stands in) but whose agent no longer answers on its port.
     job = jobs[0]
-    job.pid = os.getpid()
+    job.pid, job.pid_start = os.getpid(), process_start(os.getpid())
     registry.save(job)
     write_agent_file(job.directory, {"state": "running", "host": "127.0.0.1", "port": 9, "pid": os.getpid()})
     for command in ("savepoint", "stop"):

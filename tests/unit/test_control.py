@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
-import time
+from pathlib import Path
 
 import pytest
 
@@ -17,16 +19,25 @@ from sparkpoint.core.jobs import (
     await_handover,
     handover_waiting,
     pid_alive,
+    process_start,
+    signal_group,
     state_of,
 )
 from sparkpoint.errors import (
     BadArgumentError,
+    CorruptRecordError,
     JobFailedError,
     JobNotRunningError,
     NotFoundError,
     SparkpointError,
     StopInterruptedError,
 )
+
+
+def sleeper(*popen_args, **popen_kwargs) -> subprocess.Popen:
+    """A process that stays until ended, in a session of its own (as spark-submit is started)."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", *popen_args],
+                            start_new_session=True, **popen_kwargs)
 
 
 def test_cancel_without_an_agent_ends_the_process_group_at_once(tmp_path):
@@ -37,19 +48,63 @@ def test_cancel_without_an_agent_ends_the_process_group_at_once(tmp_path):
     driver = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
                                "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"],
                               start_new_session=True)
-    job.pid = driver.pid
+    job.pid, job.pid_start = driver.pid, process_start(driver.pid)
     registry.save(job)
     assert state_of(registry.load(job.id)) == "starting"
 
-    started = time.monotonic()
-    result = control.cancel_job(settings, job.id)
-    driver.wait(timeout=10)
-    assert result["state"] == "cancelled" and time.monotonic() - started < 10
-    assert not pid_alive(driver.pid)
+    waits = []
+    result = control.cancel_job(settings, job.id, sleep=waits.append)
+    assert result["state"] == "cancelled" and waits == []  # no agent: no grace is given, the group is ended
+    assert driver.wait(timeout=30) == -signal.SIGTERM
     leftovers = subprocess.run(["pgrep", "-g", str(driver.pid)], capture_output=True, text=True).stdout.split()
     assert leftovers == []
     with pytest.raises(JobNotRunningError, match="already cancelled"):
         control.cancel_job(settings, job.id)
+
+
+def test_cancel_of_a_lost_job_leaves_the_process_that_reuses_its_pid_alone(tmp_path):
+    settings = Settings(home=str(tmp_path))
+    registry = Registry(settings.home)
+    recorded = registry.new_job("lost", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    legacy = registry.new_job("legacy", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    # The pid is now another process's: started after the driver (another start time), or, for a job.json
+    # of an earlier sparkpoint (no start time), one whose command line does not name the job's directory.
+    other = sleeper()
+    try:
+        recorded.pid, recorded.pid_start = other.pid, str(int(process_start(other.pid)) - 1)
+        legacy.pid = other.pid
+        for job in (recorded, legacy):
+            registry.save(job)
+            assert state_of(registry.load(job.id)) == "lost"
+            assert control.cancel_job(settings, job.id, sleep=lambda _: None)["state"] == "cancelled"
+        assert other.poll() is None and pid_alive(other.pid)
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_the_driver_of_an_earlier_sparkpoints_job_is_recognised_by_its_command_line(tmp_path):
+    settings = Settings(home=str(tmp_path))
+    registry = Registry(settings.home)
+    job = registry.new_job("legacy", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    driver = sleeper(job.directory)  # spark-submit's arguments name the job's directory
+    job.pid = driver.pid
+    registry.save(job)
+    assert registry.load(job.id).pid_start is None and state_of(registry.load(job.id)) == "starting"
+    assert control.cancel_job(settings, job.id, sleep=lambda _: None)["state"] == "cancelled"
+    assert driver.wait(timeout=30) == -signal.SIGTERM
+
+
+@pytest.mark.parametrize("pid", [-1, 0, 1, True, "x", 1.5])
+def test_a_job_json_with_an_impossible_pid_is_reported_not_signalled(tmp_path, pid):
+    settings = Settings(home=str(tmp_path))
+    registry = Registry(settings.home)
+    job = registry.new_job("odd", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    path = Path(job.directory) / "job.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "pid": pid}))
+    with pytest.raises(CorruptRecordError, match="pid is"):
+        control.cancel_job(settings, job.id)
+    assert not pid_alive(pid) and process_start(pid) is None and not signal_group(pid, "1", signal.SIGTERM)
 
 
 def test_replace_refuses_before_anything_starts(tmp_path):

@@ -1,0 +1,56 @@
+"""`cluster start/stop` without Spark: its secrets file and its pid files."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+
+from sparkpoint.core import local_cluster
+from sparkpoint.core.jobs import pid_alive, process_start
+
+
+def test_the_secrets_go_to_their_file_only_not_through_a_planted_link(tmp_path):
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    loot = tmp_path / "loot"
+    loot.write_text("")
+    for name in (".spark-defaults.conf.tmp", ".spark-defaults.conf.tmp.1"):  # names an earlier version used
+        (conf / name).symlink_to(loot)
+    local_cluster._write_conf(tmp_path, local_cluster.Ports())
+    written = conf / "spark-defaults.conf"
+    assert loot.read_text() == ""
+    assert stat.S_IMODE(os.stat(written).st_mode) == 0o600 and "spark.authenticate.secret" in written.read_text()
+    assert sorted(p.name for p in conf.iterdir()) == sorted([".spark-defaults.conf.tmp", ".spark-defaults.conf.tmp.1",
+                                                             "spark-defaults.conf"])
+
+
+def test_stop_leaves_a_process_that_reuses_a_stale_pid_alone(tmp_path):
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    try:
+        (tmp_path / "pids").mkdir()
+        # An earlier sparkpoint's pid file (the pid alone), and one whose process started at another time.
+        (tmp_path / "pids" / "worker.pid").write_text(str(other.pid))
+        (tmp_path / "pids" / "master.pid").write_text(f"{other.pid} {int(process_start(other.pid)) + 1}")
+        info = local_cluster.status(tmp_path)
+        assert (info["master_pid"], info["worker_pid"]) == (None, None)
+        assert local_cluster.stop(tmp_path, grace=1)["stopped"] == []
+        assert other.poll() is None and pid_alive(other.pid)
+        assert not (tmp_path / "pids" / "worker.pid").exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_stop_ends_the_process_its_pid_file_names(tmp_path):
+    conf_file = str(tmp_path.resolve() / "conf" / "spark-defaults.conf")
+    # An earlier sparkpoint's pid file: its process is recognised by the properties file on its command line.
+    legacy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "--properties-file", conf_file],
+                              start_new_session=True)
+    current = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    (tmp_path / "pids").mkdir()
+    (tmp_path / "pids" / "worker.pid").write_text(str(legacy.pid))
+    (tmp_path / "pids" / "master.pid").write_text(f"{current.pid} {process_start(current.pid)}")
+    assert local_cluster.stop(tmp_path, grace=5)["stopped"] == ["worker", "master"]
+    assert legacy.wait(timeout=30) < 0 and current.wait(timeout=30) < 0

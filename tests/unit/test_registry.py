@@ -1,0 +1,99 @@
+"""The job registry's records: private, written whole, and read with their types checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from sparkpoint.config import Settings
+from sparkpoint.core import control
+from sparkpoint.core.jobs import Registry, answer_handover, list_jobs, write_agent_file
+from sparkpoint.errors import BadArgumentError, CorruptRecordError
+
+
+def new_job(registry, name="alarms"):
+    return registry.new_job(name, app="app.py", app_args=["--password", "hunter2"], master="local[2]", submit_args=[])
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_every_record_of_a_job_is_private_and_no_temp_file_stays(tmp_path):
+    registry = Registry(str(tmp_path))
+    job = new_job(registry)
+    write_agent_file(job.directory, {"state": "starting"})
+    answer_handover(job.directory, {"abort": "no"})
+    trigger = Path(job.directory) / "triggers" / "t-0123abcd.json"
+    trigger.parent.mkdir()
+    control._write_trigger(trigger, {"status": "in_progress"})
+    records = [Path(job.directory) / name for name in ("job.json", "agent.json", "handover.json", "token")] + [trigger]
+    assert {path.name: mode(path) for path in records} == {path.name: 0o600 for path in records}
+    assert not [p for p in Path(job.directory).rglob("*") if p.name.startswith(".")]
+
+
+def test_a_name_with_a_trailing_newline_is_refused(tmp_path):
+    with pytest.raises(BadArgumentError, match="job name"):
+        new_job(Registry(str(tmp_path)), "q1\n")
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda d: [1, 2], "not a JSON object"),
+    (lambda d: {**d, "pid": "x"}, "pid is"),
+    (lambda d: {**d, "app_args": "a b"}, "app_args is"),
+    (lambda d: {**d, "submit_args": [1]}, "submit_args is"),
+    (lambda d: {**d, "ended": "yes"}, "ended is"),
+    (lambda d: {**d, "detached": 1}, "detached is"),
+    (lambda d: {k: v for k, v in d.items() if k != "app"}, "app missing"),
+    (lambda d: {**d, "id": "other-0000"}, "not its directory's name"),
+])
+def test_a_malformed_entry_is_reported_as_such_and_list_goes_on(tmp_path, change, problem):
+    settings = Settings(home=str(tmp_path))
+    registry = Registry(settings.home)
+    broken, fine = new_job(registry, "broken"), new_job(registry, "fine")
+    path = Path(broken.directory) / "job.json"
+    path.write_text(json.dumps(change(json.loads(path.read_text()))))
+    with pytest.raises(CorruptRecordError, match=problem) as raised:
+        registry.load(broken.id)
+    assert raised.value.exit_code == 15 and str(path) in str(raised.value)
+    assert [entry["id"] for entry in list_jobs(settings, include_all=True)] == [fine.id]
+
+
+def test_keys_of_a_newer_sparkpoint_are_ignored(tmp_path):
+    registry = Registry(str(tmp_path))
+    job = new_job(registry)
+    path = Path(job.directory) / "job.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "extra": 1}))
+    assert registry.load(job.id).app_args == ["--password", "hunter2"]
+
+
+def test_a_job_json_that_is_not_json_is_reported(tmp_path):
+    registry = Registry(str(tmp_path))
+    job = new_job(registry)
+    (Path(job.directory) / "job.json").write_bytes(b"\xff{")
+    with pytest.raises(CorruptRecordError, match="not JSON"):
+        registry.load(job.id)
+
+
+@pytest.mark.parametrize("trigger_id", ["../x", "../../x", "t-0123abcd/../../x", "t-0123abcd\n", "t-0123ABCD", ""])
+def test_trigger_ids_of_another_shape_never_become_paths(tmp_path, trigger_id):
+    settings = Settings(home=str(tmp_path))
+    job = new_job(Registry(settings.home))
+    (Path(job.directory) / "triggers").mkdir()
+    (Path(job.directory) / "x.json").write_text(json.dumps({"status": "completed"}))
+    with pytest.raises(BadArgumentError, match="not a savepoint trigger id"):
+        control.trigger_status(settings, job.id, trigger_id)
+
+
+@pytest.mark.parametrize("record", ["{}", "[]", "not json", '{"status": 1}'])
+def test_a_malformed_trigger_record_is_reported(tmp_path, record):
+    settings = Settings(home=str(tmp_path))
+    job = new_job(Registry(settings.home))
+    (Path(job.directory) / "triggers").mkdir()
+    (Path(job.directory) / "triggers" / "t-0123abcd.json").write_text(record)
+    with pytest.raises(CorruptRecordError, match="trigger record"):
+        control.trigger_status(settings, job.id, "t-0123abcd")

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from sparkpoint.adapters.storage import Storage, is_url, join, storage_for, translate_errors
 from sparkpoint.core import manifest as mf
 from sparkpoint.core import savepoint as sp
+from sparkpoint.core.jobs import pid_alive
 from sparkpoint.core.times import iso, parse_iso
 from sparkpoint.errors import BadArgumentError, NotFoundError, SparkpointError
 
@@ -156,15 +157,8 @@ def _owner_alive(marker: dict[str, Any], now: float, created: float | None) -> b
     """Whether an in-progress savepoint may still be being written. Disposals never are."""
     if marker.get("kind") == mf.DISPOSING:
         return False
-    pid = marker.get("pid")
-    if marker.get("host") == socket.gethostname() and isinstance(pid, int) and 0 < pid < 1 << 22:
-        try:
-            os.kill(pid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
+    if marker.get("host") == socket.gethostname() and isinstance(marker.get("pid"), int):
+        return pid_alive(marker["pid"])
     return created is None or now - created < STALE_AFTER_SECONDS
 
 

@@ -12,7 +12,6 @@ Any other directory is not sparkpoint's and is ignored.
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import time

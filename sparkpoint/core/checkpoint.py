@@ -23,6 +23,7 @@ Layout facts this module relies on (Spark 4.3, verified by experiment and in Spa
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -30,9 +31,9 @@ import struct
 import zipfile
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
-from sparkpoint.adapters.storage import Entry, Storage, join
+from sparkpoint.adapters.storage import Entry, Storage, join, translate_errors
 from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError
 
 LOG_DIRS = ("offsets", "commits")
@@ -198,43 +199,70 @@ class CheckpointReader:
         self._listing: dict[str, dict[str, Entry]] = {}
 
     # -- primitives --------------------------------------------------------------------------
+    def _where(self, rel: str) -> str:
+        return join(self.root, rel) if rel else self.root
+
+    @contextlib.contextmanager
+    def _access(self, rel: str) -> Iterator[None]:
+        """A file gone is Spark purging it (a retry); a refused read is the storage's (StorageError); a
+        directory where Spark writes a file, or the reverse, is not Spark's layout."""
+        where = self._where(rel)
+        try:
+            with translate_errors(where):
+                try:
+                    yield
+                except IsADirectoryError:
+                    raise NotACheckpointError(f"{where} is a directory where Spark writes a file") from None
+                except NotADirectoryError:
+                    raise NotACheckpointError(f"{where} is a file where Spark keeps a directory") from None
+        except NotFoundError:
+            raise VanishedError(rel) from None
+
     def _list(self, rel: str) -> dict[str, Entry]:
         """Entries of a directory, cached for one plan; {} when it does not exist."""
         if rel not in self._listing:
             try:
-                entries = self.storage.list(join(self.root, rel) if rel else self.root)
-            except FileNotFoundError:
+                with self._access(rel):
+                    entries = self.storage.list(self._where(rel))
+            except VanishedError:
                 entries = []
             self._listing[rel] = {e.name: e for e in entries}
         return self._listing[rel]
 
     def _read(self, rel: str) -> bytes:
-        try:
-            return self.storage.read_bytes(join(self.root, rel))
-        except FileNotFoundError:
-            raise VanishedError(rel) from None
+        with self._access(rel):
+            return self.storage.read_bytes(self._where(rel))
+
+    def _walk(self, rel: str) -> list[tuple[str, int]]:
+        with self._access(rel):
+            return sorted(self.storage.walk_files(self._where(rel)))
 
     def refresh(self) -> None:
         self._listing.clear()
 
     # -- identity and logs -------------------------------------------------------------------
     def validate(self) -> None:
-        if not self.storage.exists(self.root):
-            raise NotFoundError(f"checkpoint {self.root} does not exist")
-        if not self.storage.is_dir(self.root):
-            raise NotACheckpointError(f"{self.root} is a file, not a checkpoint directory")
+        with translate_errors(self.root):
+            if not self.storage.exists(self.root):
+                raise NotFoundError(f"checkpoint {self.root} does not exist")
+            if not self.storage.is_dir(self.root):
+                raise NotACheckpointError(f"{self.root} is a file, not a checkpoint directory")
         top = self._list("")
         if "metadata" not in top or "offsets" not in top:
             raise NotACheckpointError(
                 f"{self.root} is not a Structured Streaming checkpoint (no 'metadata' file and 'offsets' log)"
             )
+        if top["metadata"].is_dir or not top["offsets"].is_dir:
+            raise NotACheckpointError(
+                f"{self.root} is not a Structured Streaming checkpoint ('metadata' must be a file, 'offsets' a directory)"
+            )
 
     def query_id(self) -> str:
         try:
-            data = json.loads(self._read("metadata"))
-        except (json.JSONDecodeError, VanishedError):
+            data = json.loads(self._read("metadata").decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, VanishedError):
             raise NotACheckpointError(f"{self.root}/metadata is not a checkpoint metadata file") from None
-        if not isinstance(data, dict) or "id" not in data:
+        if not isinstance(data, dict) or not isinstance(data.get("id"), str):
             raise NotACheckpointError(f"{self.root}/metadata holds no query id")
         return str(data["id"])
 
@@ -316,6 +344,8 @@ class CheckpointReader:
             if required:
                 raise VanishedError(join(directory, name) if directory else name)
             return False
+        if entry.is_dir:
+            raise NotACheckpointError(f"{self._where(join(directory, name))} is a directory where Spark writes a file")
         prefix = f"{directory}/" if directory else ""
         files.append(FileRef(prefix + name, entry.size))
         for companion in companions(entries, name):
@@ -351,7 +381,7 @@ class CheckpointReader:
             if name in known or name.startswith(".") or _is_temp(name):
                 continue
             if entry.is_dir:
-                for rel, size in self.storage.walk_files(join(self.root, name)):
+                for rel, size in self._walk(name):
                     if not _is_temp(rel.rsplit("/", 1)[-1]):
                         files.append(FileRef(f"{name}/{rel}", size))
             else:
@@ -412,7 +442,7 @@ class _StateLayout:
         for sub in ("_metadata", "_stateSchema"):
             if sub not in entries:
                 continue
-            for rel, size in sorted(self.reader.storage.walk_files(join(self.reader.root, op_dir, sub))):
+            for rel, size in self.reader._walk(f"{op_dir}/{sub}"):
                 name = rel.rsplit("/", 1)[-1]
                 if _is_temp(name):
                     continue
@@ -665,8 +695,13 @@ def _ranges(ids: list[int]) -> str:
 
 
 def is_checkpoint(storage: Storage, path: str) -> bool:
+    """Whether ``path`` holds a checkpoint. An unreadable directory may hold one: StorageError, never False,
+    so that it is not passed over."""
     try:
-        names = {e.name for e in storage.list(path)}
-    except (FileNotFoundError, NotADirectoryError):
+        with translate_errors(path):
+            if not storage.is_dir(path):
+                return False
+            names = {e.name for e in storage.list(path)}
+    except NotFoundError:
         return False
     return "metadata" in names and "offsets" in names

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 
+import clitools
 import pytest
 from checkpoints import commit, hdfs_checkpoint, offsets, rocksdb_zip, v2_changelog, write
 
@@ -181,3 +184,41 @@ def test_temp_files_and_their_checksums_are_never_copied_anywhere(tmp_path):
     paths = {f.path for f in plan_of(root).files}
     assert not [p for p in paths if ".tmp" in p]
     assert {"future/data.bin", "future/.data.bin.crc"} <= paths  # unknown files are kept, with their checksums
+
+
+def unprivileged() -> list[str]:
+    """A prefix under which modes apply: root ignores them unless its override capabilities are dropped."""
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+
+
+@pytest.mark.parametrize("denied", ["", "offsets", "offsets/3", "metadata", "state/0/1", "state/0/_metadata"])
+def test_an_unreadable_part_of_the_checkpoint_is_a_storage_error(tmp_path, denied):
+    root = hdfs_checkpoint(tmp_path / "c", committed=3)
+    (root / denied).chmod(0)
+    try:
+        code, out, err = clitools.cli(tmp_path / "home", "savepoint", "--from-checkpoint", str(root),
+                                      str(tmp_path / "sp"), prefix=unprivileged())
+    finally:
+        (root / denied).chmod(0o755)
+    assert (code, out) == (9, ""), err
+    assert len(err.strip().splitlines()) == 1 and err.startswith(
+        f"sparkpoint: error: permission denied on {root / denied if denied else root}"), err
+
+
+@pytest.mark.parametrize("rel", ["metadata", "sources/0/3", "state/0/0/_metadata/schema",
+                                 "state/0/1/4.delta"])
+def test_a_directory_where_spark_writes_a_file_is_not_a_checkpoint(tmp_path, rel):
+    root = hdfs_checkpoint(tmp_path / "c", committed=3)
+    (root / rel).unlink()
+    (root / rel / "x").mkdir(parents=True)
+    with pytest.raises(NotACheckpointError, match=f"{root}.*(directory|must be a file)"):
+        plan_of(root)
+
+
+@pytest.mark.parametrize("rel", ["offsets", "commits", "sources", "state"])
+def test_a_file_where_spark_keeps_a_directory_is_not_a_checkpoint(tmp_path, rel):
+    root = hdfs_checkpoint(tmp_path / "c", committed=3)
+    shutil.rmtree(root / rel)
+    (root / rel).write_text("not a directory")
+    with pytest.raises(NotACheckpointError, match=f"{root}.*(where Spark keeps a directory|a directory)"):
+        plan_of(root)

@@ -37,8 +37,10 @@ from sparkpoint.adapters.storage import Entry, Storage, join, translate_errors
 from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError
 
 LOG_DIRS = ("offsets", "commits")
-_BATCH = re.compile(r"^(\d+)(\.compact)?$")
-_STATE_FILE = re.compile(r"^(\d+)(?:_([0-9a-fA-F-]+))?\.(delta|snapshot|zip|changelog)$")
+_DIGITS = re.compile(r"\d+", re.ASCII)
+# ASCII digits, and the whole name: '$' alone would take "3\n", \d alone '١'.
+_BATCH = re.compile(r"(\d+)(\.compact)?", re.ASCII)
+_STATE_FILE = re.compile(r"(\d+)(?:_([0-9a-fA-F-]+))?\.(delta|snapshot|zip|changelog)", re.ASCII)
 
 PROVIDER_CLASS_CONF = "spark.sql.streaming.stateStore.providerClass"
 SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
@@ -64,7 +66,7 @@ class OffsetEntry:
 
     @property
     def confs(self) -> dict[str, str]:
-        return dict(self.metadata.get("conf", {}))
+        return dict(self.metadata.get("conf") or {})
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,48 @@ class Plan:
         return sum(f.size for f in self.files)
 
 
+def _object(value: Any, where: str, what: str) -> dict[str, Any]:
+    """``value``, which Spark writes as a JSON object (an absent one, null, is empty)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise NotACheckpointError(f"{where}: {what} is not a JSON object")
+    return value
+
+
+def _array(value: Any, where: str, what: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise NotACheckpointError(f"{where}: {what} is not a JSON array")
+    return value
+
+
+def _typed(value: Any, kind: type, where: str, what: str) -> Any:
+    """``value`` (None when absent) if it has the JSON type Spark writes there; a bool is no number."""
+    if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+        raise NotACheckpointError(f"{where}: {what} is not a {'string' if kind is str else 'number'}")
+    return value
+
+
+def _field(data: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    """A field Spark always writes, of the JSON type it writes."""
+    if data.get(key) is None:
+        raise NotACheckpointError(f"{where}: no {key}")
+    return _typed(data[key], kind, where, key)
+
+
+def _json_line(lines: list[str], where: str, what: str) -> dict[str, Any]:
+    """The JSON object on the first line after a log's version line."""
+    try:
+        data = json.loads(lines[0])
+    except (IndexError, json.JSONDecodeError, RecursionError):
+        raise NotACheckpointError(f"{where} has malformed {what}") from None
+    if not isinstance(data, dict):
+        raise NotACheckpointError(f"{where}: {what} is not a JSON object")
+    return data
+
+
 def _parse_log(raw: bytes, where: str) -> tuple[str, list[str]]:
     try:
         text = raw.decode("utf-8")
@@ -144,12 +188,11 @@ def _parse_log(raw: bytes, where: str) -> tuple[str, list[str]]:
 
 def parse_offsets(raw: bytes, batch_id: int, where: str) -> OffsetEntry:
     _version, lines = _parse_log(raw, where)
-    if not lines:
-        raise NotACheckpointError(f"{where} has no batch metadata")
-    try:
-        metadata = json.loads(lines[0])
-    except json.JSONDecodeError:
-        raise NotACheckpointError(f"{where} has malformed batch metadata") from None
+    metadata = _json_line(lines, where, "batch metadata")
+    for key in ("batchWatermarkMs", "batchTimestampMs"):
+        _typed(metadata.get(key), int, where, key)
+    for key, value in _object(metadata.get("conf"), where, "conf").items():
+        _typed(value, str, where, f"conf {key!r}")
     sources: list[Any] = []
     for line in lines[1:]:
         if line == "-":
@@ -157,19 +200,20 @@ def parse_offsets(raw: bytes, batch_id: int, where: str) -> OffsetEntry:
         elif line:
             try:
                 sources.append(json.loads(line))
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 sources.append(line)  # a source's offset need not be JSON; keep Spark's own text
-    return OffsetEntry(batch_id, metadata if isinstance(metadata, dict) else {}, sources)
+    return OffsetEntry(batch_id, metadata, sources)
 
 
 def parse_commit(raw: bytes, where: str) -> dict[str, Any]:
     version, lines = _parse_log(raw, where)
-    body = lines[0] if lines else "{}"
-    try:
-        data = json.loads(body or "{}")
-    except json.JSONDecodeError:
-        raise NotACheckpointError(f"{where} has a malformed commit entry") from None
-    data = data if isinstance(data, dict) else {}
+    data = _json_line(lines, where, "commit entry") if lines and lines[0] else {}
+    _typed(data.get("nextBatchWatermarkMs"), int, where, "nextBatchWatermarkMs")
+    # Checkpoint format v2: per operator, per partition, the unique ids of its stores' files at this batch.
+    for operator, partitions in _object(data.get("stateUniqueIds"), where, "stateUniqueIds").items():
+        for ids in _array(partitions, where, f"stateUniqueIds of operator {operator!r}"):
+            for unique_id in [ids] if isinstance(ids, str) else _array(ids, where, "a partition's stateUniqueIds"):
+                _typed(unique_id, str, where, "a state unique id")
     data["_version"] = version
     return data
 
@@ -178,7 +222,7 @@ def batch_ids(entries: Iterable[Entry]) -> list[int]:
     """Batch ids of a log directory (not compacted ones, not temp or checksum files)."""
     ids = []
     for entry in entries:
-        match = _BATCH.match(entry.name)
+        match = _BATCH.fullmatch(entry.name)
         if match and not entry.is_dir and not match.group(2):
             ids.append(int(match.group(1)))
     return sorted(ids)
@@ -260,7 +304,7 @@ class CheckpointReader:
     def query_id(self) -> str:
         try:
             data = json.loads(self._read("metadata").decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, VanishedError):
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, VanishedError):
             raise NotACheckpointError(f"{self.root}/metadata is not a checkpoint metadata file") from None
         if not isinstance(data, dict) or not isinstance(data.get("id"), str):
             raise NotACheckpointError(f"{self.root}/metadata holds no query id")
@@ -361,7 +405,7 @@ class CheckpointReader:
             plain = {}
             compacts = {}
             for name in entries:
-                match = _BATCH.match(name)
+                match = _BATCH.fullmatch(name)
                 if match and int(match.group(1)) <= last:
                     (compacts if match.group(2) else plain)[int(match.group(1))] = name
             # A compacted log holds everything up to its batch; without one, every entry is live
@@ -409,7 +453,7 @@ class _StateLayout:
     def collect(self, files: list[FileRef]) -> list[Operator]:
         operators = []
         state = self.reader._list("state")
-        for op_name in sorted((n for n, e in state.items() if e.is_dir and n.isdigit()), key=int):
+        for op_name in sorted((n for n, e in state.items() if e.is_dir and _is_number(n)), key=int):
             operators.append(self._operator(int(op_name), files))
         return operators
 
@@ -417,7 +461,7 @@ class _StateLayout:
         op_dir = f"state/{op_id}"
         entries = self.reader._list(op_dir)
         info = self._add_operator_metadata(op_dir, entries, files)
-        partitions = sorted((n for n, e in entries.items() if e.is_dir and n.isdigit()), key=int)
+        partitions = sorted((n for n, e in entries.items() if e.is_dir and _is_number(n)), key=int)
         store_names: list[str] = []
         data_bytes = 0
         for part in partitions:
@@ -427,17 +471,16 @@ class _StateLayout:
                 before = len(files)
                 self._add_store_version(store, files)
                 data_bytes += sum(f.size for f in files[before:])
-        stores_info = info.get("stateStoreInfo") or []
         return Operator(
             operator_id=op_id,
-            name=(info.get("operatorInfo") or {}).get("operatorName"),
-            store_names=[s.get("storeName", "default") for s in stores_info] or store_names,
-            partitions=int(stores_info[0].get("numPartitions", len(partitions))) if stores_info else len(partitions),
+            name=info["name"],
+            store_names=info["stores"] or store_names,
+            partitions=len(partitions) if info["partitions"] is None else info["partitions"],
             bytes=data_bytes,
-            state_variables=_state_variables(info),
+            state_variables=info["state_variables"],
         )
 
-    def _add_operator_metadata(self, op_dir: str, entries: dict[str, Entry], files: list[FileRef]) -> dict:
+    def _add_operator_metadata(self, op_dir: str, entries: dict[str, Entry], files: list[FileRef]) -> dict[str, Any]:
         """Operator metadata and schema files: small, copied up to the cut's last batch."""
         for sub in ("_metadata", "_stateSchema"):
             if sub not in entries:
@@ -450,25 +493,26 @@ class _StateLayout:
                 if batch is not None and batch > self.last_batch:
                     continue  # written by a batch after the cut: a later schema the restored query must not see
                 files.append(FileRef(f"{op_dir}/{sub}/{rel}", size))
-        v1 = self._json_log(f"{op_dir}/_metadata/metadata")
+        info = self._operator_metadata(f"{op_dir}/_metadata/metadata")
         v2_batches = [
-            int(n) for n in self.reader._list(f"{op_dir}/_metadata/v2") if n.isdigit() and int(n) <= self.last_batch
+            int(n) for n in self.reader._list(f"{op_dir}/_metadata/v2") if _is_number(n) and int(n) <= self.last_batch
         ]
         if v2_batches:
             rel = f"{op_dir}/_metadata/v2/{max(v2_batches)}"
             self.relocate.extend(
                 f"{op_dir}/_metadata/v2/{b}" for b in sorted(v2_batches)
             )
-            return self._json_log(rel) or v1
-        return v1
+            info = self._operator_metadata(rel) or info
+        return info or {"name": None, "stores": [], "partitions": None, "state_variables": []}
 
-    def _json_log(self, rel: str) -> dict[str, Any]:
+    def _operator_metadata(self, rel: str) -> dict[str, Any] | None:
+        """An operator's name, stores and partitions as its metadata file records them; None without one
+        (Spark before 4.0 wrote none)."""
         try:
-            _version, lines = _parse_log(self.reader._read(rel), rel)
-            data = json.loads(lines[0])
-        except (VanishedError, NotACheckpointError, json.JSONDecodeError, IndexError):
-            return {}
-        return data if isinstance(data, dict) else {}
+            raw = self.reader._read(rel)
+        except VanishedError:
+            return None
+        return parse_operator_metadata(raw, self.reader._where(rel))
 
     def _stores(self, op_id: int, part: int, part_dir: str, files: list[FileRef]) -> list[Store]:
         entries = self.reader._list(part_dir)
@@ -514,16 +558,17 @@ class _StateLayout:
 
     def _add_zip_references(self, store: Store, zip_name: str, files: list[FileRef]) -> None:
         """A RocksDB snapshot zip names the shared SST and log files it needs."""
+        where = self.reader._where(f"{store.path}/{zip_name}")
         try:
             raw = read_zip_member(self.reader._read(f"{store.path}/{zip_name}"), "metadata")
-            _version, lines = _parse_log(raw, f"{store.path}/{zip_name}")
-            meta = json.loads(lines[0])
-        except (KeyError, zipfile.BadZipFile, json.JSONDecodeError, IndexError):
-            raise NotACheckpointError(f"{self.reader.root}/{store.path}/{zip_name} is not a RocksDB checkpoint zip") from None
-        for sst in meta.get("sstFiles") or []:
-            self.reader._add(files, f"{store.path}/SSTs", sst["dfsSstFileName"])
-        for log in meta.get("logFiles") or []:
-            self.reader._add(files, f"{store.path}/logs", log["dfsLogFileName"])
+        except (KeyError, zipfile.BadZipFile):
+            raise NotACheckpointError(f"{where} is not a RocksDB checkpoint zip") from None
+        _version, lines = _parse_log(raw, where)
+        meta = _json_line(lines, where, "RocksDB checkpoint metadata")
+        for key, directory, name_key in (("sstFiles", "SSTs", "dfsSstFileName"), ("logFiles", "logs", "dfsLogFileName")):
+            for item in _array(meta.get(key), where, key):
+                self.reader._add(files, f"{store.path}/{directory}",
+                                 _field(_object(item, where, f"a {key} entry"), name_key, str, where))
 
     def _unique_ids(self, store: Store) -> list[str] | None:
         """Checkpoint format v2: the unique ids committed for this partition's stores at the cut."""
@@ -560,12 +605,31 @@ class _StateLayout:
         return needed
 
 
-def _state_variables(info: dict[str, Any]) -> list[str]:
+def parse_operator_metadata(raw: bytes, where: str) -> dict[str, Any]:
+    """Operator metadata (``state/<op>/_metadata/metadata``, ``.../v2/<batch>``): the operator's name, its
+    stores, its partitions (None when unrecorded) and transformWithState's state variables."""
+    _version, lines = _parse_log(raw, where)
+    info = _json_line(lines, where, "operator metadata")
+    stores_info = [_object(s, where, "a stateStoreInfo entry") for s in _array(info.get("stateStoreInfo"), where,
+                                                                                "stateStoreInfo")]
+    partitions = _typed(stores_info[0].get("numPartitions"), int, where, "numPartitions") if stores_info else None
+    properties_json = _typed(info.get("operatorPropertiesJson"), str, where, "operatorPropertiesJson")
     try:
-        properties = json.loads(info.get("operatorPropertiesJson") or "{}")
-    except json.JSONDecodeError:
-        return []
-    return [v["stateName"] for v in properties.get("stateVariables", []) if isinstance(v, dict) and "stateName" in v]
+        properties = json.loads(properties_json or "{}")
+    except (json.JSONDecodeError, RecursionError):
+        raise NotACheckpointError(f"{where} has malformed operatorPropertiesJson") from None
+    variables = _array(_object(properties, where, "operatorPropertiesJson").get("stateVariables"), where,
+                       "stateVariables")
+    return {
+        "name": _typed(_object(info.get("operatorInfo"), where, "operatorInfo").get("operatorName"), str, where,
+                       "operatorName"),
+        "stores": [_typed(s.get("storeName", "default"), str, where, "storeName") for s in stores_info],
+        "partitions": partitions,
+        "state_variables": [
+            _typed(_object(v, where, "a state variable").get("stateName") or "", str, where, "stateName")
+            for v in variables
+        ],
+    }
 
 
 def _chain(by_version: dict[int, dict[str, str]], version: int, snapshot: str, delta: str, where: str) -> list[str]:
@@ -592,35 +656,36 @@ def _leading_batch(rel: str, sub: str) -> int | None:
     head = name.split("_", 1)[0]
     if sub == "_metadata" and "/" not in rel:
         return None  # _metadata/metadata: operator metadata v1, not versioned
-    return int(head) if head.isdigit() else None
+    return int(head) if _is_number(head) else None
 
 
 _SCHEMA_PATH_TAIL = re.compile(r"/state/\d+/_stateSchema/.+$")
 
 
-def relocate_metadata(raw: bytes, location_uri: str) -> bytes:
+def relocate_metadata(raw: bytes, location_uri: str, where: str = "operator metadata") -> bytes:
     """Point an operator metadata file (``state/<op>/_metadata/v2/<batch>``) at a new checkpoint location.
 
     transformWithState records ABSOLUTE paths of its schema files there
     (``stateStoreInfo[].stateSchemaFilePaths``, e.g. ``file:/ckpt/state/0/_stateSchema/default/0_<uuid>``);
     a copied checkpoint would read the original's files, and fail once they are gone.
     """
-    version, lines = _parse_log(raw, "operator metadata")
-    data = json.loads(lines[0])
-    for info in data.get("stateStoreInfo") or []:
+    version, lines = _parse_log(raw, where)
+    data = _json_line(lines, where, "operator metadata")
+    for info in _array(data.get("stateStoreInfo"), where, "stateStoreInfo"):
+        info = _object(info, where, "a stateStoreInfo entry")
         for key in ("stateSchemaFilePaths", "stateSchemaFilePath"):
             value = info.get(key)
             if isinstance(value, list):
-                info[key] = [_relocated(p, location_uri) for p in value]
-            elif isinstance(value, str):
-                info[key] = _relocated(value, location_uri)
+                info[key] = [_relocated(_typed(p, str, where, key), location_uri, where) for p in value]
+            elif value is not None:
+                info[key] = _relocated(_typed(value, str, where, key), location_uri, where)
     return "\n".join([version, json.dumps(data, separators=(",", ":")), *lines[1:]]).encode()
 
 
-def _relocated(path: str, location_uri: str) -> str:
+def _relocated(path: str, location_uri: str, where: str) -> str:
     match = _SCHEMA_PATH_TAIL.search(path)
     if not match:
-        raise NotACheckpointError(f"unexpected state schema path {path!r} in operator metadata")
+        raise NotACheckpointError(f"{where}: unexpected state schema path {path!r}")
     return location_uri.rstrip("/") + match.group(0)
 
 
@@ -640,9 +705,10 @@ def changelog_lineage(raw: bytes, where: str) -> list[tuple[int, str]]:
         if fmt in ("v1", "v2"):
             return []  # formats without lineage: the file follows its predecessor version
         lineage = json.loads(text)
-        return [(int(e["version"]), str(e["checkpointUniqueId"])) for e in lineage]
-    except (struct.error, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+    except (struct.error, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise NotACheckpointError(f"{where}: unreadable changelog header") from None
+    entries = [_object(e, where, "a lineage entry") for e in _array(lineage, where, "the changelog lineage")]
+    return [(_field(e, "version", int, where), _field(e, "checkpointUniqueId", str, where)) for e in entries]
 
 
 def _lz4_block_prefix(raw: bytes, where: str, want: int) -> bytes:
@@ -668,6 +734,11 @@ def _lz4_block_prefix(raw: bytes, where: str, want: int) -> bytes:
     return bytes(out)
 
 
+def _is_number(name: str) -> bool:
+    """Only ASCII digits: str.isdigit() takes '²', which int() refuses."""
+    return bool(_DIGITS.fullmatch(name))
+
+
 def _is_temp(name: str) -> bool:
     """A file still being written (Spark's ``.<name>.<uuid>.tmp``, or Hadoop's checksum of one), or a
     temporary directory: never part of a cut."""
@@ -677,7 +748,7 @@ def _is_temp(name: str) -> bool:
 
 def parse_state_file(name: str) -> tuple[int, str | None, str] | None:
     """(version, unique id or None, kind) of a state file name, or None for other files."""
-    match = _STATE_FILE.match(name)
+    match = _STATE_FILE.fullmatch(name)
     if not match:
         return None
     return int(match.group(1)), match.group(2), match.group(3)

@@ -91,6 +91,28 @@ def rocksdb_zip(sst_names: list[str]) -> bytes:
     return buffer.getvalue()
 
 
+def zip_metadata(metadata: str | bytes, **options) -> bytes:
+    """A RocksDB checkpoint zip holding only the given ``metadata`` member (ZipFile options: compression...)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", **options) as archive:
+        archive.writestr("metadata", metadata)
+    return buffer.getvalue()
+
+
+def rocksdb_checkpoint(root: Path, latest_zip: bytes, ssts: tuple[str, ...] = ("000008-aaa.sst",)) -> Path:
+    """Batches 0..1 committed; one RocksDB store whose state version 2 is ``latest_zip`` (version 1 names the
+    first of ``ssts``, all of which exist)."""
+    hdfs_checkpoint(root, committed=1, partitions=1)
+    store = root / "state" / "0" / "0"
+    for delta in store.glob("*delta*"):
+        delta.unlink()
+    write(store / "1.zip", rocksdb_zip(list(ssts[:1])))
+    write(store / "2.zip", latest_zip)
+    for name in ssts:
+        write(store / "SSTs" / name, b"sst")
+    return root
+
+
 def lz4_block_stream(payload: bytes) -> bytes:
     """lz4-java LZ4BlockOutputStream framing: one compressed block, then the end mark."""
     block = lz4.block.compress(payload, store_size=False)
@@ -99,10 +121,14 @@ def lz4_block_stream(payload: bytes) -> bytes:
     return header + block + end
 
 
-def v2_changelog(lineage: list[tuple[int, str]]) -> bytes:
+def changelog_header(lineage_json: str, fmt: str = "v3") -> bytes:
+    """A format-v2 changelog whose header holds ``lineage_json`` as written (well-formed or not)."""
     def utf(text: str) -> bytes:
         raw = text.encode()
         return struct.pack(">H", len(raw)) + raw
 
-    lineage_json = json.dumps([{"version": v, "checkpointUniqueId": u} for v, u in lineage])
-    return lz4_block_stream(utf("v3") + utf(lineage_json) + b"\x00\x00\x00\x10records")
+    return lz4_block_stream(utf(fmt) + utf(lineage_json) + b"\x00\x00\x00\x10records")
+
+
+def v2_changelog(lineage: list[tuple[int, str]]) -> bytes:
+    return changelog_header(json.dumps([{"version": v, "checkpointUniqueId": u} for v, u in lineage]))

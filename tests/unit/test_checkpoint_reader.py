@@ -6,7 +6,8 @@ import shutil
 
 import clitools
 import pytest
-from checkpoints import commit, hdfs_checkpoint, offsets, rocksdb_zip, v2_changelog, write
+from checkpoints import (
+    changelog_header, commit, hdfs_checkpoint, offsets, rocksdb_checkpoint, rocksdb_zip, v2_changelog, write, zip_metadata)
 
 from sparkpoint.adapters.storage import storage_for
 from sparkpoint.core.checkpoint import CheckpointReader, VanishedError, changelog_lineage, relocate_metadata
@@ -205,7 +206,7 @@ def test_an_unreadable_part_of_the_checkpoint_is_a_storage_error(tmp_path, denie
         f"sparkpoint: error: permission denied on {root / denied if denied else root}"), err
 
 
-@pytest.mark.parametrize("rel", ["metadata", "sources/0/3", "state/0/0/_metadata/schema",
+@pytest.mark.parametrize("rel", ["metadata", "sources/0/3", "state/0/_metadata/metadata", "state/0/0/_metadata/schema",
                                  "state/0/1/4.delta"])
 def test_a_directory_where_spark_writes_a_file_is_not_a_checkpoint(tmp_path, rel):
     root = hdfs_checkpoint(tmp_path / "c", committed=3)
@@ -222,3 +223,89 @@ def test_a_file_where_spark_keeps_a_directory_is_not_a_checkpoint(tmp_path, rel)
     (root / rel).write_text("not a directory")
     with pytest.raises(NotACheckpointError, match=f"{root}.*(where Spark keeps a directory|a directory)"):
         plan_of(root)
+
+
+OPERATOR = {"operatorInfo": {"operatorName": "agg"}, "stateStoreInfo": [{"storeName": "default", "numPartitions": 2}]}
+
+
+@pytest.mark.parametrize(("rel", "content", "complaint"), [
+    ("metadata", b'{"id": "\xff"}', "is not a checkpoint metadata file"),
+    ("metadata", "[1]", "holds no query id"),
+    ("metadata", '{"id": {"nested": 1}}', "holds no query id"),
+    ("metadata", "[" * 100_000, "is not a checkpoint metadata file"),
+    ("offsets/3", "v1\n[1]\n{}", "batch metadata is not a JSON object"),
+    ("offsets/3", 'v1\n{"conf": ["a"]}', "conf is not a JSON object"),
+    ("offsets/3", 'v1\n{"conf": {"spark.sql.shuffle.partitions": 2}}', "conf 'spark.sql.shuffle.partitions' is not a string"),
+    ("offsets/3", 'v1\n{"batchTimestampMs": "soon"}', "batchTimestampMs is not a number"),
+    ("offsets/3", "v1", "malformed batch metadata"),
+    ("commits/3", "v1\n[]", "commit entry is not a JSON object"),
+    ("commits/3", 'v1\n{"nextBatchWatermarkMs": true}', "nextBatchWatermarkMs is not a number"),
+    ("commits/3", 'v2\n{"stateUniqueIds": ["a"]}', "stateUniqueIds is not a JSON object"),
+    ("commits/3", 'v2\n{"stateUniqueIds": {"0": "abc"}}', "stateUniqueIds of operator '0' is not a JSON array"),
+    ("commits/3", 'v2\n{"stateUniqueIds": {"0": [[1]]}}', "a state unique id is not a string"),
+    ("state/0/_metadata/metadata", "v1\n" + json.dumps({**OPERATOR, "stateStoreInfo": [1]}),
+     "a stateStoreInfo entry is not a JSON object"),
+    ("state/0/_metadata/metadata", "v1\n" + json.dumps({**OPERATOR, "stateStoreInfo": {"a": 1}}),
+     "stateStoreInfo is not a JSON array"),
+    ("state/0/_metadata/metadata", "v1\n" + json.dumps({**OPERATOR, "operatorInfo": ["agg"]}),
+     "operatorInfo is not a JSON object"),
+    ("state/0/_metadata/metadata", "v1\n" + json.dumps({**OPERATOR, "stateStoreInfo": [{"numPartitions": "2"}]}),
+     "numPartitions is not a number"),
+    ("state/0/_metadata/metadata", "v1\n" + json.dumps({**OPERATOR, "operatorPropertiesJson": 5}),
+     "operatorPropertiesJson is not a string"),
+    ("state/0/_metadata/metadata", "v1\n" + json.dumps({**OPERATOR, "operatorPropertiesJson": "[1]"}),
+     "operatorPropertiesJson is not a JSON object"),
+    ("state/0/_metadata/metadata", "v1\n" + json.dumps(
+        {**OPERATOR, "operatorPropertiesJson": json.dumps({"stateVariables": [{"stateName": 1}]})}),
+     "stateName is not a string"),
+    ("state/0/_metadata/metadata", "v1\n{", "malformed operator metadata"),
+])
+def test_wrong_json_types_in_spark_files_are_not_a_checkpoint(tmp_path, rel, content, complaint):
+    root = hdfs_checkpoint(tmp_path / "c", committed=3)
+    write(root / rel, content)
+    with pytest.raises(NotACheckpointError) as caught:
+        plan_of(root)
+    message = str(caught.value)
+    assert str(root / rel) in message and complaint in message and "\n" not in message
+
+
+def test_operator_metadata_names_the_operator_its_stores_and_state_variables(tmp_path):
+    root = hdfs_checkpoint(tmp_path / "c", committed=3)
+    properties = {"stateVariables": [{"stateName": "counts"}, {"stateName": "lastSeen"}]}
+    write(root / "state/0/_metadata/metadata", "v1\n" + json.dumps({
+        **OPERATOR, "stateStoreInfo": [{"storeName": "default", "numPartitions": 5}],
+        "operatorPropertiesJson": json.dumps(properties)}))
+    (operator,) = plan_of(root).operators
+    assert (operator.name, operator.store_names, operator.partitions, operator.state_variables) == (
+        "agg", ["default"], 5, ["counts", "lastSeen"])
+
+
+@pytest.mark.parametrize(("meta", "complaint"), [
+    ([1], "RocksDB checkpoint metadata is not a JSON object"),
+    ({"sstFiles": {"a": 1}}, "sstFiles is not a JSON array"),
+    ({"sstFiles": [1]}, "a sstFiles entry is not a JSON object"),
+    ({"sstFiles": [{"dfsSstFileName": 5}]}, "dfsSstFileName is not a string"),
+    ({"logFiles": [{"localFileName": "x.log"}]}, "no dfsLogFileName"),
+])
+def test_wrong_json_types_in_a_rocksdb_zip_are_not_a_checkpoint(tmp_path, meta, complaint):
+    root = rocksdb_checkpoint(tmp_path / "c", zip_metadata("v1\n" + json.dumps(meta)))
+    with pytest.raises(NotACheckpointError, match=f"{root}/state/0/0/2.zip: {complaint}"):
+        plan_of(root)
+
+
+@pytest.mark.parametrize(("lineage", "complaint"), [
+    ({"version": 3}, "the changelog lineage is not a JSON array"),
+    ([3], "a lineage entry is not a JSON object"),
+    ([{"version": "3", "checkpointUniqueId": "ab"}], "version is not a number"),
+    ([{"version": 3}], "no checkpointUniqueId"),
+])
+def test_wrong_json_types_in_a_changelog_lineage_are_not_a_checkpoint(lineage, complaint):
+    raw = changelog_header(json.dumps(lineage))
+    with pytest.raises(NotACheckpointError, match=f"^x: {complaint}$"):
+        changelog_lineage(raw, "x")
+
+
+def test_relocating_malformed_operator_metadata_names_the_file():
+    for body in ("[1]", '{"stateStoreInfo": [1]}', '{"stateStoreInfo": [{"stateSchemaFilePaths": [1]}]}'):
+        with pytest.raises(NotACheckpointError, match="^state/0/_metadata/v2/3"):
+            relocate_metadata(("v2\n" + body).encode(), "file:/new", "state/0/_metadata/v2/3")

@@ -29,8 +29,9 @@ import json
 import re
 import struct
 import zipfile
+import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 from collections.abc import Iterable, Iterator
 
 from sparkpoint.adapters.storage import Entry, Storage, join, translate_errors
@@ -41,6 +42,14 @@ _DIGITS = re.compile(r"\d+", re.ASCII)
 # ASCII digits, and the whole name: '$' alone would take "3\n", \d alone '١'.
 _BATCH = re.compile(r"(\d+)(\.compact)?", re.ASCII)
 _STATE_FILE = re.compile(r"(\d+)(?:_([0-9a-fA-F-]+))?\.(delta|snapshot|zip|changelog)", re.ASCII)
+
+# What sparkpoint parses of one Spark file: its logs, metadata and a RocksDB zip's metadata member. Spark's
+# own entries are small: the largest realistic, a Kafka source's offsets over 100 topics of 1000 partitions,
+# is 1.9 MB; a zip's metadata lists ~110 bytes per SST file (1.8 MB for 16k files, a TB of state). Beyond
+# this a file is no Spark entry, and parsing it would cost ten times its size in memory.
+MAX_PARSED_BYTES = 8 << 20
+# lz4-java's largest block (LZ4BlockOutputStream): a header that claims more is corrupt.
+_LZ4_MAX_BLOCK = 1 << 25
 
 PROVIDER_CLASS_CONF = "spark.sql.streaming.stateStore.providerClass"
 SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
@@ -273,9 +282,20 @@ class CheckpointReader:
             self._listing[rel] = {e.name: e for e in entries}
         return self._listing[rel]
 
+    @contextlib.contextmanager
+    def _open(self, rel: str) -> Iterator[BinaryIO]:
+        with self._access(rel), self.storage.open_read(self._where(rel)) as handle:
+            yield handle
+
     def _read(self, rel: str) -> bytes:
+        """A whole file that sparkpoint parses, refused beyond MAX_PARSED_BYTES. Its size is checked before
+        it is read: Spark writes these files whole and renames them into place, it never appends."""
+        where = self._where(rel)
         with self._access(rel):
-            return self.storage.read_bytes(self._where(rel))
+            _bounded(self.storage.size(where), where)
+            raw = self.storage.read_bytes(where)
+        _bounded(len(raw), where)
+        return raw
 
     def _walk(self, rel: str) -> list[tuple[str, int]]:
         with self._access(rel):
@@ -559,10 +579,8 @@ class _StateLayout:
     def _add_zip_references(self, store: Store, zip_name: str, files: list[FileRef]) -> None:
         """A RocksDB snapshot zip names the shared SST and log files it needs."""
         where = self.reader._where(f"{store.path}/{zip_name}")
-        try:
-            raw = read_zip_member(self.reader._read(f"{store.path}/{zip_name}"), "metadata")
-        except (KeyError, zipfile.BadZipFile):
-            raise NotACheckpointError(f"{where} is not a RocksDB checkpoint zip") from None
+        with self.reader._open(f"{store.path}/{zip_name}") as handle:
+            raw = read_zip_member(handle, "metadata", where)
         _version, lines = _parse_log(raw, where)
         meta = _json_line(lines, where, "RocksDB checkpoint metadata")
         for key, directory, name_key in (("sstFiles", "SSTs", "dfsSstFileName"), ("logFiles", "logs", "dfsLogFileName")):
@@ -590,7 +608,8 @@ class _StateLayout:
         if f"{version}_{unique_id}.zip" in entries:
             return [f"{version}_{unique_id}.zip"]
         changelog = f"{version}_{unique_id}.changelog"
-        lineage = changelog_lineage(self.reader._read(f"{store.path}/{changelog}"), f"{store.path}/{changelog}")
+        with self.reader._open(f"{store.path}/{changelog}") as handle:
+            lineage = changelog_lineage(handle, self.reader._where(f"{store.path}/{changelog}"))
         needed = [changelog]
         for entry_version, entry_id in reversed(lineage):
             snapshot = f"{entry_version}_{entry_id}.zip"
@@ -689,48 +708,69 @@ def _relocated(path: str, location_uri: str, where: str) -> str:
     return location_uri.rstrip("/") + match.group(0)
 
 
-def changelog_lineage(raw: bytes, where: str) -> list[tuple[int, str]]:
-    """The (version, unique id) lineage in the header of a format-v2 RocksDB changelog.
+def changelog_lineage(source: bytes | BinaryIO, where: str) -> list[tuple[int, str]]:
+    """The (version, unique id) lineage in the header of a format-v2 RocksDB changelog (its bytes, or the
+    file open for reading: only the header's blocks are read, not the records).
 
     The file is an lz4-java ``LZ4BlockOutputStream`` (Spark's default state compression codec);
     it starts with two Java ``writeUTF`` strings: the changelog format (``v3``, ``v4``) and the
     lineage as JSON, ``[{"version": 4, "checkpointUniqueId": "..."}, ...]``, oldest first.
     """
-    header = _lz4_block_prefix(raw, where, want=4 + 65535 * 2)
+    stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source
+    header = _lz4_block_prefix(stream, where, want=4 + 65535 * 2)
     try:
         (length,) = struct.unpack(">H", header[:2])
         fmt = header[2 : 2 + length].decode()
-        (lineage_length,) = struct.unpack(">H", header[2 + length : 4 + length])
-        text = header[4 + length : 4 + length + lineage_length].decode()
         if fmt in ("v1", "v2"):
             return []  # formats without lineage: the file follows its predecessor version
-        lineage = json.loads(text)
+        (lineage_length,) = struct.unpack(">H", header[2 + length : 4 + length])
+        if len(header) < 4 + length + lineage_length:
+            raise NotACheckpointError(f"{where}: truncated changelog header")
+        lineage = json.loads(header[4 + length : 4 + length + lineage_length].decode())
     except (struct.error, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise NotACheckpointError(f"{where}: unreadable changelog header") from None
     entries = [_object(e, where, "a lineage entry") for e in _array(lineage, where, "the changelog lineage")]
     return [(_field(e, "version", int, where), _field(e, "checkpointUniqueId", str, where)) for e in entries]
 
 
-def _lz4_block_prefix(raw: bytes, where: str, want: int) -> bytes:
-    """Decode lz4-java block framing until ``want`` bytes (or the end): the header, not the records."""
+def _lz4_block_prefix(stream: BinaryIO, where: str, want: int) -> bytes:
+    """Decode lz4-java block framing until ``want`` bytes (or the end): the header, not the records.
+
+    A block is ``LZ4Block``, a token (method | level), then little-endian compressed length, decompressed
+    length and checksum; a block of length 0 ends the stream.
+    """
     import lz4.block
 
     out = bytearray()
-    position = 0
-    while position < len(raw) and len(out) < want:
-        if raw[position : position + 8] != b"LZ4Block":
+    while len(out) < want:
+        head = stream.read(21)
+        if not head:
+            break
+        if not b"LZ4Block".startswith(head[:8]):
             raise NotACheckpointError(
                 f"{where} is not lz4-compressed: sparkpoint reads format-v2 changelogs written with "
                 "spark.sql.streaming.stateStore.compression.codec=lz4 (the default)"
             )
-        token = raw[position + 8]
-        compressed, decompressed, _checksum = struct.unpack("<iii", raw[position + 9 : position + 21])
-        position += 21
-        if decompressed == 0:
+        if len(head) < 21:
+            raise NotACheckpointError(f"{where}: truncated lz4 block header")
+        method = head[8] & 0xF0
+        compressed, decompressed, _checksum = struct.unpack("<iii", head[9:21])
+        if decompressed == 0 and compressed == 0:
             break
-        block = raw[position : position + compressed]
-        position += compressed
-        out += block if token & 0xF0 == 0x10 else lz4.block.decompress(block, uncompressed_size=decompressed)
+        # Raw blocks (0x10) hold the bytes as they are; lz4 blocks (0x20) at most lz4's bound of their size.
+        bound = decompressed if method == 0x10 else decompressed + decompressed // 255 + 16
+        if method not in (0x10, 0x20) or not 0 < decompressed <= _LZ4_MAX_BLOCK or not 0 < compressed <= bound:
+            raise NotACheckpointError(f"{where}: corrupt lz4 block header")
+        block = stream.read(compressed)
+        if len(block) < compressed:
+            raise NotACheckpointError(f"{where}: truncated lz4 block")
+        if method == 0x10:
+            out += block
+            continue
+        try:
+            out += lz4.block.decompress(block, uncompressed_size=decompressed)
+        except lz4.block.LZ4BlockError:
+            raise NotACheckpointError(f"{where}: corrupt lz4 block") from None
     return bytes(out)
 
 
@@ -754,9 +794,33 @@ def parse_state_file(name: str) -> tuple[int, str | None, str] | None:
     return int(match.group(1)), match.group(2), match.group(3)
 
 
-def read_zip_member(raw: bytes, member: str) -> bytes:
-    with zipfile.ZipFile(io.BytesIO(raw)) as archive:
-        return archive.read(member)
+def read_zip_member(source: bytes | BinaryIO, member: str, where: str) -> bytes:
+    """One member of a RocksDB checkpoint zip (its bytes, or the file open for reading), read no further
+    than MAX_PARSED_BYTES: a small zip may expand to gigabytes."""
+    stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source
+    try:
+        with zipfile.ZipFile(stream) as archive:
+            info = archive.getinfo(member)
+            if info.flag_bits & 0x1:
+                raise NotACheckpointError(f"{where}: its {member} is encrypted, which Spark never does")
+            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                raise NotACheckpointError(f"{where}: its {member} is compressed in a way Spark never uses")
+            with archive.open(info) as content:
+                raw = content.read(MAX_PARSED_BYTES + 1)  # one byte more says the member is larger
+    except KeyError:
+        raise NotACheckpointError(f"{where} is not a RocksDB checkpoint zip (no {member})") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError):
+        raise NotACheckpointError(f"{where} is not a RocksDB checkpoint zip (corrupt)") from None
+    _bounded(len(raw), f"{where} ({member})")
+    return raw
+
+
+def _bounded(size: int, where: str) -> None:
+    if size > MAX_PARSED_BYTES:
+        raise NotACheckpointError(
+            f"{where} is larger than the {MAX_PARSED_BYTES >> 20} MiB any Spark entry takes: not a Spark file, "
+            "refusing to parse it"
+        )
 
 
 def _ranges(ids: list[int]) -> str:

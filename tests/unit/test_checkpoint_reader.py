@@ -3,6 +3,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
+import tracemalloc
+import zipfile
 
 import clitools
 import pytest
@@ -10,7 +13,8 @@ from checkpoints import (
     changelog_header, commit, hdfs_checkpoint, offsets, rocksdb_checkpoint, rocksdb_zip, v2_changelog, write, zip_metadata)
 
 from sparkpoint.adapters.storage import storage_for
-from sparkpoint.core.checkpoint import CheckpointReader, VanishedError, changelog_lineage, relocate_metadata
+from sparkpoint.core.checkpoint import (
+    MAX_PARSED_BYTES, CheckpointReader, VanishedError, changelog_lineage, relocate_metadata)
 from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError
 
 
@@ -309,3 +313,60 @@ def test_relocating_malformed_operator_metadata_names_the_file():
     for body in ("[1]", '{"stateStoreInfo": [1]}', '{"stateStoreInfo": [{"stateSchemaFilePaths": [1]}]}'):
         with pytest.raises(NotACheckpointError, match="^state/0/_metadata/v2/3"):
             relocate_metadata(("v2\n" + body).encode(), "file:/new", "state/0/_metadata/v2/3")
+
+
+def test_a_log_file_beyond_the_cap_is_refused_unread(tmp_path):
+    root = hdfs_checkpoint(tmp_path / "c", committed=3)
+    write(root / "offsets" / "3", offsets(3) + "\n" + "7" * MAX_PARSED_BYTES)
+    with pytest.raises(NotACheckpointError, match=f"^{root}/offsets/3 is larger than the 8 MiB"):
+        plan_of(root)
+
+
+def test_the_offsets_of_a_kafka_source_with_100k_partitions_fit_under_the_cap(tmp_path):
+    root = hdfs_checkpoint(tmp_path / "c", committed=3)
+    kafka = {f"topic-{t:03d}": {str(p): 123_456_789_012 for p in range(1000)} for t in range(100)}
+    write(root / "offsets" / "3", offsets(3) + "\n" + json.dumps(kafka, separators=(",", ":")))
+    assert plan_of(root).cut.offsets.sources[-1] == kafka
+
+
+def test_a_zip_bomb_is_refused_within_bounded_memory(tmp_path):
+    expands_to = 64 << 20
+    bomb = zip_metadata(b"v1\n{}" + b" " * expands_to, compression=zipfile.ZIP_DEFLATED)
+    assert len(bomb) < expands_to // 500
+    root = rocksdb_checkpoint(tmp_path / "c", bomb)
+    tracemalloc.start()
+    try:
+        with pytest.raises(NotACheckpointError, match=f"^{root}/state/0/0/2.zip \\(metadata\\) is larger than"):
+            plan_of(root)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * MAX_PARSED_BYTES + (4 << 20) < expands_to
+
+
+def test_an_encrypted_or_corrupt_rocksdb_zip_is_not_a_checkpoint(tmp_path):
+    plain = bytearray(zip_metadata("v1\n{}"))
+    plain[6] |= 1  # the encryption flag, in the local header and in the central directory
+    plain[plain.find(b"PK\x01\x02") + 8] |= 1
+    for name, data, complaint in [("encrypted", bytes(plain), "its metadata is encrypted"),
+                                  ("truncated", zip_metadata("v1\n{}")[:40], "not a RocksDB checkpoint zip"),
+                                  ("bzip2", zip_metadata("v1\n{}", compression=zipfile.ZIP_BZIP2), "compressed in a way"),
+                                  ("no metadata", b"PK\x05\x06" + b"\x00" * 18, "no metadata")]:
+        root = rocksdb_checkpoint(tmp_path / name, data)
+        with pytest.raises(NotACheckpointError, match=f"^{root}/state/0/0/2.zip.*{complaint}"):
+            plan_of(root)
+
+
+def test_a_truncated_or_corrupt_changelog_header_is_not_a_checkpoint():
+    full = v2_changelog([(3, "ab"), (4, "cd")])
+    for end in (1, 5, 8, 12, 20, 21, 30, len(full) - 22):
+        with pytest.raises(NotACheckpointError, match="^x: (truncated lz4 block|truncated changelog header)"):
+            changelog_lineage(full[:end], "x")
+    huge_block = b"LZ4Block\x20" + struct.pack("<iii", 10, 2**31 - 1, 0) + b"x" * 10
+    negative = b"LZ4Block\x20" + struct.pack("<iii", -5, 10, 0) + b"x" * 10
+    garbled = full[:21] + bytes(len(full) - 21)
+    for raw in (huge_block, negative, b"LZ4Block\x30" + full[9:]):
+        with pytest.raises(NotACheckpointError, match="^x: corrupt lz4 block header$"):
+            changelog_lineage(raw, "x")
+    with pytest.raises(NotACheckpointError, match="^x: corrupt lz4 block$"):
+        changelog_lineage(garbled, "x")

@@ -41,6 +41,7 @@ LOG_DIRS = ("offsets", "commits")
 _DIGITS = re.compile(r"\d+", re.ASCII)
 # ASCII digits, and the whole name: '$' alone would take "3\n", \d alone '١'.
 _BATCH = re.compile(r"(\d+)(\.compact)?", re.ASCII)
+_UNIQUE_ID = re.compile(r"[0-9a-fA-F-]+")
 _STATE_FILE = re.compile(r"(\d+)(?:_([0-9a-fA-F-]+))?\.(delta|snapshot|zip|changelog)", re.ASCII)
 
 # What sparkpoint parses of one Spark file: its logs, metadata and a RocksDB zip's metadata member. Spark's
@@ -173,6 +174,22 @@ def _field(data: dict[str, Any], key: str, kind: type, where: str) -> Any:
     return _typed(data[key], kind, where, key)
 
 
+def _file_name(value: str, where: str, key: str) -> str:
+    """A file name read from a Spark file: used as a path only when it names a file of its own directory."""
+    if value in ("", ".", "..") or any(c in value for c in "/\\\x00"):
+        raise NotACheckpointError(f"{where}: {key} {value!r} is an unsafe path, not a file name; refusing to use it")
+    return value
+
+
+def _unique_id(value: Any, where: str, key: str) -> str:
+    """A state file's unique id (a UUID): part of a file name, so checked like one."""
+    if value is None:
+        raise NotACheckpointError(f"{where}: no {key}")
+    if not _UNIQUE_ID.fullmatch(_typed(value, str, where, key)):
+        raise NotACheckpointError(f"{where}: {key} {value!r} is not a unique id, an unsafe path; refusing to use it")
+    return value
+
+
 def _json_line(lines: list[str], where: str, what: str) -> dict[str, Any]:
     """The JSON object on the first line after a log's version line."""
     try:
@@ -222,7 +239,7 @@ def parse_commit(raw: bytes, where: str) -> dict[str, Any]:
     for operator, partitions in _object(data.get("stateUniqueIds"), where, "stateUniqueIds").items():
         for ids in _array(partitions, where, f"stateUniqueIds of operator {operator!r}"):
             for unique_id in [ids] if isinstance(ids, str) else _array(ids, where, "a partition's stateUniqueIds"):
-                _typed(unique_id, str, where, "a state unique id")
+                _unique_id(unique_id, where, "a state unique id")
     data["_version"] = version
     return data
 
@@ -585,8 +602,8 @@ class _StateLayout:
         meta = _json_line(lines, where, "RocksDB checkpoint metadata")
         for key, directory, name_key in (("sstFiles", "SSTs", "dfsSstFileName"), ("logFiles", "logs", "dfsLogFileName")):
             for item in _array(meta.get(key), where, key):
-                self.reader._add(files, f"{store.path}/{directory}",
-                                 _field(_object(item, where, f"a {key} entry"), name_key, str, where))
+                name = _field(_object(item, where, f"a {key} entry"), name_key, str, where)
+                self.reader._add(files, f"{store.path}/{directory}", _file_name(name, where, name_key))
 
     def _unique_ids(self, store: Store) -> list[str] | None:
         """Checkpoint format v2: the unique ids committed for this partition's stores at the cut."""
@@ -705,6 +722,8 @@ def _relocated(path: str, location_uri: str, where: str) -> str:
     match = _SCHEMA_PATH_TAIL.search(path)
     if not match:
         raise NotACheckpointError(f"{where}: unexpected state schema path {path!r}")
+    if ".." in match.group(0).split("/"):
+        raise NotACheckpointError(f"{where}: state schema path {path!r} is an unsafe path; refusing to use it")
     return location_uri.rstrip("/") + match.group(0)
 
 
@@ -730,7 +749,10 @@ def changelog_lineage(source: bytes | BinaryIO, where: str) -> list[tuple[int, s
     except (struct.error, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise NotACheckpointError(f"{where}: unreadable changelog header") from None
     entries = [_object(e, where, "a lineage entry") for e in _array(lineage, where, "the changelog lineage")]
-    return [(_field(e, "version", int, where), _field(e, "checkpointUniqueId", str, where)) for e in entries]
+    return [
+        (_field(e, "version", int, where), _unique_id(e.get("checkpointUniqueId"), where, "checkpointUniqueId"))
+        for e in entries
+    ]
 
 
 def _lz4_block_prefix(stream: BinaryIO, where: str, want: int) -> bytes:

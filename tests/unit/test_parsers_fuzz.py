@@ -143,9 +143,12 @@ def test_a_well_formed_commit_parses_to_what_was_written(watermark, unique):
 def test_a_log_entry_is_parsed_or_refused_naming_the_file(raw, batch):
     if not refused(NotACheckpointError, lambda: parse_offsets(raw, batch, WHERE)):
         entry = parse_offsets(raw, batch, WHERE)
-        assert isinstance(entry.metadata, dict) and all(isinstance(v, str) for v in entry.confs.values())
+        assert entry.metadata == json.loads(raw.decode().split("\n")[1])  # as written, an object
+        assert all(isinstance(v, str) for v in entry.confs.values())
     if not refused(NotACheckpointError, lambda: parse_commit(raw, WHERE)):
-        assert parse_commit(raw, WHERE)["_version"] == raw.decode().split("\n")[0].strip()
+        version, *lines = raw.decode().split("\n")
+        assert parse_commit(raw, WHERE) == {**(json.loads(lines[0]) if lines and lines[0] else {}),
+                                            "_version": version.strip()}
 
 
 @settings(max_examples=150, deadline=None)

@@ -56,8 +56,9 @@ PROVIDER_CLASS_CONF = "spark.sql.streaming.stateStore.providerClass"
 SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
 
 
-class VanishedError(Exception):
-    """A file of the checkpoint disappeared while it was read: Spark purged it. Retry at a newer cut."""
+class VanishedError(CutUnavailableError):
+    """A file of the checkpoint disappeared while it was read: Spark purged it. Retry at a newer cut.
+    Its message is the file's relative path; the caller that retries words the final error."""
 
 
 @dataclass(frozen=True)
@@ -430,6 +431,8 @@ class CheckpointReader:
         prefix = f"{directory}/" if directory else ""
         files.append(FileRef(prefix + name, entry.size))
         for companion in companions(entries, name):
+            if entries[companion].is_dir:
+                raise NotACheckpointError(f"{self._where(prefix + companion)} is a directory where Spark writes a file")
             files.append(FileRef(prefix + companion, entries[companion].size))
         return True
 

@@ -132,3 +132,25 @@ def changelog_header(lineage_json: str, fmt: str = "v3") -> bytes:
 
 def v2_changelog(lineage: list[tuple[int, str]]) -> bytes:
     return changelog_header(json.dumps([{"version": v, "checkpointUniqueId": u} for v, u in lineage]))
+
+
+def v2_checkpoint(root: Path) -> Path:
+    """Checkpoint format v2 as transformWithState on RocksDB writes it: batches 0..3 committed with unique ids,
+    state version 4 a changelog whose lineage leads to the snapshot zip of version 3, and operator metadata v2
+    naming its schema file by absolute path."""
+    u3, u4 = "00000003-7162-4048-a28c-d9e9fe892389", "00000004-7162-4048-a28c-d9e9fe892389"
+    hdfs_checkpoint(root, committed=3, partitions=1)
+    store = root / "state" / "0" / "0"
+    for delta in store.glob("*delta*"):
+        delta.unlink()
+    write(root / "commits" / "3", commit({"0": [[u4]]}))
+    write(store / f"3_{u3}.zip", rocksdb_zip(["000009-c.sst"]))
+    write(store / "SSTs" / "000009-c.sst", b"sst")
+    write(store / f"4_{u4}.changelog", v2_changelog([(3, u3)]))
+    schema = f"file:{root}/state/0/_stateSchema/default/0_{u3}"
+    write(root / "state" / "0" / "_stateSchema" / "default" / f"0_{u3}", b"\x00schema")
+    info = json.loads(operator_metadata("transformWithStateExec", partitions=1).split("\n", 1)[1])
+    info["stateStoreInfo"][0]["stateSchemaFilePaths"] = [schema]
+    info["operatorPropertiesJson"] = json.dumps({"stateVariables": [{"stateName": "counts"}]})
+    write(root / "state" / "0" / "_metadata" / "v2" / "0", "v2\n" + json.dumps(info))
+    return root

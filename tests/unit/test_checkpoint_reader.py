@@ -4,18 +4,32 @@ import json
 import os
 import shutil
 import struct
+import tempfile
 import tracemalloc
 import zipfile
+from pathlib import Path
 
 import clitools
 import pytest
 from checkpoints import (
-    changelog_header, commit, hdfs_checkpoint, offsets, rocksdb_checkpoint, rocksdb_zip, v2_changelog, write, zip_metadata)
+    changelog_header,
+    commit,
+    hdfs_checkpoint,
+    offsets,
+    rocksdb_checkpoint,
+    rocksdb_zip,
+    v2_changelog,
+    v2_checkpoint,
+    write,
+    zip_metadata,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sparkpoint.adapters.storage import storage_for
 from sparkpoint.core.checkpoint import (
     MAX_PARSED_BYTES, CheckpointReader, VanishedError, changelog_lineage, relocate_metadata)
-from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError
+from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError, SparkpointError
 
 
 def plan_of(root, batch_id=None):
@@ -398,3 +412,124 @@ def test_relocation_refuses_a_schema_path_that_climbs_out():
         "stateSchemaFilePaths": ["file:/old/state/0/_stateSchema/../../../../etc/passwd"]}]})).encode()
     with pytest.raises(NotACheckpointError, match="unsafe path"):
         relocate_metadata(raw, "file:/new", "v2/0")
+
+
+V2_IDS = ("00000003-7162-4048-a28c-d9e9fe892389", "00000004-7162-4048-a28c-d9e9fe892389")
+
+
+def test_a_v2_checkpoint_plans_its_lineage_and_relocation(tmp_path):
+    plan = plan_of(v2_checkpoint(tmp_path / "c"))
+    assert state_files(plan) == [f"3_{V2_IDS[0]}.zip", f"4_{V2_IDS[1]}.changelog"]
+    assert plan.relocate == ["state/0/_metadata/v2/0"] and plan.operators[0].state_variables == ["counts"]
+
+
+# -- a checkpoint corrupted at random -------------------------------------------------------------
+BUILDERS = {
+    "hdfs": lambda root: hdfs_checkpoint(root, committed=4, planned=True, snapshots=(3,), compact_every=3),
+    "rocksdb": lambda root: rocksdb_checkpoint(root, rocksdb_zip(["000008-aaa.sst", "000011-bbb.sst"]),
+                                               ssts=("000008-aaa.sst", "000011-bbb.sst")),
+    "v2": v2_checkpoint,
+}
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+def everything_below(root: Path) -> list[str]:
+    found = [""]
+    for directory, dirs, files in os.walk(root):
+        rel = os.path.relpath(directory, root)
+        found += [os.path.normpath(os.path.join(rel, n)) for n in sorted(dirs) + sorted(files)]
+    return sorted(found)
+
+
+def retyped_json(raw: bytes, data) -> bytes:
+    """The JSON document of a Spark file with one value (or the whole of it) replaced by any JSON value."""
+    lines = raw.decode().split("\n")
+    index = 1 if lines[0].startswith("v") else 0
+    document = json.loads(lines[index])
+    slots = [(None, None)]
+    stack = [document]
+    while stack:
+        node = stack.pop()
+        for key in (sorted(node) if isinstance(node, dict) else range(len(node))):
+            slots.append((node, key))
+            if isinstance(node[key], (dict, list)):
+                stack.append(node[key])
+    container, key = data.draw(st.sampled_from(slots))
+    if container is None:
+        document = data.draw(json_values)
+    else:
+        container[key] = data.draw(json_values)
+    lines[index] = json.dumps(document)
+    return "\n".join(lines).encode()
+
+
+def make_unreadable(path: Path, restore: list) -> None:
+    if os.geteuid() == 0:
+        # Root reads through any mode: a symbolic link to itself fails every read and listing (ELOOP) instead.
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        path.symlink_to(path.name)
+    else:
+        mode = path.stat().st_mode
+        path.chmod(0)
+        restore.append((path, mode))
+
+
+def corrupt(root: Path, data, restore: list) -> None:
+    for _ in range(data.draw(st.integers(1, 3))):
+        rel = data.draw(st.sampled_from(everything_below(root)))
+        path = root / rel
+        if path.is_symlink():
+            continue
+        actions = ["unreadable"]
+        if path.is_file():
+            actions += ["truncate", "garble", "directory", "non-utf8"]
+            raw = path.read_bytes()
+            try:
+                json.loads(raw.decode().split("\n")[1 if raw.startswith(b"v") else 0])
+                actions.append("json")
+            except (UnicodeDecodeError, IndexError, ValueError):
+                pass
+        action = data.draw(st.sampled_from(actions))
+        if action == "unreadable":
+            make_unreadable(path, restore)
+        elif action == "truncate":
+            path.write_bytes(raw[:data.draw(st.integers(0, max(len(raw) - 1, 0)))])
+        elif action == "garble":
+            garbled = bytearray(raw or b"\x00")
+            for _ in range(data.draw(st.integers(1, 8))):
+                garbled[data.draw(st.integers(0, len(garbled) - 1))] = data.draw(st.integers(0, 255))
+            path.write_bytes(bytes(garbled))
+        elif action == "directory":
+            path.unlink()
+            (path / "x").mkdir(parents=True)
+        elif action == "non-utf8":
+            path.write_bytes(b"v1\n\xff\xfe" + raw[:data.draw(st.integers(0, len(raw)))])
+        else:
+            path.write_bytes(retyped_json(raw, data))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(BUILDERS)), st.data())
+def test_a_randomly_corrupted_checkpoint_plans_or_fails_in_one_line(kind, data):
+    with tempfile.TemporaryDirectory() as scratch:
+        root = BUILDERS[kind](Path(scratch) / "c")
+        restore: list = []
+        corrupt(root, data, restore)
+        try:
+            plan = plan_of(root)
+        except SparkpointError as exc:  # VanishedError too: a CutUnavailableError, retried by the savepoint
+            message = str(exc)
+            assert message and "\n" not in message, message
+        else:
+            # Every planned path is a file of the checkpoint, one the copy can read.
+            assert all(".." not in f.path.split("/") and (root / f.path).is_file() for f in plan.files)
+        finally:
+            for path, mode in restore:
+                path.chmod(mode)

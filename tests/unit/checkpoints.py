@@ -99,13 +99,20 @@ def zip_metadata(metadata: str | bytes, **options) -> bytes:
     return buffer.getvalue()
 
 
-def rocksdb_checkpoint(root: Path, latest_zip: bytes, ssts: tuple[str, ...] = ("000008-aaa.sst",)) -> Path:
-    """Batches 0..1 committed; one RocksDB store whose state version 2 is ``latest_zip`` (version 1 names the
-    first of ``ssts``, all of which exist)."""
-    hdfs_checkpoint(root, committed=1, partitions=1)
+def stateless_store(root: Path, committed: int) -> Path:
+    """A checkpoint of one partition, batches 0..committed, whose store directory (returned) holds no state
+    files yet: the test writes RocksDB's."""
+    hdfs_checkpoint(root, committed=committed, partitions=1)
     store = root / "state" / "0" / "0"
     for delta in store.glob("*delta*"):
         delta.unlink()
+    return store
+
+
+def rocksdb_checkpoint(root: Path, latest_zip: bytes, ssts: tuple[str, ...] = ("000008-aaa.sst",)) -> Path:
+    """Batches 0..1 committed; one RocksDB store whose state version 2 is ``latest_zip`` (version 1 names the
+    first of ``ssts``, all of which exist)."""
+    store = stateless_store(root, committed=1)
     write(store / "1.zip", rocksdb_zip(list(ssts[:1])))
     write(store / "2.zip", latest_zip)
     for name in ssts:
@@ -139,10 +146,7 @@ def v2_checkpoint(root: Path) -> Path:
     state version 4 a changelog whose lineage leads to the snapshot zip of version 3, and operator metadata v2
     naming its schema file by absolute path."""
     u3, u4 = "00000003-7162-4048-a28c-d9e9fe892389", "00000004-7162-4048-a28c-d9e9fe892389"
-    hdfs_checkpoint(root, committed=3, partitions=1)
-    store = root / "state" / "0" / "0"
-    for delta in store.glob("*delta*"):
-        delta.unlink()
+    store = stateless_store(root, committed=3)
     write(root / "commits" / "3", commit({"0": [[u4]]}))
     write(store / f"3_{u3}.zip", rocksdb_zip(["000009-c.sst"]))
     write(store / "SSTs" / "000009-c.sst", b"sst")

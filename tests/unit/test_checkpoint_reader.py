@@ -18,6 +18,7 @@ from checkpoints import (
     offsets,
     rocksdb_checkpoint,
     rocksdb_zip,
+    stateless_store,
     v2_changelog,
     v2_checkpoint,
     write,
@@ -126,10 +127,8 @@ def test_temp_files_are_never_copied(tmp_path):
 
 
 def test_rocksdb_zip_brings_exactly_the_ssts_it_names(tmp_path):
-    root = hdfs_checkpoint(tmp_path / "c", committed=1, partitions=1)
-    store = root / "state" / "0" / "0"
-    for delta in store.glob("*delta*"):
-        delta.unlink()
+    root = tmp_path / "c"
+    store = stateless_store(root, committed=1)
     write(store / "1.zip", rocksdb_zip(["000008-aaa.sst"]))
     write(store / "2.zip", rocksdb_zip(["000008-aaa.sst", "000011-bbb.sst"]))
     for name in ("000008-aaa.sst", "000011-bbb.sst", "000005-old.sst"):
@@ -143,10 +142,8 @@ def test_rocksdb_zip_brings_exactly_the_ssts_it_names(tmp_path):
 
 def test_format_v2_follows_the_changelog_lineage_to_a_snapshot(tmp_path):
     u3, u4, u5, orphan, other = (f"{n:08x}-7162-4048-a28c-d9e9fe892389" for n in (3, 4, 5, 0xBAD, 0xF00))
-    root = hdfs_checkpoint(tmp_path / "c", committed=4, partitions=1)
-    store = root / "state" / "0" / "0"
-    for delta in store.glob("*delta*"):
-        delta.unlink()
+    root = tmp_path / "c"
+    store = stateless_store(root, committed=4)
     write(root / "commits" / "4", commit({"0": [[u5]]}))
     write(store / f"3_{u3}.zip", rocksdb_zip(["000009-c.sst"]))
     write(store / "SSTs" / "000009-c.sst", b"sst")

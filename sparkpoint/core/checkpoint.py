@@ -23,28 +23,42 @@ Layout facts this module relies on (Spark 4.3, verified by experiment and in Spa
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
 import struct
 import zipfile
+import zlib
 from dataclasses import dataclass, field
-from typing import Any
-from collections.abc import Iterable
+from typing import Any, BinaryIO
+from collections.abc import Iterable, Iterator
 
-from sparkpoint.adapters.storage import Entry, Storage, join
+from sparkpoint.adapters.storage import Entry, Storage, join, translate_errors
 from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError
 
 LOG_DIRS = ("offsets", "commits")
-_BATCH = re.compile(r"^(\d+)(\.compact)?$")
-_STATE_FILE = re.compile(r"^(\d+)(?:_([0-9a-fA-F-]+))?\.(delta|snapshot|zip|changelog)$")
+_DIGITS = re.compile(r"\d+", re.ASCII)
+# ASCII digits, and the whole name: '$' alone would take "3\n", \d alone '١'.
+_BATCH = re.compile(r"(\d+)(\.compact)?", re.ASCII)
+_UNIQUE_ID = re.compile(r"[0-9a-fA-F-]+")
+_STATE_FILE = re.compile(r"(\d+)(?:_([0-9a-fA-F-]+))?\.(delta|snapshot|zip|changelog)", re.ASCII)
+
+# What sparkpoint parses of one Spark file: its logs, metadata and a RocksDB zip's metadata member. Spark's
+# own entries are small: the largest realistic, a Kafka source's offsets over 100 topics of 1000 partitions,
+# is 1.9 MB; a zip's metadata lists ~110 bytes per SST file (1.8 MB for 16k files, a TB of state). Beyond
+# this a file is no Spark entry, and parsing it would cost ten times its size in memory.
+MAX_PARSED_BYTES = 8 << 20
+# lz4-java's largest block (LZ4BlockOutputStream): a header that claims more is corrupt.
+_LZ4_MAX_BLOCK = 1 << 25
 
 PROVIDER_CLASS_CONF = "spark.sql.streaming.stateStore.providerClass"
 SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
 
 
-class VanishedError(Exception):
-    """A file of the checkpoint disappeared while it was read: Spark purged it. Retry at a newer cut."""
+class VanishedError(CutUnavailableError):
+    """A file of the checkpoint disappeared while it was read: Spark purged it. Retry at a newer cut.
+    Its message is the file's relative path; the caller that retries words the final error."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +77,7 @@ class OffsetEntry:
 
     @property
     def confs(self) -> dict[str, str]:
-        return dict(self.metadata.get("conf", {}))
+        return dict(self.metadata.get("conf") or {})
 
 
 @dataclass(frozen=True)
@@ -130,6 +144,64 @@ class Plan:
         return sum(f.size for f in self.files)
 
 
+def _object(value: Any, where: str, what: str) -> dict[str, Any]:
+    """``value``, which Spark writes as a JSON object (an absent one, null, is empty)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise NotACheckpointError(f"{where}: {what} is not a JSON object")
+    return value
+
+
+def _array(value: Any, where: str, what: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise NotACheckpointError(f"{where}: {what} is not a JSON array")
+    return value
+
+
+def _typed(value: Any, kind: type, where: str, what: str) -> Any:
+    """``value`` (None when absent) if it has the JSON type Spark writes there; a bool is no number."""
+    if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+        raise NotACheckpointError(f"{where}: {what} is not a {'string' if kind is str else 'number'}")
+    return value
+
+
+def _field(data: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    """A field Spark always writes, of the JSON type it writes."""
+    if data.get(key) is None:
+        raise NotACheckpointError(f"{where}: no {key}")
+    return _typed(data[key], kind, where, key)
+
+
+def _file_name(value: str, where: str, key: str) -> str:
+    """A file name read from a Spark file: used as a path only when it names a file of its own directory."""
+    if value in ("", ".", "..") or any(c in value for c in "/\\\x00"):
+        raise NotACheckpointError(f"{where}: {key} {value!r} is an unsafe path, not a file name; refusing to use it")
+    return value
+
+
+def _unique_id(value: Any, where: str, key: str) -> str:
+    """A state file's unique id (a UUID): part of a file name, so checked like one."""
+    if value is None:
+        raise NotACheckpointError(f"{where}: no {key}")
+    if not _UNIQUE_ID.fullmatch(_typed(value, str, where, key)):
+        raise NotACheckpointError(f"{where}: {key} {value!r} is not a unique id, an unsafe path; refusing to use it")
+    return value
+
+
+def _json_line(lines: list[str], where: str, what: str) -> dict[str, Any]:
+    """The JSON object on the first line after a log's version line."""
+    try:
+        data = json.loads(lines[0])
+    except (IndexError, json.JSONDecodeError, RecursionError):
+        raise NotACheckpointError(f"{where} has malformed {what}") from None
+    if not isinstance(data, dict):
+        raise NotACheckpointError(f"{where}: {what} is not a JSON object")
+    return data
+
+
 def _parse_log(raw: bytes, where: str) -> tuple[str, list[str]]:
     try:
         text = raw.decode("utf-8")
@@ -143,12 +215,11 @@ def _parse_log(raw: bytes, where: str) -> tuple[str, list[str]]:
 
 def parse_offsets(raw: bytes, batch_id: int, where: str) -> OffsetEntry:
     _version, lines = _parse_log(raw, where)
-    if not lines:
-        raise NotACheckpointError(f"{where} has no batch metadata")
-    try:
-        metadata = json.loads(lines[0])
-    except json.JSONDecodeError:
-        raise NotACheckpointError(f"{where} has malformed batch metadata") from None
+    metadata = _json_line(lines, where, "batch metadata")
+    for key in ("batchWatermarkMs", "batchTimestampMs"):
+        _typed(metadata.get(key), int, where, key)
+    for key, value in _object(metadata.get("conf"), where, "conf").items():
+        _typed(value, str, where, f"conf {key!r}")
     sources: list[Any] = []
     for line in lines[1:]:
         if line == "-":
@@ -156,19 +227,20 @@ def parse_offsets(raw: bytes, batch_id: int, where: str) -> OffsetEntry:
         elif line:
             try:
                 sources.append(json.loads(line))
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 sources.append(line)  # a source's offset need not be JSON; keep Spark's own text
-    return OffsetEntry(batch_id, metadata if isinstance(metadata, dict) else {}, sources)
+    return OffsetEntry(batch_id, metadata, sources)
 
 
 def parse_commit(raw: bytes, where: str) -> dict[str, Any]:
     version, lines = _parse_log(raw, where)
-    body = lines[0] if lines else "{}"
-    try:
-        data = json.loads(body or "{}")
-    except json.JSONDecodeError:
-        raise NotACheckpointError(f"{where} has a malformed commit entry") from None
-    data = data if isinstance(data, dict) else {}
+    data = _json_line(lines, where, "commit entry") if lines and lines[0] else {}
+    _typed(data.get("nextBatchWatermarkMs"), int, where, "nextBatchWatermarkMs")
+    # Checkpoint format v2: per operator, per partition, the unique ids of its stores' files at this batch.
+    for operator, partitions in _object(data.get("stateUniqueIds"), where, "stateUniqueIds").items():
+        for ids in _array(partitions, where, f"stateUniqueIds of operator {operator!r}"):
+            for unique_id in [ids] if isinstance(ids, str) else _array(ids, where, "a partition's stateUniqueIds"):
+                _unique_id(unique_id, where, "a state unique id")
     data["_version"] = version
     return data
 
@@ -177,7 +249,7 @@ def batch_ids(entries: Iterable[Entry]) -> list[int]:
     """Batch ids of a log directory (not compacted ones, not temp or checksum files)."""
     ids = []
     for entry in entries:
-        match = _BATCH.match(entry.name)
+        match = _BATCH.fullmatch(entry.name)
         if match and not entry.is_dir and not match.group(2):
             ids.append(int(match.group(1)))
     return sorted(ids)
@@ -198,43 +270,81 @@ class CheckpointReader:
         self._listing: dict[str, dict[str, Entry]] = {}
 
     # -- primitives --------------------------------------------------------------------------
+    def _where(self, rel: str) -> str:
+        return join(self.root, rel) if rel else self.root
+
+    @contextlib.contextmanager
+    def _access(self, rel: str) -> Iterator[None]:
+        """A file gone is Spark purging it (a retry); a refused read is the storage's (StorageError); a
+        directory where Spark writes a file, or the reverse, is not Spark's layout."""
+        where = self._where(rel)
+        try:
+            with translate_errors(where):
+                try:
+                    yield
+                except IsADirectoryError:
+                    raise NotACheckpointError(f"{where} is a directory where Spark writes a file") from None
+                except NotADirectoryError:
+                    raise NotACheckpointError(f"{where} is a file where Spark keeps a directory") from None
+        except NotFoundError:
+            raise VanishedError(rel) from None
+
     def _list(self, rel: str) -> dict[str, Entry]:
         """Entries of a directory, cached for one plan; {} when it does not exist."""
         if rel not in self._listing:
             try:
-                entries = self.storage.list(join(self.root, rel) if rel else self.root)
-            except FileNotFoundError:
+                with self._access(rel):
+                    entries = self.storage.list(self._where(rel))
+            except VanishedError:
                 entries = []
             self._listing[rel] = {e.name: e for e in entries}
         return self._listing[rel]
 
+    @contextlib.contextmanager
+    def _open(self, rel: str) -> Iterator[BinaryIO]:
+        with self._access(rel), self.storage.open_read(self._where(rel)) as handle:
+            yield handle
+
     def _read(self, rel: str) -> bytes:
-        try:
-            return self.storage.read_bytes(join(self.root, rel))
-        except FileNotFoundError:
-            raise VanishedError(rel) from None
+        """A whole file that sparkpoint parses, refused beyond MAX_PARSED_BYTES. Its size is checked before
+        it is read: Spark writes these files whole and renames them into place, it never appends."""
+        where = self._where(rel)
+        with self._access(rel):
+            _bounded(self.storage.size(where), where)
+            raw = self.storage.read_bytes(where)
+        _bounded(len(raw), where)
+        return raw
+
+    def _walk(self, rel: str) -> list[tuple[str, int]]:
+        with self._access(rel):
+            return sorted(self.storage.walk_files(self._where(rel)))
 
     def refresh(self) -> None:
         self._listing.clear()
 
     # -- identity and logs -------------------------------------------------------------------
     def validate(self) -> None:
-        if not self.storage.exists(self.root):
-            raise NotFoundError(f"checkpoint {self.root} does not exist")
-        if not self.storage.is_dir(self.root):
-            raise NotACheckpointError(f"{self.root} is a file, not a checkpoint directory")
+        with translate_errors(self.root):
+            if not self.storage.exists(self.root):
+                raise NotFoundError(f"checkpoint {self.root} does not exist")
+            if not self.storage.is_dir(self.root):
+                raise NotACheckpointError(f"{self.root} is a file, not a checkpoint directory")
         top = self._list("")
         if "metadata" not in top or "offsets" not in top:
             raise NotACheckpointError(
                 f"{self.root} is not a Structured Streaming checkpoint (no 'metadata' file and 'offsets' log)"
             )
+        if top["metadata"].is_dir or not top["offsets"].is_dir:
+            raise NotACheckpointError(
+                f"{self.root} is not a Structured Streaming checkpoint ('metadata' must be a file, 'offsets' a directory)"
+            )
 
     def query_id(self) -> str:
         try:
-            data = json.loads(self._read("metadata"))
-        except (json.JSONDecodeError, VanishedError):
+            data = json.loads(self._read("metadata").decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, VanishedError):
             raise NotACheckpointError(f"{self.root}/metadata is not a checkpoint metadata file") from None
-        if not isinstance(data, dict) or "id" not in data:
+        if not isinstance(data, dict) or not isinstance(data.get("id"), str):
             raise NotACheckpointError(f"{self.root}/metadata holds no query id")
         return str(data["id"])
 
@@ -316,9 +426,13 @@ class CheckpointReader:
             if required:
                 raise VanishedError(join(directory, name) if directory else name)
             return False
+        if entry.is_dir:
+            raise NotACheckpointError(f"{self._where(join(directory, name))} is a directory where Spark writes a file")
         prefix = f"{directory}/" if directory else ""
         files.append(FileRef(prefix + name, entry.size))
         for companion in companions(entries, name):
+            if entries[companion].is_dir:
+                raise NotACheckpointError(f"{self._where(prefix + companion)} is a directory where Spark writes a file")
             files.append(FileRef(prefix + companion, entries[companion].size))
         return True
 
@@ -331,7 +445,7 @@ class CheckpointReader:
             plain = {}
             compacts = {}
             for name in entries:
-                match = _BATCH.match(name)
+                match = _BATCH.fullmatch(name)
                 if match and int(match.group(1)) <= last:
                     (compacts if match.group(2) else plain)[int(match.group(1))] = name
             # A compacted log holds everything up to its batch; without one, every entry is live
@@ -351,7 +465,7 @@ class CheckpointReader:
             if name in known or name.startswith(".") or _is_temp(name):
                 continue
             if entry.is_dir:
-                for rel, size in self.storage.walk_files(join(self.root, name)):
+                for rel, size in self._walk(name):
                     if not _is_temp(rel.rsplit("/", 1)[-1]):
                         files.append(FileRef(f"{name}/{rel}", size))
             else:
@@ -379,7 +493,7 @@ class _StateLayout:
     def collect(self, files: list[FileRef]) -> list[Operator]:
         operators = []
         state = self.reader._list("state")
-        for op_name in sorted((n for n, e in state.items() if e.is_dir and n.isdigit()), key=int):
+        for op_name in sorted((n for n, e in state.items() if e.is_dir and _is_number(n)), key=int):
             operators.append(self._operator(int(op_name), files))
         return operators
 
@@ -387,7 +501,7 @@ class _StateLayout:
         op_dir = f"state/{op_id}"
         entries = self.reader._list(op_dir)
         info = self._add_operator_metadata(op_dir, entries, files)
-        partitions = sorted((n for n, e in entries.items() if e.is_dir and n.isdigit()), key=int)
+        partitions = sorted((n for n, e in entries.items() if e.is_dir and _is_number(n)), key=int)
         store_names: list[str] = []
         data_bytes = 0
         for part in partitions:
@@ -397,22 +511,21 @@ class _StateLayout:
                 before = len(files)
                 self._add_store_version(store, files)
                 data_bytes += sum(f.size for f in files[before:])
-        stores_info = info.get("stateStoreInfo") or []
         return Operator(
             operator_id=op_id,
-            name=(info.get("operatorInfo") or {}).get("operatorName"),
-            store_names=[s.get("storeName", "default") for s in stores_info] or store_names,
-            partitions=int(stores_info[0].get("numPartitions", len(partitions))) if stores_info else len(partitions),
+            name=info["name"],
+            store_names=info["stores"] or store_names,
+            partitions=len(partitions) if info["partitions"] is None else info["partitions"],
             bytes=data_bytes,
-            state_variables=_state_variables(info),
+            state_variables=info["state_variables"],
         )
 
-    def _add_operator_metadata(self, op_dir: str, entries: dict[str, Entry], files: list[FileRef]) -> dict:
+    def _add_operator_metadata(self, op_dir: str, entries: dict[str, Entry], files: list[FileRef]) -> dict[str, Any]:
         """Operator metadata and schema files: small, copied up to the cut's last batch."""
         for sub in ("_metadata", "_stateSchema"):
             if sub not in entries:
                 continue
-            for rel, size in sorted(self.reader.storage.walk_files(join(self.reader.root, op_dir, sub))):
+            for rel, size in self.reader._walk(f"{op_dir}/{sub}"):
                 name = rel.rsplit("/", 1)[-1]
                 if _is_temp(name):
                     continue
@@ -420,25 +533,26 @@ class _StateLayout:
                 if batch is not None and batch > self.last_batch:
                     continue  # written by a batch after the cut: a later schema the restored query must not see
                 files.append(FileRef(f"{op_dir}/{sub}/{rel}", size))
-        v1 = self._json_log(f"{op_dir}/_metadata/metadata")
+        info = self._operator_metadata(f"{op_dir}/_metadata/metadata")
         v2_batches = [
-            int(n) for n in self.reader._list(f"{op_dir}/_metadata/v2") if n.isdigit() and int(n) <= self.last_batch
+            int(n) for n in self.reader._list(f"{op_dir}/_metadata/v2") if _is_number(n) and int(n) <= self.last_batch
         ]
         if v2_batches:
             rel = f"{op_dir}/_metadata/v2/{max(v2_batches)}"
             self.relocate.extend(
                 f"{op_dir}/_metadata/v2/{b}" for b in sorted(v2_batches)
             )
-            return self._json_log(rel) or v1
-        return v1
+            info = self._operator_metadata(rel) or info
+        return info or {"name": None, "stores": [], "partitions": None, "state_variables": []}
 
-    def _json_log(self, rel: str) -> dict[str, Any]:
+    def _operator_metadata(self, rel: str) -> dict[str, Any] | None:
+        """An operator's name, stores and partitions as its metadata file records them; None without one
+        (Spark before 4.0 wrote none)."""
         try:
-            _version, lines = _parse_log(self.reader._read(rel), rel)
-            data = json.loads(lines[0])
-        except (VanishedError, NotACheckpointError, json.JSONDecodeError, IndexError):
-            return {}
-        return data if isinstance(data, dict) else {}
+            raw = self.reader._read(rel)
+        except VanishedError:
+            return None
+        return parse_operator_metadata(raw, self.reader._where(rel))
 
     def _stores(self, op_id: int, part: int, part_dir: str, files: list[FileRef]) -> list[Store]:
         entries = self.reader._list(part_dir)
@@ -484,16 +598,15 @@ class _StateLayout:
 
     def _add_zip_references(self, store: Store, zip_name: str, files: list[FileRef]) -> None:
         """A RocksDB snapshot zip names the shared SST and log files it needs."""
-        try:
-            raw = read_zip_member(self.reader._read(f"{store.path}/{zip_name}"), "metadata")
-            _version, lines = _parse_log(raw, f"{store.path}/{zip_name}")
-            meta = json.loads(lines[0])
-        except (KeyError, zipfile.BadZipFile, json.JSONDecodeError, IndexError):
-            raise NotACheckpointError(f"{self.reader.root}/{store.path}/{zip_name} is not a RocksDB checkpoint zip") from None
-        for sst in meta.get("sstFiles") or []:
-            self.reader._add(files, f"{store.path}/SSTs", sst["dfsSstFileName"])
-        for log in meta.get("logFiles") or []:
-            self.reader._add(files, f"{store.path}/logs", log["dfsLogFileName"])
+        where = self.reader._where(f"{store.path}/{zip_name}")
+        with self.reader._open(f"{store.path}/{zip_name}") as handle:
+            raw = read_zip_member(handle, "metadata", where)
+        _version, lines = _parse_log(raw, where)
+        meta = _json_line(lines, where, "RocksDB checkpoint metadata")
+        for key, directory, name_key in (("sstFiles", "SSTs", "dfsSstFileName"), ("logFiles", "logs", "dfsLogFileName")):
+            for item in _array(meta.get(key), where, key):
+                name = _field(_object(item, where, f"a {key} entry"), name_key, str, where)
+                self.reader._add(files, f"{store.path}/{directory}", _file_name(name, where, name_key))
 
     def _unique_ids(self, store: Store) -> list[str] | None:
         """Checkpoint format v2: the unique ids committed for this partition's stores at the cut."""
@@ -515,7 +628,8 @@ class _StateLayout:
         if f"{version}_{unique_id}.zip" in entries:
             return [f"{version}_{unique_id}.zip"]
         changelog = f"{version}_{unique_id}.changelog"
-        lineage = changelog_lineage(self.reader._read(f"{store.path}/{changelog}"), f"{store.path}/{changelog}")
+        with self.reader._open(f"{store.path}/{changelog}") as handle:
+            lineage = changelog_lineage(handle, self.reader._where(f"{store.path}/{changelog}"))
         needed = [changelog]
         for entry_version, entry_id in reversed(lineage):
             snapshot = f"{entry_version}_{entry_id}.zip"
@@ -530,12 +644,31 @@ class _StateLayout:
         return needed
 
 
-def _state_variables(info: dict[str, Any]) -> list[str]:
+def parse_operator_metadata(raw: bytes, where: str) -> dict[str, Any]:
+    """Operator metadata (``state/<op>/_metadata/metadata``, ``.../v2/<batch>``): the operator's name, its
+    stores, its partitions (None when unrecorded) and transformWithState's state variables."""
+    _version, lines = _parse_log(raw, where)
+    info = _json_line(lines, where, "operator metadata")
+    stores_info = [_object(s, where, "a stateStoreInfo entry") for s in _array(info.get("stateStoreInfo"), where,
+                                                                                "stateStoreInfo")]
+    partitions = _typed(stores_info[0].get("numPartitions"), int, where, "numPartitions") if stores_info else None
+    properties_json = _typed(info.get("operatorPropertiesJson"), str, where, "operatorPropertiesJson")
     try:
-        properties = json.loads(info.get("operatorPropertiesJson") or "{}")
-    except json.JSONDecodeError:
-        return []
-    return [v["stateName"] for v in properties.get("stateVariables", []) if isinstance(v, dict) and "stateName" in v]
+        properties = json.loads(properties_json or "{}")
+    except (json.JSONDecodeError, RecursionError):
+        raise NotACheckpointError(f"{where} has malformed operatorPropertiesJson") from None
+    variables = _array(_object(properties, where, "operatorPropertiesJson").get("stateVariables"), where,
+                       "stateVariables")
+    return {
+        "name": _typed(_object(info.get("operatorInfo"), where, "operatorInfo").get("operatorName"), str, where,
+                       "operatorName"),
+        "stores": [_typed(s.get("storeName", "default"), str, where, "storeName") for s in stores_info],
+        "partitions": partitions,
+        "state_variables": [
+            _typed(_object(v, where, "a state variable").get("stateName") or "", str, where, "stateName")
+            for v in variables
+        ],
+    }
 
 
 def _chain(by_version: dict[int, dict[str, str]], version: int, snapshot: str, delta: str, where: str) -> list[str]:
@@ -562,80 +695,113 @@ def _leading_batch(rel: str, sub: str) -> int | None:
     head = name.split("_", 1)[0]
     if sub == "_metadata" and "/" not in rel:
         return None  # _metadata/metadata: operator metadata v1, not versioned
-    return int(head) if head.isdigit() else None
+    return int(head) if _is_number(head) else None
 
 
 _SCHEMA_PATH_TAIL = re.compile(r"/state/\d+/_stateSchema/.+$")
 
 
-def relocate_metadata(raw: bytes, location_uri: str) -> bytes:
+def relocate_metadata(raw: bytes, location_uri: str, where: str = "operator metadata") -> bytes:
     """Point an operator metadata file (``state/<op>/_metadata/v2/<batch>``) at a new checkpoint location.
 
     transformWithState records ABSOLUTE paths of its schema files there
     (``stateStoreInfo[].stateSchemaFilePaths``, e.g. ``file:/ckpt/state/0/_stateSchema/default/0_<uuid>``);
     a copied checkpoint would read the original's files, and fail once they are gone.
     """
-    version, lines = _parse_log(raw, "operator metadata")
-    data = json.loads(lines[0])
-    for info in data.get("stateStoreInfo") or []:
+    version, lines = _parse_log(raw, where)
+    data = _json_line(lines, where, "operator metadata")
+    for info in _array(data.get("stateStoreInfo"), where, "stateStoreInfo"):
+        info = _object(info, where, "a stateStoreInfo entry")
         for key in ("stateSchemaFilePaths", "stateSchemaFilePath"):
             value = info.get(key)
             if isinstance(value, list):
-                info[key] = [_relocated(p, location_uri) for p in value]
-            elif isinstance(value, str):
-                info[key] = _relocated(value, location_uri)
+                info[key] = [_relocated(_typed(p, str, where, key), location_uri, where) for p in value]
+            elif value is not None:
+                info[key] = _relocated(_typed(value, str, where, key), location_uri, where)
     return "\n".join([version, json.dumps(data, separators=(",", ":")), *lines[1:]]).encode()
 
 
-def _relocated(path: str, location_uri: str) -> str:
+def _relocated(path: str, location_uri: str, where: str) -> str:
     match = _SCHEMA_PATH_TAIL.search(path)
     if not match:
-        raise NotACheckpointError(f"unexpected state schema path {path!r} in operator metadata")
+        raise NotACheckpointError(f"{where}: unexpected state schema path {path!r}")
+    if ".." in match.group(0).split("/"):
+        raise NotACheckpointError(f"{where}: state schema path {path!r} is an unsafe path; refusing to use it")
     return location_uri.rstrip("/") + match.group(0)
 
 
-def changelog_lineage(raw: bytes, where: str) -> list[tuple[int, str]]:
-    """The (version, unique id) lineage in the header of a format-v2 RocksDB changelog.
+def changelog_lineage(source: bytes | BinaryIO, where: str) -> list[tuple[int, str]]:
+    """The (version, unique id) lineage in the header of a format-v2 RocksDB changelog (its bytes, or the
+    file open for reading: only the header's blocks are read, not the records).
 
     The file is an lz4-java ``LZ4BlockOutputStream`` (Spark's default state compression codec);
     it starts with two Java ``writeUTF`` strings: the changelog format (``v3``, ``v4``) and the
     lineage as JSON, ``[{"version": 4, "checkpointUniqueId": "..."}, ...]``, oldest first.
     """
-    header = _lz4_block_prefix(raw, where, want=4 + 65535 * 2)
+    stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source
+    header = _lz4_block_prefix(stream, where, want=4 + 65535 * 2)
     try:
         (length,) = struct.unpack(">H", header[:2])
         fmt = header[2 : 2 + length].decode()
-        (lineage_length,) = struct.unpack(">H", header[2 + length : 4 + length])
-        text = header[4 + length : 4 + length + lineage_length].decode()
         if fmt in ("v1", "v2"):
             return []  # formats without lineage: the file follows its predecessor version
-        lineage = json.loads(text)
-        return [(int(e["version"]), str(e["checkpointUniqueId"])) for e in lineage]
-    except (struct.error, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+        (lineage_length,) = struct.unpack(">H", header[2 + length : 4 + length])
+        if len(header) < 4 + length + lineage_length:
+            raise NotACheckpointError(f"{where}: truncated changelog header")
+        lineage = json.loads(header[4 + length : 4 + length + lineage_length].decode())
+    except (struct.error, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise NotACheckpointError(f"{where}: unreadable changelog header") from None
+    entries = [_object(e, where, "a lineage entry") for e in _array(lineage, where, "the changelog lineage")]
+    return [
+        (_field(e, "version", int, where), _unique_id(e.get("checkpointUniqueId"), where, "checkpointUniqueId"))
+        for e in entries
+    ]
 
 
-def _lz4_block_prefix(raw: bytes, where: str, want: int) -> bytes:
-    """Decode lz4-java block framing until ``want`` bytes (or the end): the header, not the records."""
+def _lz4_block_prefix(stream: BinaryIO, where: str, want: int) -> bytes:
+    """Decode lz4-java block framing until ``want`` bytes (or the end): the header, not the records.
+
+    A block is ``LZ4Block``, a token (method | level), then little-endian compressed length, decompressed
+    length and checksum; a block of length 0 ends the stream.
+    """
     import lz4.block
 
     out = bytearray()
-    position = 0
-    while position < len(raw) and len(out) < want:
-        if raw[position : position + 8] != b"LZ4Block":
+    while len(out) < want:
+        head = stream.read(21)
+        if not head:
+            break
+        if not b"LZ4Block".startswith(head[:8]):
             raise NotACheckpointError(
                 f"{where} is not lz4-compressed: sparkpoint reads format-v2 changelogs written with "
                 "spark.sql.streaming.stateStore.compression.codec=lz4 (the default)"
             )
-        token = raw[position + 8]
-        compressed, decompressed, _checksum = struct.unpack("<iii", raw[position + 9 : position + 21])
-        position += 21
-        if decompressed == 0:
+        if len(head) < 21:
+            raise NotACheckpointError(f"{where}: truncated lz4 block header")
+        method = head[8] & 0xF0
+        compressed, decompressed, _checksum = struct.unpack("<iii", head[9:21])
+        if decompressed == 0 and compressed == 0:
             break
-        block = raw[position : position + compressed]
-        position += compressed
-        out += block if token & 0xF0 == 0x10 else lz4.block.decompress(block, uncompressed_size=decompressed)
+        # Raw blocks (0x10) hold the bytes as they are; lz4 blocks (0x20) at most lz4's bound of their size.
+        bound = decompressed if method == 0x10 else decompressed + decompressed // 255 + 16
+        if method not in (0x10, 0x20) or not 0 < decompressed <= _LZ4_MAX_BLOCK or not 0 < compressed <= bound:
+            raise NotACheckpointError(f"{where}: corrupt lz4 block header")
+        block = stream.read(compressed)
+        if len(block) < compressed:
+            raise NotACheckpointError(f"{where}: truncated lz4 block")
+        if method == 0x10:
+            out += block
+            continue
+        try:
+            out += lz4.block.decompress(block, uncompressed_size=decompressed)
+        except lz4.block.LZ4BlockError:
+            raise NotACheckpointError(f"{where}: corrupt lz4 block") from None
     return bytes(out)
+
+
+def _is_number(name: str) -> bool:
+    """Only ASCII digits: str.isdigit() takes '²', which int() refuses."""
+    return bool(_DIGITS.fullmatch(name))
 
 
 def _is_temp(name: str) -> bool:
@@ -647,15 +813,39 @@ def _is_temp(name: str) -> bool:
 
 def parse_state_file(name: str) -> tuple[int, str | None, str] | None:
     """(version, unique id or None, kind) of a state file name, or None for other files."""
-    match = _STATE_FILE.match(name)
+    match = _STATE_FILE.fullmatch(name)
     if not match:
         return None
     return int(match.group(1)), match.group(2), match.group(3)
 
 
-def read_zip_member(raw: bytes, member: str) -> bytes:
-    with zipfile.ZipFile(io.BytesIO(raw)) as archive:
-        return archive.read(member)
+def read_zip_member(source: bytes | BinaryIO, member: str, where: str) -> bytes:
+    """One member of a RocksDB checkpoint zip (its bytes, or the file open for reading), read no further
+    than MAX_PARSED_BYTES: a small zip may expand to gigabytes."""
+    stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source
+    try:
+        with zipfile.ZipFile(stream) as archive:
+            info = archive.getinfo(member)
+            if info.flag_bits & 0x1:
+                raise NotACheckpointError(f"{where}: its {member} is encrypted, which Spark never does")
+            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                raise NotACheckpointError(f"{where}: its {member} is compressed in a way Spark never uses")
+            with archive.open(info) as content:
+                raw = content.read(MAX_PARSED_BYTES + 1)  # one byte more says the member is larger
+    except KeyError:
+        raise NotACheckpointError(f"{where} is not a RocksDB checkpoint zip (no {member})") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError):
+        raise NotACheckpointError(f"{where} is not a RocksDB checkpoint zip (corrupt)") from None
+    _bounded(len(raw), f"{where} ({member})")
+    return raw
+
+
+def _bounded(size: int, where: str) -> None:
+    if size > MAX_PARSED_BYTES:
+        raise NotACheckpointError(
+            f"{where} is larger than the {MAX_PARSED_BYTES >> 20} MiB any Spark entry takes: not a Spark file, "
+            "refusing to parse it"
+        )
 
 
 def _ranges(ids: list[int]) -> str:
@@ -665,8 +855,13 @@ def _ranges(ids: list[int]) -> str:
 
 
 def is_checkpoint(storage: Storage, path: str) -> bool:
+    """Whether ``path`` holds a checkpoint. An unreadable directory may hold one: StorageError, never False,
+    so that it is not passed over."""
     try:
-        names = {e.name for e in storage.list(path)}
-    except (FileNotFoundError, NotADirectoryError):
+        with translate_errors(path):
+            if not storage.is_dir(path):
+                return False
+            names = {e.name for e in storage.list(path)}
+    except NotFoundError:
         return False
     return "metadata" in names and "offsets" in names

@@ -91,6 +91,35 @@ def rocksdb_zip(sst_names: list[str]) -> bytes:
     return buffer.getvalue()
 
 
+def zip_metadata(metadata: str | bytes, **options) -> bytes:
+    """A RocksDB checkpoint zip holding only the given ``metadata`` member (ZipFile options: compression...)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", **options) as archive:
+        archive.writestr("metadata", metadata)
+    return buffer.getvalue()
+
+
+def stateless_store(root: Path, committed: int) -> Path:
+    """A checkpoint of one partition, batches 0..committed, whose store directory (returned) holds no state
+    files yet: the test writes RocksDB's."""
+    hdfs_checkpoint(root, committed=committed, partitions=1)
+    store = root / "state" / "0" / "0"
+    for delta in store.glob("*delta*"):
+        delta.unlink()
+    return store
+
+
+def rocksdb_checkpoint(root: Path, latest_zip: bytes, ssts: tuple[str, ...] = ("000008-aaa.sst",)) -> Path:
+    """Batches 0..1 committed; one RocksDB store whose state version 2 is ``latest_zip`` (version 1 names the
+    first of ``ssts``, all of which exist)."""
+    store = stateless_store(root, committed=1)
+    write(store / "1.zip", rocksdb_zip(list(ssts[:1])))
+    write(store / "2.zip", latest_zip)
+    for name in ssts:
+        write(store / "SSTs" / name, b"sst")
+    return root
+
+
 def lz4_block_stream(payload: bytes) -> bytes:
     """lz4-java LZ4BlockOutputStream framing: one compressed block, then the end mark."""
     block = lz4.block.compress(payload, store_size=False)
@@ -99,10 +128,33 @@ def lz4_block_stream(payload: bytes) -> bytes:
     return header + block + end
 
 
-def v2_changelog(lineage: list[tuple[int, str]]) -> bytes:
+def changelog_header(lineage_json: str, fmt: str = "v3") -> bytes:
+    """A format-v2 changelog whose header holds ``lineage_json`` as written (well-formed or not)."""
     def utf(text: str) -> bytes:
         raw = text.encode()
         return struct.pack(">H", len(raw)) + raw
 
-    lineage_json = json.dumps([{"version": v, "checkpointUniqueId": u} for v, u in lineage])
-    return lz4_block_stream(utf("v3") + utf(lineage_json) + b"\x00\x00\x00\x10records")
+    return lz4_block_stream(utf(fmt) + utf(lineage_json) + b"\x00\x00\x00\x10records")
+
+
+def v2_changelog(lineage: list[tuple[int, str]]) -> bytes:
+    return changelog_header(json.dumps([{"version": v, "checkpointUniqueId": u} for v, u in lineage]))
+
+
+def v2_checkpoint(root: Path) -> Path:
+    """Checkpoint format v2 as transformWithState on RocksDB writes it: batches 0..3 committed with unique ids,
+    state version 4 a changelog whose lineage leads to the snapshot zip of version 3, and operator metadata v2
+    naming its schema file by absolute path."""
+    u3, u4 = "00000003-7162-4048-a28c-d9e9fe892389", "00000004-7162-4048-a28c-d9e9fe892389"
+    store = stateless_store(root, committed=3)
+    write(root / "commits" / "3", commit({"0": [[u4]]}))
+    write(store / f"3_{u3}.zip", rocksdb_zip(["000009-c.sst"]))
+    write(store / "SSTs" / "000009-c.sst", b"sst")
+    write(store / f"4_{u4}.changelog", v2_changelog([(3, u3)]))
+    schema = f"file:{root}/state/0/_stateSchema/default/0_{u3}"
+    write(root / "state" / "0" / "_stateSchema" / "default" / f"0_{u3}", b"\x00schema")
+    info = json.loads(operator_metadata("transformWithStateExec", partitions=1).split("\n", 1)[1])
+    info["stateStoreInfo"][0]["stateSchemaFilePaths"] = [schema]
+    info["operatorPropertiesJson"] = json.dumps({"stateVariables": [{"stateName": "counts"}]})
+    write(root / "state" / "0" / "_metadata" / "v2" / "0", "v2\n" + json.dumps(info))
+    return root

@@ -40,8 +40,9 @@ class SavepointInvalidError(SparkpointError):
 
 
 class UnsafeFileError(SavepointInvalidError):
-    """A checkpoint or savepoint holds something other than regular files and directories (a symbolic
-    link, a FIFO, a device): following it could read another owner's file, hang, or never end."""
+    """A checkpoint or savepoint holds something unsafe to follow: an entry other than a regular file or
+    directory (a symbolic link, a FIFO, a device: it could read another owner's file, hang, or never end),
+    or a name read from Spark's files that would lead out of its directory."""
 
 
 class TargetNotEmptyError(SparkpointError):

@@ -181,15 +181,21 @@ class Storage:
     def walk_files(self, root: str) -> Iterator[tuple[str, int]]:
         """(path relative to root, size) of every file below root."""
         if self.local:
-            for directory, dirs, files in os.walk(root):
+            # Unreadable directories fail (os.walk would skip them, and their files be missing from a copy).
+            for directory, dirs, files in os.walk(root, onerror=_unless_vanished):
                 for name in dirs:
                     full = os.path.join(directory, name)
                     if os.path.islink(full):  # os.walk lists it but does not enter it: its files would be lost
                         raise unsafe(full, stat.S_IFLNK)
                 for name in files:
                     full = os.path.join(directory, name)
-                    with contextlib.suppress(FileNotFoundError):
-                        yield os.path.relpath(full, root), os.stat(full, follow_symlinks=False).st_size
+                    try:
+                        info = os.stat(full, follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    if not stat.S_ISREG(info.st_mode):
+                        raise unsafe(full, info.st_mode)
+                    yield os.path.relpath(full, root), info.st_size
             return
         prefix = self.fs._strip_protocol(root).rstrip("/") + "/"
         for full, info in self.fs.find(root, detail=True).items():
@@ -268,6 +274,11 @@ class Storage:
             return os.stat(a).st_dev == os.stat(existing_ancestor(b)).st_dev
         except FileNotFoundError:
             return False
+
+
+def _unless_vanished(error: OSError) -> None:
+    if not isinstance(error, FileNotFoundError):
+        raise error
 
 
 def _gone_already(_function, _path, exc_info) -> None:

@@ -35,7 +35,7 @@ from typing import Any, BinaryIO
 from collections.abc import Iterable, Iterator
 
 from sparkpoint.adapters.storage import Entry, Storage, join, translate_errors
-from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError
+from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError, UnsafeFileError
 
 LOG_DIRS = ("offsets", "commits")
 _DIGITS = re.compile(r"\d+", re.ASCII)
@@ -178,7 +178,7 @@ def _field(data: dict[str, Any], key: str, kind: type, where: str) -> Any:
 def _file_name(value: str, where: str, key: str) -> str:
     """A file name read from a Spark file: used as a path only when it names a file of its own directory."""
     if value in ("", ".", "..") or any(c in value for c in "/\\\x00"):
-        raise NotACheckpointError(f"{where}: {key} {value!r} is an unsafe path, not a file name; refusing to use it")
+        raise UnsafeFileError(f"{where}: {key} {value!r} is an unsafe path, not a file name; refusing to use it")
     return value
 
 
@@ -187,7 +187,7 @@ def _unique_id(value: Any, where: str, key: str) -> str:
     if value is None:
         raise NotACheckpointError(f"{where}: no {key}")
     if not _UNIQUE_ID.fullmatch(_typed(value, str, where, key)):
-        raise NotACheckpointError(f"{where}: {key} {value!r} is not a unique id, an unsafe path; refusing to use it")
+        raise UnsafeFileError(f"{where}: {key} {value!r} is not a unique id, an unsafe path; refusing to use it")
     return value
 
 
@@ -726,7 +726,7 @@ def _relocated(path: str, location_uri: str, where: str) -> str:
     if not match:
         raise NotACheckpointError(f"{where}: unexpected state schema path {path!r}")
     if ".." in match.group(0).split("/"):
-        raise NotACheckpointError(f"{where}: state schema path {path!r} is an unsafe path; refusing to use it")
+        raise UnsafeFileError(f"{where}: state schema path {path!r} is an unsafe path; refusing to use it")
     return location_uri.rstrip("/") + match.group(0)
 
 

@@ -103,7 +103,10 @@ def validate(data: Any, where: str) -> dict[str, Any]:
         raise SavepointInvalidError(f"{where} lists no queries")
     seen = set()
     for query in data["queries"]:
-        name = check_query_name(query.get("name") if isinstance(query, dict) else None)
+        try:
+            name = check_query_name(query.get("name") if isinstance(query, dict) else None)
+        except SavepointInvalidError as exc:
+            raise SavepointInvalidError(f"{where}: {exc}") from None
         _check_fields(query, _QUERY_FIELDS, f"{where}: query {name!r}")
         if name in seen:
             raise SavepointInvalidError(f"{where}: query {name!r} appears twice")

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from sparkpoint.adapters.storage import storage_for
 from sparkpoint.core.checkpoint import (
     MAX_PARSED_BYTES, CheckpointReader, VanishedError, changelog_lineage, relocate_metadata)
-from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError, SparkpointError
+from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError, SparkpointError, UnsafeFileError
 
 
 def plan_of(root, batch_id=None):
@@ -388,7 +388,7 @@ def test_a_path_leaving_the_store_in_a_zips_metadata_is_unsafe_not_a_purge(tmp_p
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc" / "passwd").write_text("root:x:0:0")
     root = rocksdb_checkpoint(tmp_path / "c", rocksdb_zip([name]))
-    with pytest.raises(NotACheckpointError, match=f"^{root}/state/0/0/2.zip: dfsSstFileName .* is an unsafe path"):
+    with pytest.raises(UnsafeFileError, match=f"^{root}/state/0/0/2.zip: dfsSstFileName .* is an unsafe path"):
         plan_of(root)
 
 
@@ -396,18 +396,18 @@ def test_a_path_leaving_the_store_in_a_zips_metadata_is_unsafe_not_a_purge(tmp_p
 def test_a_unique_id_that_would_leave_the_store_is_unsafe_not_a_purge(tmp_path, unique_id):
     root = hdfs_checkpoint(tmp_path / "c", committed=3, partitions=1)
     write(root / "commits" / "3", commit({"0": [[unique_id]]}))
-    with pytest.raises(NotACheckpointError, match=f"^{root}/commits/3: a state unique id .* unsafe path"):
+    with pytest.raises(UnsafeFileError, match=f"^{root}/commits/3: a state unique id .* unsafe path"):
         plan_of(root)
     write(root / "commits" / "3", commit({"0": [["00a4"]]}))
     write(root / "state" / "0" / "0" / "4_00a4.changelog", v2_changelog([(3, unique_id)]))
-    with pytest.raises(NotACheckpointError, match=f"^{root}/state/0/0/4_00a4.changelog: checkpointUniqueId .* unsafe"):
+    with pytest.raises(UnsafeFileError, match=f"^{root}/state/0/0/4_00a4.changelog: checkpointUniqueId .* unsafe"):
         plan_of(root)
 
 
 def test_relocation_refuses_a_schema_path_that_climbs_out():
     raw = ("v2\n" + json.dumps({"stateStoreInfo": [{
         "stateSchemaFilePaths": ["file:/old/state/0/_stateSchema/../../../../etc/passwd"]}]})).encode()
-    with pytest.raises(NotACheckpointError, match="unsafe path"):
+    with pytest.raises(UnsafeFileError, match="unsafe path"):
         relocate_metadata(raw, "file:/new", "v2/0")
 
 

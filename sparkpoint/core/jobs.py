@@ -96,12 +96,14 @@ class Registry:
     def new_job(self, name: str, **fields: Any) -> Job:
         if not _NAME.fullmatch(name):
             raise BadArgumentError(f"job name {name!r}: use letters, digits, '_', '.', '-' (at most 64)")
-        self.root.mkdir(parents=True, exist_ok=True)
+        # A home sparkpoint makes is private: it holds tokens, the applications' arguments and their state.
+        self.root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, exist_ok=True)
         for _ in range(20):
             job_id = f"{name}-{secrets.token_hex(2)}"
             directory = self.root / job_id
             try:
-                directory.mkdir()
+                directory.mkdir(mode=0o700)
                 break
             except FileExistsError:
                 continue

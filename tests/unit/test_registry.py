@@ -36,6 +36,11 @@ def test_every_record_of_a_job_is_private_and_no_temp_file_stays(tmp_path):
     assert not [p for p in Path(job.directory).rglob("*") if p.name.startswith(".")]
 
 
+def test_a_home_sparkpoint_makes_is_private(tmp_path):
+    job = new_job(Registry(str(tmp_path / "home")))
+    assert [mode(tmp_path / "home"), mode(tmp_path / "home" / "jobs"), mode(job.directory)] == [0o700] * 3
+
+
 def test_a_name_with_a_trailing_newline_is_refused(tmp_path):
     with pytest.raises(BadArgumentError, match="job name"):
         new_job(Registry(str(tmp_path)), "q1\n")

@@ -56,3 +56,19 @@ def processes_mentioning(text: str) -> list[int]:
             if text in command and not process_gone(int(entry.name)):
                 found.append(int(entry.name))
     return found
+
+
+def wait_stopped(pid: int, timeout: float = 30.0) -> None:
+    """After SIGSTOP (which is delivered asynchronously): wait until every thread of ``pid`` is stopped, or gone."""
+
+    def thread_still_running(task: Path) -> bool:
+        try:
+            return (task / "stat").read_text().rsplit(") ", 1)[1][0] not in "TtZX"
+        except FileNotFoundError:  # that thread has exited
+            return False
+
+    def all_stopped() -> bool:
+        tasks = Path(f"/proc/{pid}/task")
+        return not tasks.exists() or not any(thread_still_running(t) for t in tasks.iterdir())
+
+    wait_for(all_stopped, timeout=timeout, what=f"process {pid} to stop", interval=0.001)

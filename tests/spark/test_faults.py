@@ -9,6 +9,7 @@ import functools
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -16,10 +17,17 @@ from pathlib import Path
 
 import clitools
 import pytest
+from clitools import wait_for
+
+from sparkpoint.core import manifest as mf
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 KILLS_PER_OPERATION = 12
+# A kill point is retried this often, each time a quarter of the delay, the last time frozen as soon as the
+# work is seen: what makes every point land mid-work, whatever the machine's load.
+ATTEMPTS_PER_POINT = 4
+IDLE_EVERY = 5
 
 
 # Every command here names its paths: no home.
@@ -32,23 +40,36 @@ def catalog(directory: Path) -> list[dict]:
     return json.loads(out)
 
 
-def kill_at_random_point(argv: list[str], watch: Path, pattern: str, rng: random.Random) -> bool:
-    """Start the CLI; SIGKILL it either after a random delay or a few milliseconds after ``pattern`` appears
-    under ``watch`` (the operation is under way). True if it finished before the kill."""
-    process = subprocess.Popen([sys.executable, "-m", "sparkpoint", *argv], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    if rng.random() < 0.3:
-        time.sleep(rng.uniform(0.05, 0.5))
-    else:
-        deadline = time.monotonic() + 30
-        while process.poll() is None and time.monotonic() < deadline and not list(watch.glob(pattern)):
+def kill_mid_work(argv: list[str], under_way, delay: float | None, log: Path) -> tuple[bool, float]:
+    """Start the CLI and wait until ``under_way()`` shows its work has started (its own marker or staging
+    directory, never the clock). With ``delay`` None it runs to the end. Otherwise, ``delay`` seconds later, it is
+    frozen (SIGSTOP) and looked at again: the SIGKILL that follows lands mid-work exactly when the frozen process
+    is still alive and ``under_way()`` still holds. Returns (landed mid-work, seconds its work was seen under
+    way when it finished first). A run that finishes exits 0."""
+    with log.open("w") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "sparkpoint", *argv], stdout=subprocess.DEVNULL,
+                                   stderr=stderr)
+    try:
+        wait_for(lambda: process.poll() is not None or under_way(), timeout=60, interval=0.002,
+                 what=f"{argv[0]} to start its work")
+        seen = time.monotonic()
+        # Polled rather than slept: work that ends within the delay is seen when it does.
+        while process.poll() is None and under_way() and (delay is None or time.monotonic() < seen + delay):
             time.sleep(0.002)
-        time.sleep(rng.uniform(0, 0.03))
-    finished = process.poll() is not None
-    with contextlib.suppress(ProcessLookupError):
-        process.kill()
-    process.wait()
-    return finished and process.returncode == 0
+        window = time.monotonic() - seen
+        if delay is not None and process.poll() is None and under_way():
+            os.kill(process.pid, signal.SIGSTOP)
+            clitools.wait_stopped(process.pid)
+            if process.poll() is None and under_way():
+                return True, 0.0
+            os.kill(process.pid, signal.SIGCONT)  # its work is over: let it exit
+        process.wait(timeout=120)
+        assert process.returncode == 0, f"{argv} exited {process.returncode}: {log.read_text()[-2000:]}"
+        return False, window
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        process.wait()
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -65,9 +86,11 @@ def live_query(spark, tmp_path):
              .groupBy((F.col("value") % 200_000).alias("key")).agg(F.max("timestamp").alias("seen"))
              .writeStream.outputMode("update").format("noop").queryName("live")
              .option("checkpointLocation", str(checkpoint)).trigger(processingTime="200 milliseconds").start())
-    deadline = time.monotonic() + 120
-    while (query.lastProgress or {}).get("batchId", -1) < 3 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    def started():
+        assert query.exception() is None, query.exception()
+        return (query.lastProgress or {}).get("batchId", -1) >= 3
+
+    wait_for(started, what="the live query's batch 3")
     yield query, checkpoint
     query.stop()
 
@@ -77,10 +100,11 @@ def test_the_cli_killed_at_random_points(live_query, tmp_path):
     rng = random.Random(20261122)
     savepoints = tmp_path / "savepoints"
     savepoints.mkdir()
-    counts = {"savepoint": [0, 0], "restore": [0, 0], "dispose": [0, 0], "prune": [0, 0]}  # [killed, finished]
-
-    def account(operation, finished):
-        counts[operation][1 if finished else 0] += 1
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    # Per operation: points, points that landed mid-work, runs that finished before the kill.
+    counts = {op: [0, 0, 0] for op in ("savepoint", "restore", "dispose", "prune")}
+    observed = {}  # per operation: seconds its work was seen under way in the last run that finished
 
     def check_catalog():
         for entry in catalog(savepoints):
@@ -88,41 +112,95 @@ def test_the_cli_killed_at_random_points(live_query, tmp_path):
                 code, _, err = cli("verify", entry["path"])
                 assert code == 0, f"a listed savepoint does not verify: {err}"
 
-    for _ in range(KILLS_PER_OPERATION):
-        account("savepoint", kill_at_random_point(
-            ["savepoint", "--from-checkpoint", str(checkpoint), str(savepoints), "--job", "live"], savepoints,
-            "*/_sparkpoint_inprogress", rng))
-        check_catalog()
-    code, out, err = cli("savepoint", "-o", "json", "--from-checkpoint", str(checkpoint), str(savepoints), "--job", "live")
-    assert code == 0, err
-    whole = json.loads(out)["path"]
+    def take():
+        code, out, err = cli("savepoint", "-o", "json", "--from-checkpoint", str(checkpoint), str(savepoints),
+                             "--job", "live")
+        assert code == 0, err
+        return json.loads(out)["path"]
 
-    assert cli("restore", whole, str(tmp_path / "reference"))[0] == 0
-    reference = tree(tmp_path / "reference" / checkpoint.name)
-    for attempt in range(KILLS_PER_OPERATION):
-        target = tmp_path / f"restored-{attempt}"
-        finished = kill_at_random_point(["restore", whole, str(target)], tmp_path, f"restored-{attempt}/.*restoring*",
-                                        rng)
-        account("restore", finished)
+    def kill_point(operation, prepare, check):
+        """One kill point: a random delay inside the operation's observed duration (the last run left to
+        finish). A run that finishes first is checked like the others, then the point is tried again on new
+        work with a quarter of the delay, the last time with none (frozen as soon as its work is seen)."""
+        counts[operation][0] += 1
+        delay = rng.uniform(0, observed[operation])
+        for attempt in range(ATTEMPTS_PER_POINT):
+            argv, under_way = prepare()
+            landed, window = kill_mid_work(argv, under_way, delay if attempt < ATTEMPTS_PER_POINT - 1 else 0,
+                                           logs / f"{operation}.log")
+            counts[operation][1 if landed else 2] += 1
+            if not landed:
+                observed[operation] = window
+            check()
+            if landed:
+                return
+            delay /= 4
+
+    def new_directories(before):
+        return [d for d in savepoints.iterdir() if d not in before]
+
+    def savepoint_run():
+        before = set(savepoints.iterdir())
+        return (["savepoint", "--from-checkpoint", str(checkpoint), str(savepoints), "--job", "live"],
+                lambda: any((d / mf.IN_PROGRESS).exists() for d in new_directories(before)))
+
+    observed["savepoint"] = kill_mid_work(*savepoint_run(), None, logs / "savepoint.log")[1]
+    for _ in range(KILLS_PER_OPERATION):
+        kill_point("savepoint", savepoint_run, check_catalog)
+    whole = take()
+
+    targets = []
+
+    def restore_run():
+        target = tmp_path / f"restored-{len(targets)}"
+        targets.append(target)
+        # Staged in a hidden sibling, renamed into place at the end.
+        return ["restore", whole, str(target)], lambda: bool(list(target.glob(".*restoring*")))
+
+    def check_restore():
         # Whatever the moment of the kill, the checkpoint is there whole (renamed into place), or not at all:
         # then the same target takes a restore again.
-        restored = target / checkpoint.name
+        restored = targets[-1] / checkpoint.name
         if not restored.exists():
-            code, _, err = cli("restore", whole, str(target))
+            code, _, err = cli("restore", whole, str(targets[-1]))
             assert code == 0, err
         assert tree(restored) == reference
         assert cli("verify", whole)[0] == 0
 
-    extra = [json.loads(cli("savepoint", "-o", "json", "--from-checkpoint", str(checkpoint), str(savepoints),
-                            "--job", "live")[1])["path"] for _ in range(KILLS_PER_OPERATION)]
-    for path in extra:
-        account("dispose", kill_at_random_point(["savepoint", "--dispose", path], Path(path), "_sparkpoint_disposing",
-                                                rng))
-        check_catalog()
+    observed["restore"] = kill_mid_work(*restore_run(), None, logs / "restore.log")[1]
+    reference = tree(targets[-1] / checkpoint.name)
+    for _ in range(KILLS_PER_OPERATION):
+        kill_point("restore", restore_run, check_restore)
+
+    def dispose_run():
+        path = Path(take())
+        # Under way from its marker until the directory is gone (rmtree may remove the marker early).
+        return ["savepoint", "--dispose", str(path)], lambda: path.exists() and (
+            (path / mf.DISPOSING).exists() or not (path / mf.MANIFEST).exists())
+
+    observed["dispose"] = kill_mid_work(*dispose_run(), None, logs / "dispose.log")[1]
+    for _ in range(KILLS_PER_OPERATION):
+        kill_point("dispose", dispose_run, check_catalog)
+
+    def complete():
+        return [d for d in savepoints.iterdir() if (d / mf.MANIFEST).exists() and not (d / mf.DISPOSING).exists()]
+
+    def prune_run():
+        while len(complete()) < 4:  # work for this run: a finished prune leaves one
+            take()
+        before = set(savepoints.iterdir())
+        # Under way once it has deleted or marked something, and still has complete savepoints to delete.
+        return ["prune", "--dir", str(savepoints), "--keep-last", "1"], lambda: len(complete()) >= 2 and any(
+            not d.exists() or (d / mf.DISPOSING).exists() for d in before)
+
+    observed["prune"] = observed["dispose"]  # a prune disposes of at least one
     for _ in range(3):
-        account("prune", kill_at_random_point(["prune", "--dir", str(savepoints), "--keep-last", "1"], savepoints,
-                                              "*/_sparkpoint_disposing", rng))
-        check_catalog()
+        kill_point("prune", prune_run, check_catalog)
+    print("CLI SIGKILLed at points inside the observed durations (points / landed mid-work / finished first): "
+          + ", ".join(f"{op} {p}/{k}/{f}" for op, (p, k, f) in counts.items()))
+    # The lower bound the retries make hold: every point landed mid-work, at the latest when frozen as soon
+    # as its work was seen.
+    assert {op: k for op, (_, k, _) in counts.items()} == {op: p for op, (p, _, _) in counts.items()}, counts
 
     code, out, err = cli("prune", "-o", "json", "--dir", str(savepoints), "--keep-last", "1")
     assert code == 0, err
@@ -140,9 +218,9 @@ def test_the_cli_killed_at_random_points(live_query, tmp_path):
         target = tmp_path / f"raced-{attempt}"
         restore = subprocess.Popen([sys.executable, "-m", "sparkpoint", "restore", saved, str(target)],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 30  # the prune starts once the restore is copying
-        while restore.poll() is None and not list(target.glob(".*restoring*")) and time.monotonic() < deadline:
-            time.sleep(0.002)
+        # The prune starts once the restore is copying (or is over already).
+        wait_for(lambda r=restore, t=target: r.poll() is not None or list(t.glob(".*restoring*")), timeout=60,
+                 interval=0.002, what="the restore to start copying")
         # In this process: a CLI's start-up would let a small restore finish first.
         pruned = catalog_api.prune(str(savepoints), keep_last=0, max_age=None, job="raced")
         assert [d["path"] for d in pruned["deleted"]] == [saved]
@@ -155,8 +233,6 @@ def test_the_cli_killed_at_random_points(live_query, tmp_path):
             assert not (target / checkpoint.name).exists()
     assert query.isActive and query.exception() is None  # the running query never noticed
     print(f"prune racing a restore of the same savepoint: exit statuses {outcomes}")
-    print("CLI SIGKILLed (killed before the end / finished first): "
-          + ", ".join(f"{op} {k}/{f}" for op, (k, f) in counts.items()))
 
 
 def _mount_tmpfs(path: Path, size: str) -> None:
@@ -208,7 +284,7 @@ ROOM_APP = str(Path(__file__).parent / "apps" / "room_counts.py")
 
 
 def test_driver_killed_mid_operation_then_recovered_and_forked_twice_at_once(tmp_path):
-    from clitools import cli_json, processes_mentioning, wait_for
+    from clitools import cli_json, processes_mentioning
     from test_managed_jobs import expected_counts, feed, outputs
 
     home, inputs = tmp_path / "home", tmp_path / "in"
@@ -272,7 +348,9 @@ def test_driver_killed_mid_operation_then_recovered_and_forked_twice_at_once(tmp
 def test_fifty_savepoints_racing_spark_retention(spark, tmp_path, retention_confs):
     """minBatchesToRetain=2, snapshots every 2 versions, maintenance every second (the shared session),
     sub-second batches: 50 savepoints in a row, each one valid (restore + continue gives the uninterrupted
-    run's output and state) or refused with a clear error. Lost: must be zero."""
+    run's output and state) or refused with a clear error (exit status 8). Lost: must be zero. Every
+    IDLE_EVERY-th one is taken while the query has processed all its input and no trigger runs: Spark
+    purges nothing then, so that one must be taken (a lower bound that does not depend on timing)."""
     import workloads
     from test_differential import final_state, savepoint_of
     from workloads import AGGRESSIVE_RETENTION
@@ -287,30 +365,44 @@ def test_fifty_savepoints_racing_spark_retention(spark, tmp_path, retention_conf
 
     inputs, checkpoint = str(tmp_path / "in"), str(tmp_path / "ckpt")
     query = workloads.start_live(spark, workload, inputs, checkpoint)
-    while (query.lastProgress or {}).get("batchId", -1) < 1:
-        time.sleep(0.05)
-    taken, refused, next_batch = [], [], 2
+
+    def processed(files: int):
+        """A wait_for condition: the query has processed its first ``files`` input files (one a batch) and
+        no trigger is running; it raises at once if the query died, instead of waiting for nothing."""
+        def condition():
+            assert query.exception() is None and query.isActive, f"the live query died: {query.exception()}"
+            progress = query.lastProgress  # the file source's offset counts its batches: one file each
+            done = json.loads(progress["sources"][0]["endOffset"])["logOffset"] + 1 if progress else 0
+            return done >= files and not query.status["isTriggerActive"]
+        return condition
+
+    def stuck(files: int) -> str:
+        return f"input file {files - 1} to be processed (status {query.status}, last progress {query.lastProgress})"
+
+    wait_for(processed(2), what=stuck(2))
+    taken, refused, idle, next_batch = [], [], [], 2
     try:
-        for _ in range(attempts):
+        for attempt in range(attempts):
             if next_batch < batches:
                 workloads.add_batches(inputs, workload, range(next_batch, next_batch + 1))
                 next_batch += 1
+            if attempt % IDLE_EVERY == 0:
+                wait_for(processed(next_batch), what=stuck(next_batch))
+                idle.append(attempt)
             try:
-                taken.append(savepoint_of(checkpoint, "q", str(tmp_path / "savepoints")))
+                taken.append((attempt, savepoint_of(checkpoint, "q", str(tmp_path / "savepoints"))))
             except CutUnavailableError as exc:
-                refused.append(str(exc))
-            time.sleep(0.15)
+                refused.append((attempt, exc.exit_code, str(exc)))
+            time.sleep(0.15)  # pacing, not ordering: the next batch races the next savepoint either way
         workloads.add_batches(inputs, workload, range(next_batch, batches))
-        # Bounded, with what the query was doing: once, in CI, this waited 900 s on a query that made no
-        # progress (not understood yet; see the README's known limits).
-        deadline = time.monotonic() + 300
-        while (query.lastProgress or {}).get("batchId", -1) < batches - 1 and query.exception() is None:
-            assert time.monotonic() < deadline, (f"the live query stopped progressing: active {query.isActive}, "
-                                                 f"status {query.status}, last batch {query.lastProgress and query.lastProgress['batchId']}")
-            time.sleep(0.1)
+        wait_for(processed(batches), timeout=300, what=stuck(batches))
     finally:
         query.stop()
     assert query.exception() is None
+    # The lower bound: nothing is purged under a savepoint of an idle query.
+    assert [a for a in idle if a not in {a for a, _ in taken}] == [], refused
+    assert all(code == 8 and "purged" in reason and "\n" not in reason for _, code, reason in refused), refused
+    taken = [saved for _, saved in taken]
 
     # Savepoints whose files are byte-identical (same paths, same digests) behave identically: each
     # distinct one is restored and continued; the others are counted with it, by their digests.
@@ -325,9 +417,8 @@ def test_fifty_savepoints_racing_spark_retention(spark, tmp_path, retention_conf
                                 and final_state(spark, restored) == expected_state)
         if not checked[content]:
             lost.append(saved.query("q")["batch_id"])
-    assert all("purged" in reason and "\n" not in reason for reason in refused), refused
-    print(f"retention race: {attempts} savepoints, {len(taken)} valid (restored and continued identically; "
-          f"{len(checked)} distinct contents restored), "
+    print(f"retention race: {attempts} savepoints ({len(idle)} of an idle query), {len(taken)} valid (restored and "
+          f"continued identically; {len(checked)} distinct contents restored), "
           f"{len(refused)} refused, {len(lost)} lost; cuts {[s.query('q')['batch_id'] for s in taken]}")
     assert lost == [] and len(taken) + len(refused) == attempts
 

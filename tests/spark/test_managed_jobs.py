@@ -233,5 +233,12 @@ def test_list_ui_shows_queries_of_an_application_sparkpoint_did_not_launch(tmp_p
     finally:
         app.kill()
         app.wait()
+
+    def closed():
+        # The UI is the JVM's, a child of the app: it goes a little after the app, when it sees its stdin close.
+        with socket.socket() as client:
+            return client.connect_ex(("127.0.0.1", port)) != 0
+
+    wait_for(closed, timeout=60, what=f"the Spark UI on port {port} to close")
     code, _, err = cli(tmp_path / "home", "list", "--ui", f"http://127.0.0.1:{port}")
     assert code == 12 and "no Spark UI answers" in err

@@ -32,7 +32,11 @@ def write_batch_files(directory: str, batch: int, side: int = 0, rows: int = 12)
     """One input file = one batch. Keys repeat across batches; ids repeat in pairs (for dedup)."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"part-{batch:04d}.json")
-    with open(path + ".tmp", "w") as handle:
+    # Hidden (a leading dot) until renamed: the file source lists `part-N.json.tmp` too, and one seen while
+    # empty, with today's time, makes it drop every later file as older than maxFileAge (7 days before it):
+    # a live query then stops making progress without an error.
+    temporary = os.path.join(directory, f".part-{batch:04d}.json.tmp")
+    with open(temporary, "w") as handle:
         for j in range(rows):
             record = {"key": f"k{(batch * 5 + j * 3 + side) % 4}", "value": batch * 100 + j,
                       "id": f"{(batch * rows + j) // 2}", "ts": batch * 10 + j}
@@ -40,9 +44,9 @@ def write_batch_files(directory: str, batch: int, side: int = 0, rows: int = 12)
     # The file source orders files by modification time: files written in the same instant tie and
     # are taken in any order. A time derived from the batch number makes the cut deterministic.
     stamp = BASE_MTIME + batch
-    os.utime(path + ".tmp", (stamp, stamp))
+    os.utime(temporary, (stamp, stamp))
     # The file source must never see a half-written file.
-    os.rename(path + ".tmp", path)
+    os.rename(temporary, path)
 
 
 def _stream(spark, directory: str):

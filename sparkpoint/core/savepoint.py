@@ -210,9 +210,20 @@ def _discard(storage: Storage, path: str) -> None:
     """Remove a savepoint that did not complete. If that fails too, its marker lets prune finish the job."""
     try:
         storage.remove_file(join(path, mf.MANIFEST))
-        storage.remove_tree(path)
+        _remove_marker_last(storage, path, mf.IN_PROGRESS)
     except Exception:  # noqa: BLE001 - the original error is the one to report
         pass
+
+
+def _remove_marker_last(storage: Storage, path: str, marker: str) -> None:
+    """Remove a savepoint directory whose ``marker`` says it is sparkpoint's, the marker last: removing
+    the tree at once could take the marker first, and a crash then leave files nobody recognises."""
+    for entry in storage.list(path, foreign=True):
+        if entry.name != marker:
+            entry_path = join(path, entry.name)
+            storage.remove_tree(entry_path) if entry.is_dir else storage.remove_file(entry_path)
+    storage.remove_file(join(path, marker))
+    storage.remove_tree(path)
 
 
 def _plan(storage: Storage, source: QuerySource, batch_id: int | None, attempts: int) -> Plan:
@@ -694,7 +705,7 @@ def dispose(path: str, storage_options: dict | None = None) -> dict[str, Any]:
         # Marker first, manifest next: a crash from here on leaves a directory prune recognises.
         storage.write_atomic(join(path, mf.DISPOSING), b'{"reason": "dispose"}')
         storage.remove_file(join(path, mf.MANIFEST))
-        storage.remove_tree(path)
+        _remove_marker_last(storage, path, mf.DISPOSING)
     return {"path": path, "id": info.get("id", basename(path)), "disposed": True, "bytes": info.get("bytes", 0)}
 
 

@@ -206,6 +206,10 @@ def test_the_cli_killed_at_random_points(live_query, tmp_path):
     assert code == 0, err
     left = catalog(savepoints)
     assert [e["status"] for e in left] == ["complete"], left  # leftovers of every kill cleaned up
+    # ...and none that the catalog cannot see: a kill never leaves files without a manifest or a marker.
+    listed = {Path(e["path"]).name for e in left}
+    unlisted = [d for d in savepoints.rglob("savepoint-*") if d.is_dir() and d.name not in listed and any(d.iterdir())]
+    assert not unlisted, unlisted
 
     # A prune that deletes the very savepoint a restore is reading: the restore ends whole, or fails
     # clearly and leaves nothing Spark would start from.

@@ -191,6 +191,7 @@ def test_a_stop_that_ends_the_application_still_gets_its_outcome(tmp_path):
     registry = Registry(str(tmp_path))
     job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
     finished = threading.Event()
+    answered = threading.Event()
 
     class EndingQuery:
         name, id = "alarms", "6a1b0c5e-0000-4000-8000-000000000001"
@@ -201,10 +202,11 @@ def test_a_stop_that_ends_the_application_still_gets_its_outcome(tmp_path):
         def stop(self):
             # The application's main thread returns from awaitTermination and the bootstrap finishes.
             threading.Thread(target=lambda: (running.finish(0, None), finished.set())).start()
-            time.sleep(1.0)  # still stopping when the request is answered: its reply cannot hold the outcome
+            answered.wait(30)  # still stopping when the request is answered: its reply cannot hold the outcome
 
     running, client = started_agent(registry, job, [EndingQuery()])
     assert client.request_stop(5)["done"] is False
+    answered.set()
     deadline = time.monotonic() + 10
     while "stop" not in read_agent_file(job.directory):  # the final record, with the stop's outcome
         assert time.monotonic() < deadline, "the agent never wrote its final record"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -72,3 +73,10 @@ def wait_stopped(pid: int, timeout: float = 30.0) -> None:
         return not tasks.exists() or not any(thread_still_running(t) for t in tasks.iterdir())
 
     wait_for(all_stopped, timeout=timeout, what=f"process {pid} to stop", interval=0.001)
+
+
+def closed_port() -> int:
+    """A port nothing listens on: one the system just handed out, closed again."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

@@ -9,6 +9,7 @@ import stat
 
 import pytest
 import requests
+from clitools import closed_port
 
 from sparkpoint.adapters.agent_client import AgentClient
 from sparkpoint.core.jobs import Registry, read_agent_file
@@ -84,13 +85,6 @@ def test_client_errors_are_sparkpoint_errors(agent):
         AgentClient(*running.address, job.id, "wrong").status()
     with pytest.raises(JobNotRunningError, match="does not answer"):
         AgentClient("127.0.0.1", closed_port(), job.id, "x", timeout=0.5).status()
-
-
-def closed_port() -> int:
-    """A port nothing listens on: one the system just handed out, closed again."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def raw_request(agent_, head: str) -> bytes:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from clitools import closed_port
 from checkpoints import hdfs_checkpoint, offsets, write
 
 from sparkpoint.cli.main import cli, main
@@ -184,7 +185,7 @@ def test_ambiguous_job_prefixes_and_drivers_that_do_not_answer(capsys, home, tmp
     job = jobs[0]
     job.pid, job.pid_start = os.getpid(), process_start(os.getpid())
     registry.save(job)
-    write_agent_file(job.directory, {"state": "running", "host": "127.0.0.1", "port": 9, "pid": os.getpid()})
+    write_agent_file(job.directory, {"state": "running", "host": "127.0.0.1", "port": closed_port(), "pid": os.getpid()})
     for command in ("savepoint", "stop"):
         code, _, err = run(capsys, command, job.id)
         assert code == 12 and "does not answer" in err and len(err.strip().splitlines()) == 1, err

@@ -13,6 +13,7 @@ from pathlib import Path
 import sys
 
 import pytest
+from clitools import closed_port
 from checkpoints import hdfs_checkpoint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -270,7 +271,8 @@ def test_a_cluster_directory_with_garbage_pid_files(capsys, tmp_path, command, p
         (cluster / "pids" / f"{role}.pid").write_text(pid)
     # Ports nobody listens on: the master's status page does not answer.
     check(capsys, tmp_path, "cluster", command, "--dir", cluster,
-          *(["--master-port", "9", "--master-ui-port", "9"] if command == "status" else []), may_write=(cluster,))
+          *(["--master-port", str(closed_port()), "--master-ui-port", str(closed_port())] if command == "status" else []),
+          may_write=(cluster,))
 
 
 # --- through real processes ---------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ def test_wrong_credentials_and_a_dead_endpoint_are_one_clear_line(s3, tmp_path):
 
     for broken, expected in (({"AWS_SECRET_ACCESS_KEY": "wrong"}, "refused access"),
                              ({"AWS_ACCESS_KEY_ID": "AKIANOBODY"}, "refused access"),
-                             ({"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}, "cannot use s3://")):
+                             ({"AWS_ENDPOINT_URL": f"http://127.0.0.1:{clitools.closed_port()}"}, "cannot use s3://")):
         code, _, err = cli({**good, **broken}, "savepoint", "--from-checkpoint", str(checkpoint), "--job", "refused")
         assert code == 9, err
         lines = err.strip().splitlines()

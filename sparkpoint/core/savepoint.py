@@ -41,7 +41,7 @@ from sparkpoint.adapters.storage import (
 from sparkpoint.core import manifest as mf
 from sparkpoint.core import transfer
 from sparkpoint.core.times import iso
-from sparkpoint.core.checkpoint import CheckpointReader, Plan, VanishedError, is_checkpoint, relocate_metadata
+from sparkpoint.spark.checkpoint import CheckpointReader, Plan, VanishedError, is_checkpoint, relocate_metadata
 from sparkpoint.errors import (
     BadArgumentError,
     CutUnavailableError,

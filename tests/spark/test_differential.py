@@ -12,8 +12,8 @@ from workloads import WORKLOADS
 
 from sparkpoint.adapters.storage import storage_for
 from sparkpoint.core import savepoint as sp
-from sparkpoint.core.checkpoint import CheckpointReader
-from sparkpoint.core.state_rows import read_options, state_frame
+from sparkpoint.spark.checkpoint import CheckpointReader
+from sparkpoint.spark.state_rows import read_options, state_frame
 
 pytestmark = pytest.mark.spark
 

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparkpoint.adapters.storage import storage_for
-from sparkpoint.core.checkpoint import (
+from sparkpoint.spark.checkpoint import (
     MAX_PARSED_BYTES, CheckpointReader, VanishedError, changelog_lineage, relocate_metadata)
 from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError, SparkpointError, UnsafeFileError
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkpoint.core import state_rows
+from sparkpoint.spark import state_rows
 from sparkpoint.errors import EnvironmentSetupError
 
 REPO = Path(__file__).resolve().parents[2]

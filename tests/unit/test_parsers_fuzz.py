@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkpoint.core import manifest as mf
-from sparkpoint.core.checkpoint import (
+from sparkpoint.spark.checkpoint import (
     changelog_lineage,
     parse_commit,
     parse_offsets,

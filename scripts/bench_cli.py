@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sparkpoint.core import manifest as mf
+from sparkpoint.savepoints import manifest as mf
 from sparkpoint.core.jobs import Registry, write_agent_file
 
 

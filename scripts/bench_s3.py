@@ -33,7 +33,7 @@ from bench_savepoint import RUNS, median_seconds  # noqa: E402
 from s3server import BUCKET, S3Server  # noqa: E402
 
 from sparkpoint.adapters.storage import storage_for  # noqa: E402
-from sparkpoint.core import savepoint as sp  # noqa: E402
+from sparkpoint.savepoints import savepoint as sp  # noqa: E402
 
 
 def main() -> None:

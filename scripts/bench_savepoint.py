@@ -39,7 +39,7 @@ os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 os.environ["PYSPARK_PYTHON"] = sys.executable
 
 from sparkpoint.adapters.storage import storage_for  # noqa: E402
-from sparkpoint.core import savepoint as sp  # noqa: E402
+from sparkpoint.savepoints import savepoint as sp  # noqa: E402
 
 MB = 1_000_000
 RUNS = 3

@@ -1,4 +1,4 @@
-"""savepoints and prune: thin commands over sparkpoint.core.catalog."""
+"""savepoints and prune: thin commands over sparkpoint.savepoints.catalog."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ pass_app = click.make_pass_decorator(AppContext)
 @pass_app
 def savepoints_cmd(app, job, directory, output):
     """List savepoints, newest first, with incomplete leftovers that prune removes."""
-    from sparkpoint.core import catalog
+    from sparkpoint.savepoints import catalog
 
     settings = app.settings
     entries = catalog.scan(directory or settings.savepoints_dir(), settings.storage_options)
@@ -57,7 +57,7 @@ def prune_cmd(app, keep_last, max_age, job, directory, dry_run, output):
     than DURATION. Savepoints whose creation or disposal was interrupted are removed too; one
     still being written (its process alive) is left alone.
     """
-    from sparkpoint.core import catalog
+    from sparkpoint.savepoints import catalog
 
     settings = app.settings
     result = catalog.prune(

@@ -1,4 +1,4 @@
-"""savepoint, restore, verify, inspect: thin commands over sparkpoint.core.savepoint."""
+"""savepoint, restore, verify, inspect: thin commands over sparkpoint.savepoints.savepoint."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
     The savepoint is written to TARGET_DIR/<savepoint-id>, by default below the home's savepoints/<job>/.
     """
     from sparkpoint.adapters.storage import basename, join, storage_for
-    from sparkpoint.core import catalog, control, savepoint
+    from sparkpoint.savepoints import catalog, savepoint
+    from sparkpoint.core import control
 
     settings = app.settings
     if checkpoint and dispose_path:
@@ -123,7 +124,7 @@ def restore_cmd(app, savepoint_ref, checkpoint_dir, claim, mode, query, output):
     spark.sql.streaming.checkpointLocation=CHECKPOINT_DIR and .queryName(<query name>).
     The savepoint itself is never modified (unless --claim). The targets must be new or empty.
     """
-    from sparkpoint.core import catalog, savepoint
+    from sparkpoint.savepoints import catalog, savepoint
 
     settings = app.settings
     loaded = savepoint.load(catalog.resolve(savepoint_ref, settings.savepoints_dir(), settings.storage_options),
@@ -147,7 +148,7 @@ def _render_restored(data: dict) -> None:
 @pass_app
 def verify_cmd(app, savepoint_ref, output):
     """Check that every file of SAVEPOINT is present and matches its checksum (exit 6 if not)."""
-    from sparkpoint.core import catalog, savepoint
+    from sparkpoint.savepoints import catalog, savepoint
 
     settings = app.settings
     loaded = savepoint.load(catalog.resolve(savepoint_ref, settings.savepoints_dir(), settings.storage_options),
@@ -173,7 +174,7 @@ def _render_verified(data: dict) -> None:
 @pass_app
 def inspect_cmd(app, savepoint_ref, with_state, limit, output):
     """Show a savepoint: its cut, source offsets, operators and sizes, optionally the state rows."""
-    from sparkpoint.core import catalog, savepoint
+    from sparkpoint.savepoints import catalog, savepoint
 
     settings = app.settings
     loaded = savepoint.load(catalog.resolve(savepoint_ref, settings.savepoints_dir(), settings.storage_options),

@@ -23,7 +23,7 @@ from sparkpoint.adapters import spark_submit
 from sparkpoint.adapters.standalone import DRIVER_STATES, StandaloneMaster, submission_properties
 from sparkpoint.adapters.storage import join, storage_for
 from sparkpoint.config import Settings
-from sparkpoint.core import catalog, savepoint
+from sparkpoint.savepoints import catalog, savepoint
 from sparkpoint.core.jobs import (
     ACTIVE_STATES,
     Job,

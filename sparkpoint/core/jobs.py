@@ -36,7 +36,7 @@ from sparkpoint.config import Settings
 from sparkpoint.core.times import iso
 from sparkpoint.errors import BadArgumentError, CorruptRecordError, JobNotRunningError, NotFoundError, SparkpointError
 
-# The savepoint commit marker (sparkpoint.core.manifest.MANIFEST); not imported, to keep `list` light.
+# The savepoint commit marker (sparkpoint.savepoints.manifest.MANIFEST); not imported, to keep `list` light.
 MANIFEST = "manifest.json"
 JOB_FILE = "job.json"
 AGENT_FILE = "agent.json"

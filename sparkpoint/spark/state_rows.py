@@ -56,7 +56,7 @@ def spark_session():
 
 def read(savepoint, limit: int = 20) -> list[dict[str, Any]]:
     """Row count, columns and the first ``limit`` rows of every store of every query."""
-    from sparkpoint.core.savepoint import restore
+    from sparkpoint.savepoints.savepoint import restore
 
     spark = spark_session()
     out: list[dict[str, Any]] = []

@@ -11,7 +11,7 @@ import workloads
 from workloads import WORKLOADS
 
 from sparkpoint.adapters.storage import storage_for
-from sparkpoint.core import savepoint as sp
+from sparkpoint.savepoints import savepoint as sp
 from sparkpoint.spark.checkpoint import CheckpointReader
 from sparkpoint.spark.state_rows import read_options, state_frame
 

@@ -19,7 +19,7 @@ import clitools
 import pytest
 from clitools import wait_for
 
-from sparkpoint.core import manifest as mf
+from sparkpoint.savepoints import manifest as mf
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -213,7 +213,7 @@ def test_the_cli_killed_at_random_points(live_query, tmp_path):
 
     # A prune that deletes the very savepoint a restore is reading: the restore ends whole, or fails
     # clearly and leaves nothing Spark would start from.
-    from sparkpoint.core import catalog as catalog_api
+    from sparkpoint.savepoints import catalog as catalog_api
 
     outcomes = []
     for attempt in range(4):
@@ -428,6 +428,6 @@ def test_fifty_savepoints_racing_spark_retention(spark, tmp_path, retention_conf
 
 
 def sp_restore(saved, target: Path) -> str:
-    from sparkpoint.core import savepoint as sp
+    from sparkpoint.savepoints import savepoint as sp
 
     return sp.restore(saved, str(target), mode="copy")["queries"][0]["checkpoint"]

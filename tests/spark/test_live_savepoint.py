@@ -12,7 +12,7 @@ import workloads
 from test_differential import final_state, savepoint_of
 from workloads import AGGRESSIVE_RETENTION, WORKLOADS
 
-from sparkpoint.core import savepoint as sp
+from sparkpoint.savepoints import savepoint as sp
 from sparkpoint.errors import CutUnavailableError
 
 pytestmark = pytest.mark.spark

@@ -12,7 +12,7 @@ from clitools import closed_port
 from checkpoints import hdfs_checkpoint, offsets, write
 
 from sparkpoint.cli.main import cli, main
-from sparkpoint.core import manifest as mf
+from sparkpoint.savepoints import manifest as mf
 
 
 def run(capsys, *args):
@@ -350,7 +350,7 @@ def test_an_unexpected_exception_is_one_line_saying_it_is_a_bug(capsys, monkeypa
     def broken(*args, **kwargs):
         raise ZeroDivisionError("boom\x1b[2J")
 
-    monkeypatch.setattr("sparkpoint.core.catalog.scan", broken)
+    monkeypatch.setattr("sparkpoint.savepoints.catalog.scan", broken)
     monkeypatch.delenv("SPARKPOINT_DEBUG", raising=False)
     assert catalog_cmds  # the command imports scan at call time: the patch is what it calls
     code, out, err = run(capsys, "savepoints")

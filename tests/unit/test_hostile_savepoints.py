@@ -15,9 +15,10 @@ import pytest
 from checkpoints import hdfs_checkpoint
 
 from sparkpoint.adapters.storage import storage_for
-from sparkpoint.core import catalog, control, transfer
-from sparkpoint.core import manifest as mf
-from sparkpoint.core import savepoint as sp
+from sparkpoint.savepoints import catalog
+from sparkpoint.core import control, transfer
+from sparkpoint.savepoints import manifest as mf
+from sparkpoint.savepoints import savepoint as sp
 from sparkpoint.errors import (
     NotFoundError,
     SavepointInvalidError,

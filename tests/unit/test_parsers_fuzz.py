@@ -11,7 +11,7 @@ from checkpoints import changelog_header, zip_metadata
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkpoint.core import manifest as mf
+from sparkpoint.savepoints import manifest as mf
 from sparkpoint.spark.checkpoint import (
     changelog_lineage,
     parse_commit,

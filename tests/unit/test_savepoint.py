@@ -9,8 +9,8 @@ import pytest
 from checkpoints import commit, hdfs_checkpoint, offsets, write
 
 from sparkpoint.adapters.storage import Storage, storage_for
-from sparkpoint.core import manifest as mf
-from sparkpoint.core import savepoint as sp
+from sparkpoint.savepoints import manifest as mf
+from sparkpoint.savepoints import savepoint as sp
 from sparkpoint.errors import (
     BadArgumentError,
     CutUnavailableError,

@@ -20,8 +20,8 @@ from typing import Any
 from collections.abc import Callable
 
 from sparkpoint.adapters.storage import Storage, is_url, join, storage_for, translate_errors
-from sparkpoint.core import manifest as mf
-from sparkpoint.core import savepoint as sp
+from sparkpoint.savepoints import manifest as mf
+from sparkpoint.savepoints import savepoint as sp
 from sparkpoint.core.jobs import pid_alive
 from sparkpoint.core.times import iso, parse_iso
 from sparkpoint.errors import BadArgumentError, NotFoundError, SparkpointError

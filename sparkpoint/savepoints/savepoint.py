@@ -38,7 +38,7 @@ from sparkpoint.adapters.storage import (
     translate_errors,
     unsafe,
 )
-from sparkpoint.core import manifest as mf
+from sparkpoint.savepoints import manifest as mf
 from sparkpoint.core import transfer
 from sparkpoint.core.times import iso
 from sparkpoint.spark.checkpoint import CheckpointReader, Plan, VanishedError, is_checkpoint, relocate_metadata

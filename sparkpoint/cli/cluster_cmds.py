@@ -34,7 +34,7 @@ def cluster_group():
 
 
 def _ports(master_port, master_ui_port, worker_ui_port, rest_port):
-    from sparkpoint.core.local_cluster import Ports
+    from sparkpoint.adapters.local_cluster import Ports
 
     return Ports(master=master_port, master_ui=master_ui_port, rest=rest_port, worker_ui=worker_ui_port)
 
@@ -47,7 +47,7 @@ def _ports(master_port, master_ui_port, worker_ui_port, rest_port):
 @output_option
 def start_cmd(directory, master_port, master_ui_port, worker_ui_port, rest_port, cores, memory, output):
     """Start the master and one worker; return once the worker has registered."""
-    from sparkpoint.core import local_cluster
+    from sparkpoint.adapters import local_cluster
 
     info = local_cluster.start(directory, _ports(master_port, master_ui_port, worker_ui_port, rest_port), cores, memory)
     emit(output, info, _render_status)
@@ -59,7 +59,7 @@ def start_cmd(directory, master_port, master_ui_port, worker_ui_port, rest_port,
 @output_option
 def status_cmd(directory, master_port, master_ui_port, worker_ui_port, rest_port, output):
     """Processes, registered workers, running applications and drivers."""
-    from sparkpoint.core import local_cluster
+    from sparkpoint.adapters import local_cluster
 
     emit(output, local_cluster.status(directory, _ports(master_port, master_ui_port, worker_ui_port, rest_port)),
          _render_status)
@@ -70,7 +70,7 @@ def status_cmd(directory, master_port, master_ui_port, worker_ui_port, rest_port
 @output_option
 def stop_cmd(directory, output):
     """Stop the worker (with its drivers and executors) and the master."""
-    from sparkpoint.core import local_cluster
+    from sparkpoint.adapters import local_cluster
 
     result = local_cluster.stop(directory)
     emit(output, result, _render_stopped)

@@ -28,7 +28,7 @@ class AppContext:
 
     def progress(self):
         """A progress bar on stderr for a person at a terminal; silent for scripts and pipes."""
-        from sparkpoint.core.transfer import NullProgress
+        from sparkpoint.adapters.transfer import NullProgress
 
         if self.quiet or not sys.stderr.isatty():
             return NullProgress()

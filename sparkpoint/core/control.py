@@ -41,8 +41,8 @@ from sparkpoint.core.jobs import (
     terminate_group,
     write_json,
 )
-from sparkpoint.core.times import iso
-from sparkpoint.core.transfer import NullProgress, Progress
+from sparkpoint.times import iso
+from sparkpoint.adapters.transfer import NullProgress, Progress
 from sparkpoint.errors import (
     BadArgumentError,
     CorruptRecordError,

@@ -33,7 +33,7 @@ from sparkpoint.adapters.agent_client import AgentClient
 from sparkpoint.adapters.standalone import DRIVER_STATES, StandaloneMaster
 from sparkpoint.adapters.storage import join, storage_for
 from sparkpoint.config import Settings
-from sparkpoint.core.times import iso
+from sparkpoint.times import iso
 from sparkpoint.errors import BadArgumentError, CorruptRecordError, JobNotRunningError, NotFoundError, SparkpointError
 
 # The savepoint commit marker (sparkpoint.savepoints.manifest.MANIFEST); not imported, to keep `list` light.

@@ -29,7 +29,7 @@ from typing import Any
 from collections.abc import Callable
 
 from sparkpoint.core.jobs import process_start, write_agent_file
-from sparkpoint.core.times import iso
+from sparkpoint.times import iso
 from sparkpoint.runtime.boundary import stop_at_next_boundary, stop_when_idle, stream_thread
 
 MAX_BODY = 64 * 1024

@@ -23,7 +23,7 @@ from sparkpoint.adapters.storage import Storage, is_url, join, storage_for, tran
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints import savepoint as sp
 from sparkpoint.core.jobs import pid_alive
-from sparkpoint.core.times import iso, parse_iso
+from sparkpoint.times import iso, parse_iso
 from sparkpoint.errors import BadArgumentError, NotFoundError, SparkpointError
 
 _DURATION = re.compile(r"(\d+)\s*(w|d|h|m|s)")

@@ -39,8 +39,8 @@ from sparkpoint.adapters.storage import (
     unsafe,
 )
 from sparkpoint.savepoints import manifest as mf
-from sparkpoint.core import transfer
-from sparkpoint.core.times import iso
+from sparkpoint.adapters import transfer
+from sparkpoint.times import iso
 from sparkpoint.spark.checkpoint import CheckpointReader, Plan, VanishedError, is_checkpoint, relocate_metadata
 from sparkpoint.errors import (
     BadArgumentError,

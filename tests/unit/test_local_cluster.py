@@ -7,7 +7,7 @@ import stat
 import subprocess
 import sys
 
-from sparkpoint.core import local_cluster
+from sparkpoint.adapters import local_cluster
 from sparkpoint.core.jobs import pid_alive, process_start
 
 

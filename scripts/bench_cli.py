@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from sparkpoint.savepoints import manifest as mf
-from sparkpoint.core.jobs import Registry, write_agent_file
+from sparkpoint.jobs.registry import Registry, write_agent_file
 
 
 def populate(home: Path, count: int) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from sparkpoint.adapters.spark_submit import spark_submit
 from sparkpoint.adapters.standalone import JWS_KEY, StandaloneMaster, read_properties
-from sparkpoint.core.jobs import pid_alive, process_start, terminate_group, write_private
+from sparkpoint.jobs.registry import pid_alive, process_start, terminate_group, write_private
 from sparkpoint.errors import EnvironmentSetupError, SparkpointError
 
 HOST = "127.0.0.1"

@@ -1,4 +1,4 @@
-"""run, list, stop, cancel: thin commands over sparkpoint.core.control."""
+"""run, list, stop, cancel: thin commands over sparkpoint.jobs.lifecycle."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, res
     which the new job restores and continues from (the upgrade with the least downtime).
     """
     from sparkpoint.adapters.spark_submit import split_arguments
-    from sparkpoint.core import control
+    from sparkpoint.jobs import lifecycle as control
 
     submit_args, application, app_args = split_arguments(list(args), control.RUN_OPTIONS)
     request = control.RunRequest(
@@ -74,7 +74,7 @@ def _render_job(job: dict) -> None:
 @pass_app
 def list_cmd(app, include_all, ui_urls, output):
     """Jobs with their state, Spark application id and streaming queries."""
-    from sparkpoint.core import jobs
+    from sparkpoint.jobs import registry as jobs
 
     entries = jobs.list_jobs(app.settings, include_all)
     for url in ui_urls:
@@ -126,7 +126,7 @@ def stop_cmd(app, job_ref, savepoint_path, timeout, output):
     Each query finishes the batch it is running (or, if idle, starts none), commits it, and starts no
     other; the savepoint is cut at that commit while the driver exits.
     """
-    from sparkpoint.core import control
+    from sparkpoint.jobs import lifecycle as control
 
     result = control.stop_job(app.settings, job_ref, savepoint_path, timeout, progress=app.progress())
     emit(output, result, _render_stopped)
@@ -155,7 +155,7 @@ def _render_stopped(result: dict) -> None:
 @pass_app
 def cancel_cmd(app, job_ref, with_savepoint, savepoint_path, timeout, output):
     """Cancel a job: stop it without a savepoint, even when its agent no longer answers."""
-    from sparkpoint.core import control
+    from sparkpoint.jobs import lifecycle as control
 
     if with_savepoint:
         result = control.stop_job(app.settings, job_ref, savepoint_path, timeout, progress=app.progress(),

@@ -39,7 +39,7 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
     """
     from sparkpoint.adapters.storage import basename, join, storage_for
     from sparkpoint.savepoints import catalog, savepoint
-    from sparkpoint.core import control
+    from sparkpoint.jobs import lifecycle as control
 
     settings = app.settings
     if checkpoint and dispose_path:

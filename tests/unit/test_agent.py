@@ -12,7 +12,7 @@ import requests
 from clitools import closed_port
 
 from sparkpoint.adapters.agent_client import AgentClient
-from sparkpoint.core.jobs import Registry, read_agent_file
+from sparkpoint.jobs.registry import Registry, read_agent_file
 from sparkpoint.errors import JobNotRunningError, SparkpointError
 from sparkpoint.runtime.agent import Agent, spark_error_line
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from sparkpoint.config import Settings
-from sparkpoint.core import control
-from sparkpoint.core.jobs import (
+from sparkpoint.jobs import lifecycle as control
+from sparkpoint.jobs.registry import (
     Registry,
     answer_handover,
     await_handover,
@@ -226,7 +226,7 @@ def test_ctrl_c_during_the_wait_says_the_stop_goes_on_without_a_savepoint(tmp_pa
 
 
 def test_a_final_report_read_by_another_caller_is_taken_from_the_agents_record(tmp_path):
-    from sparkpoint.core.jobs import write_agent_file
+    from sparkpoint.jobs.registry import write_agent_file
 
     clock, sleep = fake_time()
     job = stop_job_for_test(tmp_path)

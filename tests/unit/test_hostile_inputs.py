@@ -175,7 +175,7 @@ JOB_RECORDS = {
 
 @pytest.fixture
 def job_dir(home):
-    from sparkpoint.core.jobs import Registry
+    from sparkpoint.jobs.registry import Registry
 
     job = Registry(str(home)).new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
     return job

@@ -16,7 +16,7 @@ from checkpoints import hdfs_checkpoint
 
 from sparkpoint.adapters.storage import storage_for
 from sparkpoint.savepoints import catalog
-from sparkpoint.core import control
+from sparkpoint.jobs import lifecycle as control
 from sparkpoint.adapters import transfer
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints import savepoint as sp

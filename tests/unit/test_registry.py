@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from sparkpoint.config import Settings
-from sparkpoint.core import control
-from sparkpoint.core.jobs import Registry, answer_handover, list_jobs, write_agent_file
+from sparkpoint.jobs import lifecycle as control
+from sparkpoint.jobs.registry import Registry, answer_handover, list_jobs, write_agent_file
 from sparkpoint.errors import BadArgumentError, CorruptRecordError
 
 

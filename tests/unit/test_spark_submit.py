@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from sparkpoint.adapters.spark_submit import split_arguments
-from sparkpoint.core.control import RUN_OPTIONS, _parse_confs
+from sparkpoint.jobs.lifecycle import RUN_OPTIONS, _parse_confs
 from sparkpoint.errors import BadArgumentError
 
 

@@ -24,7 +24,7 @@ from sparkpoint.adapters.standalone import DRIVER_STATES, StandaloneMaster, subm
 from sparkpoint.adapters.storage import join, storage_for
 from sparkpoint.config import Settings
 from sparkpoint.savepoints import catalog, savepoint
-from sparkpoint.core.jobs import (
+from sparkpoint.jobs.registry import (
     ACTIVE_STATES,
     Job,
     Registry,

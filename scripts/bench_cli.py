@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from sparkpoint.savepoints import manifest as mf
-from sparkpoint.jobs.registry import Registry, write_agent_file
+from sparkpoint.jobs.registry import Registry
+from sparkpoint.jobs.protocol import write_agent_file
 
 
 def populate(home: Path, count: int) -> None:

@@ -23,8 +23,9 @@ from typing import Any
 
 from sparkpoint.adapters.spark_submit import spark_submit
 from sparkpoint.adapters.standalone import JWS_KEY, StandaloneMaster, read_properties
-from sparkpoint.jobs.registry import pid_alive, process_start, terminate_group, write_private
 from sparkpoint.errors import EnvironmentSetupError, SparkpointError
+from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
+from sparkpoint.adapters.local_files import write_private
 
 HOST = "127.0.0.1"
 JWS_FILTER = "org.apache.spark.ui.JWSFilter"

@@ -74,11 +74,11 @@ def _render_job(job: dict) -> None:
 @pass_app
 def list_cmd(app, include_all, ui_urls, output):
     """Jobs with their state, Spark application id and streaming queries."""
-    from sparkpoint.jobs import registry as jobs
+    from sparkpoint.jobs import listing
 
-    entries = jobs.list_jobs(app.settings, include_all)
+    entries = listing.list_jobs(app.settings, include_all)
     for url in ui_urls:
-        entries += jobs.ui_entries(url)
+        entries += listing.ui_entries(url)
     emit(output, entries, _render_jobs)
 
 

@@ -14,35 +14,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 from sparkpoint.adapters import spark_submit
 from sparkpoint.adapters.standalone import DRIVER_STATES, StandaloneMaster, submission_properties
 from sparkpoint.adapters.storage import join, storage_for
-from sparkpoint.config import Settings
-from sparkpoint.savepoints import catalog, savepoint
-from sparkpoint.jobs.registry import (
-    ACTIVE_STATES,
-    Job,
-    Registry,
-    answer_handover,
-    client_for,
-    describe_job,
-    driver_start,
-    handover_waiting,
-    pid_alive,
-    process_start,
-    read_agent_file,
-    signal_group,
-    state_of,
-    terminate_group,
-    write_json,
-)
-from sparkpoint.times import iso
 from sparkpoint.adapters.transfer import NullProgress, Progress
+from sparkpoint.config import Settings
 from sparkpoint.errors import (
     BadArgumentError,
     CorruptRecordError,
@@ -52,6 +33,12 @@ from sparkpoint.errors import (
     SparkpointError,
     StopInterruptedError,
 )
+from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, client_for, describe_job, driver_start, state_of
+from sparkpoint.jobs.protocol import answer_handover, handover_waiting, read_agent_file
+from sparkpoint.adapters.processes import pid_alive, process_start, signal_group, terminate_group
+from sparkpoint.adapters.local_files import write_json
+from sparkpoint.savepoints import catalog, savepoint
+from sparkpoint.times import iso
 
 BOOTSTRAP = str(Path(__file__).resolve().parents[1] / "runtime" / "bootstrap.py")
 RUN_OPTIONS = {"--name", "-s", "--from-savepoint", "--allow-non-restored-state", "--claim-mode", "--master",

@@ -1,15 +1,5 @@
-"""The registry of jobs launched by ``sparkpoint run``, and their states.
-
-A job lives in ``<home>/jobs/<job id>/``:
-- ``job.json``: what was launched, written by the CLI once (and again when it records an end); it holds
-  the application's arguments, so it is private (0600), like every record in the job's directory;
-- ``token``: the per-job secret of the agent's control endpoint, readable by its owner only;
-- ``agent.json``: written by the driver-side agent: its address while it runs, then how the
-  application ended;
-- ``checkpoints/``: the checkpoint root (``spark.sql.streaming.checkpointLocation``), one directory
-  per named query;
-- ``driver.log``: the driver's output, for a detached job.
-Each writer owns its files, so the CLI and the driver never overwrite each other's records.
+"""The registry of jobs launched by ``sparkpoint run`` (``<home>/jobs/<job id>/``, laid out as
+:mod:`sparkpoint.jobs.protocol` says), and their states.
 
 States: ``starting`` (launched, agent not up yet), ``running``, ``finished``, ``failed``,
 ``cancelled``, and ``lost`` (the driver process is gone without recording an end).
@@ -21,31 +11,23 @@ import json
 import os
 import re
 import secrets
-import signal
-import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 from sparkpoint.adapters.agent_client import AgentClient
+from sparkpoint.adapters.local_files import write_json, write_private
+from sparkpoint.adapters.processes import is_pid, pid_alive, process_start
 from sparkpoint.adapters.standalone import DRIVER_STATES, StandaloneMaster
-from sparkpoint.adapters.storage import join, storage_for
-from sparkpoint.config import Settings
-from sparkpoint.times import iso
 from sparkpoint.errors import BadArgumentError, CorruptRecordError, JobNotRunningError, NotFoundError, SparkpointError
+from sparkpoint.jobs.protocol import read_agent_file
+from sparkpoint.times import iso
 
-# The savepoint commit marker (sparkpoint.savepoints.manifest.MANIFEST); not imported, to keep `list` light.
-MANIFEST = "manifest.json"
 JOB_FILE = "job.json"
-AGENT_FILE = "agent.json"
 TOKEN_FILE = "token"
 CHECKPOINTS_DIR = "checkpoints"
 LOG_FILE = "driver.log"
-# `run --replace`: the new driver says it is up by HANDOVER_WAITING; the CLI answers with HANDOVER_FILE.
-HANDOVER_WAITING = "handover-waiting"
-HANDOVER_FILE = "handover.json"
 ACTIVE_STATES = ("starting", "running")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
@@ -165,18 +147,12 @@ class Registry:
         return (Path(job.directory) / TOKEN_FILE).read_text().strip()
 
 
-def _is_pid(value: Any) -> bool:
-    # Never a bool, 0, a negative or 1 (init, never a driver): killpg(1) is kill(-1), a signal to every
-    # process the user may signal, and 0 or -1 name a whole group or every process as well.
-    return type(value) is int and value > 1
-
-
 # What each key of job.json may hold (None: the key may also be null).
 _RECORD_TYPES: dict[str, tuple[Callable[[Any], bool], bool]] = {
     **{key: (lambda v: isinstance(v, str), False) for key in ("id", "name", "app", "master", "created_at", "directory")},
     **{key: (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v), False)
        for key in ("app_args", "submit_args")},
-    "pid": (_is_pid, True),
+    "pid": (is_pid, True),
     "pid_start": (lambda v: isinstance(v, str), True),
     "detached": (lambda v: isinstance(v, bool), False),
     "restored_from": (lambda v: isinstance(v, str), True),
@@ -201,139 +177,6 @@ def _job_from_record(data: Any, job_id: str, path: Path) -> Job:
         raise CorruptRecordError(f"the registry entry {path} is malformed ({'; '.join(problems)}): "
                                  "remove that job's directory, or restore its job.json")
     return Job(**{key: data[key] for key in _RECORD_TYPES if key in data})
-
-
-def read_agent_file(directory: Path | str) -> dict[str, Any]:
-    try:
-        data = json.loads((Path(directory) / AGENT_FILE).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def write_private(path: Path, text: str, mode: int = 0o600) -> None:
-    """Readers see the old file or the new one whole, on disk: a temp file of a random name, created
-    exclusively (a file or link planted there is refused, not written through), synced, then renamed."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def write_json(path: Path, data: dict[str, Any], mode: int = 0o600) -> None:
-    """The one writer of sparkpoint's JSON records: atomic, and private by default (they may hold the
-    application's arguments)."""
-    write_private(path, json.dumps(data, indent=2), mode)
-
-
-def await_handover(directory: Path | str, controller_pid: int, sleep=time.sleep) -> dict[str, Any]:
-    """In a driver started by `run --replace`: say it is up, then wait until the job it replaces is
-    stopped and its savepoint restored here ({"expected_queries": [...]}), or the hand-over is off
-    ({"abort": reason}). A controller that died cannot answer any more: that is an abort too."""
-    directory = Path(directory)
-    (directory / HANDOVER_WAITING).touch()
-    while True:
-        try:
-            return json.loads((directory / HANDOVER_FILE).read_text())
-        except FileNotFoundError:
-            pass
-        if not pid_alive(controller_pid):
-            return {"abort": "the sparkpoint run that started this driver ended before the hand-over"}
-        sleep(0.02)
-
-
-def handover_waiting(directory: Path | str) -> bool:
-    """Whether a driver started by `run --replace` is up and waiting for its hand-over."""
-    return (Path(directory) / HANDOVER_WAITING).exists()
-
-
-def answer_handover(directory: Path | str, answer: dict[str, Any]) -> None:
-    """Release a waiting driver ({"expected_queries": [...]}) or call the hand-over off ({"abort": reason})."""
-    write_json(Path(directory) / HANDOVER_FILE, answer)
-
-
-def write_agent_file(directory: Path | str, data: dict[str, Any]) -> None:
-    write_json(Path(directory) / AGENT_FILE, data)
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """/proc/<pid>/stat from its third field (the state) on: the command name before it may hold anything."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(") ", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def process_start(pid: int | None, mark: str | None = None) -> str | None:
-    """What tells process ``pid`` from a later one that reuses its pid: its start time (field 22 of
-    /proc/<pid>/stat, clock ticks since boot). None when there is no such process, or, with ``mark``, when
-    its command line does not hold ``mark`` (how a process recorded without its start time is recognised)."""
-    if not _is_pid(pid):
-        return None
-    stat = _stat_fields(pid)
-    if stat is None or len(stat) < 20:
-        return None
-    if mark is not None:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                if mark.encode() not in handle.read().split(b"\0"):
-                    return None
-        except OSError:
-            return None
-    return stat[19]
-
-
-def pid_alive(pid: int | None, start: str | None = None) -> bool:
-    """Whether process ``pid`` runs (a zombie, exited but not reaped, does not); with ``start`` (its
-    process_start when it was launched), whether it is still that process and not a later one."""
-    if not _is_pid(pid):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        if start is None:
-            return True
-    stat = _stat_fields(pid)
-    if stat is None:
-        return start is None  # /proc hides it (another user's, hidepid): only an unchecked pid counts as alive
-    return stat[0] != "Z" and (start is None or stat[19] == start)
-
-
-def signal_group(pid: int | None, start: str | None, sig: int) -> bool:
-    """Signal the process group that process ``pid`` (started at ``start``) leads; whether it was signalled.
-    Not when ``pid`` is now another process: a pid, and so a group id, is reused only once the group is
-    empty, so with its leader gone the group left is still the one it led. Without ``start`` nothing is
-    signalled: an unknown process is not ended on a guess."""
-    if not _is_pid(pid) or start is None:
-        return False
-    now = process_start(pid)
-    if now is not None and now != start:
-        return False
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-def terminate_group(pid: int, start: str | None, grace: float = 10.0) -> None:
-    """SIGTERM a process group, then SIGKILL it once its leader is gone or ``grace`` is over."""
-    if not signal_group(pid, start, signal.SIGTERM):
-        return
-    deadline = time.monotonic() + grace
-    while pid_alive(pid, start) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    signal_group(pid, start, signal.SIGKILL)
 
 
 def driver_start(job: Job) -> str | None:
@@ -404,64 +247,3 @@ def client_for(registry: Registry, job: Job, timeout: float = 5.0) -> AgentClien
     return AgentClient(job.agent["host"], int(job.agent["port"]), job.id, registry.token(job), timeout=timeout)
 
 
-def ui_entries(ui_url: str) -> list[dict[str, Any]]:
-    """Applications found through a driver UI, shaped like registered jobs (``source: ui``)."""
-    from sparkpoint.adapters.spark_ui import applications
-
-    return [
-        {"source": "ui", "id": None, "name": app["app_name"], "state": "running", "app_id": app["app_id"],
-         "pid": None, "created_at": None, "app": None, "checkpoint_root": None, "restored_from": None, "log": None,
-         "error": None, "queries": app["queries"], "last_savepoint": None, "ui": ui_url,
-         "master": None, "submission_id": None, "driver_state": None, "app_state": None}
-        for app in applications(ui_url)
-    ]
-
-
-def list_jobs(settings: Settings, include_all: bool = False) -> list[dict[str, Any]]:
-    registry = Registry(settings.home_url())
-    # A job's state costs process checks: derived once per job, then handed on.
-    states = [(job, state_of(job)) for job in registry.all()]
-
-    def live(job: Job, state: str) -> dict[str, Any]:
-        status = None
-        if state == "running":
-            try:
-                status = client_for(registry, job, timeout=1.0).status()
-            except SparkpointError:
-                status = None
-        info = describe_job(job, status, state)
-        info["last_savepoint"] = last_savepoint(settings, job.name)
-        return info
-
-    shown = [(job, state) for job, state in states if include_all or state in ACTIVE_STATES]
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        entries = list(pool.map(lambda pair: live(*pair), shown))
-    _add_application_states(entries)
-    return entries
-
-
-def _add_application_states(entries: list[dict[str, Any]]) -> None:
-    """What each standalone master says of its applications (one request per master)."""
-    applications: dict[str, dict[str, str]] = {}
-    for master in {e["master"] for e in entries if (e["master"] or "").startswith("spark://")}:
-        try:
-            overview = StandaloneMaster(master, timeout=2.0).overview()
-        except SparkpointError:
-            continue
-        applications[master] = {a.get("id"): a.get("state")
-                                for a in [*overview.get("activeapps", []), *overview.get("completedapps", [])]}
-    for entry in entries:
-        entry["app_state"] = applications.get(entry["master"], {}).get(entry["app_id"])
-
-
-def last_savepoint(settings: Settings, job_name: str) -> str | None:
-    """The newest complete savepoint of a job name: ids sort by time, so no manifest is parsed."""
-    storage, directory = storage_for(join(settings.savepoints_dir(), job_name), settings.storage_options)
-    try:
-        entries = sorted((e.name for e in storage.list(directory, foreign=True) if e.is_dir), reverse=True)
-    except FileNotFoundError:
-        return None
-    for name in entries:
-        if storage.exists(join(directory, name, MANIFEST)):
-            return join(directory, name)
-    return None

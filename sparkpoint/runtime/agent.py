@@ -28,7 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from collections.abc import Callable
 
-from sparkpoint.jobs.registry import process_start, write_agent_file
+from sparkpoint.adapters.processes import process_start
+from sparkpoint.jobs.protocol import write_agent_file
 from sparkpoint.times import iso
 from sparkpoint.runtime.boundary import stop_at_next_boundary, stop_when_idle, stream_thread
 

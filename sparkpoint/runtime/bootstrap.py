@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
     with open(os.path.join(job_dir, "token")) as handle:
         token = handle.read().strip()
 
-    from sparkpoint.jobs.registry import await_handover
+    from sparkpoint.jobs.protocol import await_handover
     from sparkpoint.runtime.agent import Agent
 
     expected = tuple(n for n in os.environ.get("SPARKPOINT_EXPECTED_QUERIES", "").split(",") if n)

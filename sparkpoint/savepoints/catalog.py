@@ -22,7 +22,7 @@ from collections.abc import Callable
 from sparkpoint.adapters.storage import Storage, is_url, join, storage_for, translate_errors
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints import savepoint as sp
-from sparkpoint.jobs.registry import pid_alive
+from sparkpoint.adapters.processes import pid_alive
 from sparkpoint.times import iso, parse_iso
 from sparkpoint.errors import BadArgumentError, NotFoundError, SparkpointError
 

@@ -12,7 +12,8 @@ import requests
 from clitools import closed_port
 
 from sparkpoint.adapters.agent_client import AgentClient
-from sparkpoint.jobs.registry import Registry, read_agent_file
+from sparkpoint.jobs.registry import Registry
+from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.errors import JobNotRunningError, SparkpointError
 from sparkpoint.runtime.agent import Agent, spark_error_line
 

@@ -174,7 +174,9 @@ def test_module_entry_point(tmp_path):
 
 
 def test_ambiguous_job_prefixes_and_drivers_that_do_not_answer(capsys, home, tmp_path):
-    from sparkpoint.jobs.registry import Registry, process_start, write_agent_file
+    from sparkpoint.jobs.registry import Registry
+    from sparkpoint.adapters.processes import process_start
+    from sparkpoint.jobs.protocol import write_agent_file
 
     registry = Registry(str(home))
     jobs = [registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[]) for _ in range(2)]

@@ -13,16 +13,9 @@ import pytest
 
 from sparkpoint.config import Settings
 from sparkpoint.jobs import lifecycle as control
-from sparkpoint.jobs.registry import (
-    Registry,
-    answer_handover,
-    await_handover,
-    handover_waiting,
-    pid_alive,
-    process_start,
-    signal_group,
-    state_of,
-)
+from sparkpoint.jobs.registry import Registry, state_of
+from sparkpoint.jobs.protocol import answer_handover, await_handover, handover_waiting
+from sparkpoint.adapters.processes import pid_alive, process_start, signal_group
 from sparkpoint.errors import (
     BadArgumentError,
     CorruptRecordError,
@@ -226,7 +219,7 @@ def test_ctrl_c_during_the_wait_says_the_stop_goes_on_without_a_savepoint(tmp_pa
 
 
 def test_a_final_report_read_by_another_caller_is_taken_from_the_agents_record(tmp_path):
-    from sparkpoint.jobs.registry import write_agent_file
+    from sparkpoint.jobs.protocol import write_agent_file
 
     clock, sleep = fake_time()
     job = stop_job_for_test(tmp_path)

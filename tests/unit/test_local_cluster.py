@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from sparkpoint.adapters import local_cluster
-from sparkpoint.jobs.registry import pid_alive, process_start
+from sparkpoint.adapters.processes import pid_alive, process_start
 
 
 def test_the_secrets_go_to_their_file_only_not_through_a_planted_link(tmp_path):

@@ -11,7 +11,9 @@ import pytest
 
 from sparkpoint.config import Settings
 from sparkpoint.jobs import lifecycle as control
-from sparkpoint.jobs.registry import Registry, answer_handover, list_jobs, write_agent_file
+from sparkpoint.jobs.registry import Registry
+from sparkpoint.jobs.protocol import answer_handover, write_agent_file
+from sparkpoint.jobs.listing import list_jobs
 from sparkpoint.errors import BadArgumentError, CorruptRecordError
 
 

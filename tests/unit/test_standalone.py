@@ -11,7 +11,7 @@ import time
 import pytest
 
 from sparkpoint.adapters.standalone import StandaloneMaster, read_properties, submission_properties
-from sparkpoint.jobs.registry import pid_alive
+from sparkpoint.adapters.processes import pid_alive
 from sparkpoint.errors import BadArgumentError, UnreachableError
 
 

@@ -1,0 +1,32 @@
+"""sparkpoint's own records on the local disk (job records, agent addresses, trigger records, a cluster's
+configuration): written atomically and privately."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+
+def write_private(path: Path, text: str, mode: int = 0o600) -> None:
+    """Readers see the old file or the new one whole, on disk: a temp file of a random name, created
+    exclusively (a file or link planted there is refused, not written through), synced, then renamed."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: dict[str, Any], mode: int = 0o600) -> None:
+    """The one writer of sparkpoint's JSON records: atomic, and private by default (they may hold the
+    application's arguments)."""
+    write_private(path, json.dumps(data, indent=2), mode)

@@ -1,4 +1,4 @@
-"""run, list, stop, cancel: thin commands over sparkpoint.jobs.lifecycle."""
+"""run, list, stop, cancel: thin commands over sparkpoint.jobs."""
 
 from __future__ import annotations
 
@@ -44,16 +44,21 @@ def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, res
     which the new job restores and continues from (the upgrade with the least downtime).
     """
     from sparkpoint.adapters.spark_submit import split_arguments
-    from sparkpoint.jobs import lifecycle as control
+    from sparkpoint.jobs import run
 
-    submit_args, application, app_args = split_arguments(list(args), control.RUN_OPTIONS)
-    request = control.RunRequest(
+    submit_args, application, app_args = split_arguments(list(args), RUN_OPTIONS)
+    request = run.RunRequest(
         app=application, app_args=app_args, submit_args=submit_args, name=name, master=master,
         confs=list(confs), detach=detach, savepoint=from_savepoint, allow_non_restored_state=allow_non_restored_state,
         claim=claim_mode == "claim", restore_grace=restore_grace, replace=replace, savepoint_path=savepoint_path,
         stop_timeout=stop_timeout, deploy_mode=deploy_mode,
     )
-    emit(output, control.run_job(app.settings, request, progress=app.progress()), _render_job)
+    emit(output, run.run_job(app.settings, request, progress=app.progress()), _render_job)
+
+
+# run's own options: one of them among spark-submit's is a mistake (it would reach spark-submit unseen).
+RUN_OPTIONS = frozenset(opt for param in run_cmd.params if isinstance(param, click.Option)
+                        for opt in (*param.opts, *param.secondary_opts))
 
 
 def _render_job(job: dict) -> None:
@@ -126,9 +131,9 @@ def stop_cmd(app, job_ref, savepoint_path, timeout, output):
     Each query finishes the batch it is running (or, if idle, starts none), commits it, and starts no
     other; the savepoint is cut at that commit while the driver exits.
     """
-    from sparkpoint.jobs import lifecycle as control
+    from sparkpoint.jobs import stop
 
-    result = control.stop_job(app.settings, job_ref, savepoint_path, timeout, progress=app.progress())
+    result = stop.stop_job(app.settings, job_ref, savepoint_path, timeout, progress=app.progress())
     emit(output, result, _render_stopped)
 
 
@@ -155,14 +160,14 @@ def _render_stopped(result: dict) -> None:
 @pass_app
 def cancel_cmd(app, job_ref, with_savepoint, savepoint_path, timeout, output):
     """Cancel a job: stop it without a savepoint, even when its agent no longer answers."""
-    from sparkpoint.jobs import lifecycle as control
+    from sparkpoint.jobs import stop
 
     if with_savepoint:
-        result = control.stop_job(app.settings, job_ref, savepoint_path, timeout, progress=app.progress(),
+        result = stop.stop_job(app.settings, job_ref, savepoint_path, timeout, progress=app.progress(),
                                   cancelled=True)
         emit(output, result, _render_stopped)
         return
-    emit(output, control.cancel_job(app.settings, job_ref), _render_job)
+    emit(output, stop.cancel_job(app.settings, job_ref), _render_job)
 
 
 COMMANDS = (run_cmd, list_cmd, stop_cmd, cancel_cmd)

@@ -39,7 +39,8 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
     """
     from sparkpoint.adapters.storage import basename, join, storage_for
     from sparkpoint.savepoints import catalog, savepoint
-    from sparkpoint.jobs import lifecycle as control
+    from sparkpoint.jobs import savepoint as job_savepoint
+    from sparkpoint.jobs import triggers
 
     settings = app.settings
     if checkpoint and dispose_path:
@@ -53,7 +54,7 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
     if poll:
         if len(args) != 2:
             raise BadArgumentError("--status takes JOB TRIGGER_ID")
-        record = control.trigger_status(settings, *(PATH_PART.convert(arg, None, None) for arg in args))
+        record = triggers.trigger_status(settings, *(PATH_PART.convert(arg, None, None) for arg in args))
         emit(output, record, _render_trigger)
         if record["status"] == "failed":
             raise RecordedFailureError(record.get("error", "failed"), record.get("exit_code"))
@@ -64,12 +65,12 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
         job_ref = PATH_PART.convert(args[0], None, None)
         target = args[1] if len(args) > 1 else None
         if detached:
-            emit(output, control.trigger_savepoint(settings, job_ref, target, keep_last, app.config_path),
+            emit(output, triggers.trigger_savepoint(settings, job_ref, target, keep_last, app.config_path),
                  _render_trigger)
         elif record_trigger:
-            emit(output, control.run_trigger(settings, job_ref, record_trigger, target, keep_last), _render_created)
+            emit(output, triggers.run_trigger(settings, job_ref, record_trigger, target, keep_last), _render_created)
         else:
-            emit(output, control.savepoint_job(settings, job_ref, target, keep_last, progress=app.progress()),
+            emit(output, job_savepoint.savepoint_job(settings, job_ref, target, keep_last, progress=app.progress()),
                  _render_created)
         return
     if len(args) > 1:
@@ -85,7 +86,7 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
         workers=settings.transfer_workers, attempts=settings.savepoint_attempts, progress=app.progress(),
     )
     if keep_last is not None:
-        control.prune_older_savepoints(settings, job, keep_last)
+        job_savepoint.prune_older_savepoints(settings, job, keep_last)
     emit(output, savepoint.created_summary(result), _render_created)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sparkpoint.config import Settings
-from sparkpoint.jobs import lifecycle as control
+from sparkpoint.jobs import drivers, run, stop
 from sparkpoint.jobs.registry import Registry, state_of
 from sparkpoint.jobs.protocol import answer_handover, await_handover, handover_waiting
 from sparkpoint.adapters.processes import pid_alive, process_start, signal_group
@@ -46,13 +46,13 @@ def test_cancel_without_an_agent_ends_the_process_group_at_once(tmp_path):
     assert state_of(registry.load(job.id)) == "starting"
 
     waits = []
-    result = control.cancel_job(settings, job.id, sleep=waits.append)
+    result = stop.cancel_job(settings, job.id, sleep=waits.append)
     assert result["state"] == "cancelled" and waits == []  # no agent: no grace is given, the group is ended
     assert driver.wait(timeout=30) == -signal.SIGTERM
     leftovers = subprocess.run(["pgrep", "-g", str(driver.pid)], capture_output=True, text=True).stdout.split()
     assert leftovers == []
     with pytest.raises(JobNotRunningError, match="already cancelled"):
-        control.cancel_job(settings, job.id)
+        stop.cancel_job(settings, job.id)
 
 
 def test_cancel_of_a_lost_job_leaves_the_process_that_reuses_its_pid_alone(tmp_path):
@@ -69,7 +69,7 @@ def test_cancel_of_a_lost_job_leaves_the_process_that_reuses_its_pid_alone(tmp_p
         for job in (recorded, legacy):
             registry.save(job)
             assert state_of(registry.load(job.id)) == "lost"
-            assert control.cancel_job(settings, job.id, sleep=lambda _: None)["state"] == "cancelled"
+            assert stop.cancel_job(settings, job.id, sleep=lambda _: None)["state"] == "cancelled"
         assert other.poll() is None and pid_alive(other.pid)
     finally:
         other.kill()
@@ -84,7 +84,7 @@ def test_the_driver_of_an_earlier_sparkpoints_job_is_recognised_by_its_command_l
     job.pid = driver.pid
     registry.save(job)
     assert registry.load(job.id).pid_start is None and state_of(registry.load(job.id)) == "starting"
-    assert control.cancel_job(settings, job.id, sleep=lambda _: None)["state"] == "cancelled"
+    assert stop.cancel_job(settings, job.id, sleep=lambda _: None)["state"] == "cancelled"
     assert driver.wait(timeout=30) == -signal.SIGTERM
 
 
@@ -96,7 +96,7 @@ def test_a_job_json_with_an_impossible_pid_is_reported_not_signalled(tmp_path, p
     path = Path(job.directory) / "job.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "pid": pid}))
     with pytest.raises(CorruptRecordError, match="pid is"):
-        control.cancel_job(settings, job.id)
+        stop.cancel_job(settings, job.id)
     assert not pid_alive(pid) and process_start(pid) is None and not signal_group(pid, "1", signal.SIGTERM)
 
 
@@ -110,11 +110,11 @@ def test_replace_refuses_before_anything_starts(tmp_path):
     registry.save(old)
 
     with pytest.raises(BadArgumentError, match="drop -s"):
-        control.run_job(settings, control.RunRequest(app=str(app), replace=old.id, savepoint="sp"))
+        run.run_job(settings, run.RunRequest(app=str(app), replace=old.id, savepoint="sp"))
     with pytest.raises(NotFoundError):
-        control.run_job(settings, control.RunRequest(app=str(app), replace="no-such-job"))
+        run.run_job(settings, run.RunRequest(app=str(app), replace="no-such-job"))
     with pytest.raises(JobNotRunningError):
-        control.run_job(settings, control.RunRequest(app=str(app), replace=old.id))
+        run.run_job(settings, run.RunRequest(app=str(app), replace=old.id))
     assert [job.id for job in registry.all()] == [old.id]  # no new job registered, no driver launched
 
 
@@ -181,7 +181,7 @@ def test_the_wait_for_the_boundary_shows_what_it_waits_for(tmp_path):
     clock, sleep = fake_time()
     shown = Shown()
     agent = StopReports(waiting(0.2), waiting(1.4), waiting(12.0, batch=42), DONE)
-    queries = control._await_boundary(agent, stop_job_for_test(tmp_path), 60, shown, sleep, clock)
+    queries = stop._await_boundary(agent, stop_job_for_test(tmp_path), 60, shown, sleep, clock)
     assert queries == DONE["queries"] and agent.timeout == 60
     assert shown.lines == ["waiting for batch 41 of counts to commit, 0 s", "waiting for batch 41 of counts to commit, 1 s",
                            "waiting for batch 42 of counts to commit, 12 s"]
@@ -193,7 +193,7 @@ def test_an_agent_that_never_reports_the_end_is_given_up_on(tmp_path):
     shown = Shown()
     job = stop_job_for_test(tmp_path)
     with pytest.raises(JobFailedError, match=r"did not report the end of its queries within 40 s"):
-        control._await_boundary(StopReports(waiting(1)), job, 10, shown, sleep, clock)
+        stop._await_boundary(StopReports(waiting(1)), job, 10, shown, sleep, clock)
     assert 40 <= clock() < 40.2 and shown.finished == 1
 
 
@@ -201,7 +201,7 @@ def test_a_driver_that_dies_during_the_stop_says_where_its_checkpoints_are(tmp_p
     clock, sleep = fake_time()
     job = stop_job_for_test(tmp_path)
     with pytest.raises(JobFailedError, match="ended before its queries reached a batch boundary") as raised:
-        control._await_boundary(StopReports(waiting(1), gone_after=2), job, 60, Shown(), sleep, clock)
+        stop._await_boundary(StopReports(waiting(1), gone_after=2), job, 60, Shown(), sleep, clock)
     assert job.checkpoint_root in str(raised.value) and "savepoint --from-checkpoint" in str(raised.value)
 
 
@@ -214,7 +214,7 @@ def test_ctrl_c_during_the_wait_says_the_stop_goes_on_without_a_savepoint(tmp_pa
     shown = Shown()
     job = stop_job_for_test(tmp_path)
     with pytest.raises(StopInterruptedError, match="goes on ending its queries") as raised:
-        control._await_boundary(StopReports(waiting(1)), job, 60, shown, interrupted, clock)
+        stop._await_boundary(StopReports(waiting(1)), job, 60, shown, interrupted, clock)
     assert raised.value.exit_code == 130 and job.checkpoint_root in str(raised.value) and shown.finished == 1
 
 
@@ -224,7 +224,7 @@ def test_a_final_report_read_by_another_caller_is_taken_from_the_agents_record(t
     clock, sleep = fake_time()
     job = stop_job_for_test(tmp_path)
     write_agent_file(job.directory, {"state": "finished", "stop": DONE})  # what finish() leaves
-    queries = control._await_boundary(StopReports(waiting(1), gone_after=1), job, 60, Shown(), sleep, clock)
+    queries = stop._await_boundary(StopReports(waiting(1), gone_after=1), job, 60, Shown(), sleep, clock)
     assert queries == DONE["queries"]
 
 
@@ -241,7 +241,7 @@ def test_a_failed_poll_of_a_living_driver_is_tried_again(tmp_path):
             return self.reports[min(self.polls, len(self.reports) - 1)]
 
     agent = FlakyAgent(waiting(1), waiting(2), waiting(3), DONE)
-    assert control._await_boundary(agent, job, 60, Shown(), sleep, clock) == DONE["queries"]
+    assert stop._await_boundary(agent, job, 60, Shown(), sleep, clock) == DONE["queries"]
 
 
 def test_what_ending_the_driver_raised_reaches_the_caller(tmp_path):
@@ -249,4 +249,4 @@ def test_what_ending_the_driver_raised_reaches_the_caller(tmp_path):
     job = stop_job_for_test(tmp_path)
     job.submission_id, job.master = "driver-1", "not-a-master-url"  # cluster mode, with a master that cannot be
     with pytest.raises(SparkpointError):
-        control._DriverExit(job, sleep, clock).wait()
+        drivers.DriverExit(job, sleep, clock).wait()

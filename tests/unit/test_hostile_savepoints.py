@@ -16,7 +16,7 @@ from checkpoints import hdfs_checkpoint
 
 from sparkpoint.adapters.storage import storage_for
 from sparkpoint.savepoints import catalog
-from sparkpoint.jobs import lifecycle as control
+from sparkpoint.jobs import savepoint as job_savepoint
 from sparkpoint.adapters import transfer
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints import savepoint as sp
@@ -63,7 +63,7 @@ def test_a_query_name_from_the_driver_writes_and_deletes_nothing_outside_the_sav
     reported = [{"id": "5c1e", "name": name, "checkpoint": f"file://{checkpoint}"}]  # as an agent reports queries
     with pytest.raises(SavepointInvalidError, match="cannot name a savepoint directory"):
         storage, _ = storage_for(str(checkpoint))
-        sp.create(control._job_sources(reported), storage, str(tmp_path / "sps"), storage, job="alarms")
+        sp.create(job_savepoint.job_sources(reported), storage, str(tmp_path / "sps"), storage, job="alarms")
     assert everything_below(tmp_path) == before
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sparkpoint.config import Settings
-from sparkpoint.jobs import lifecycle as control
+from sparkpoint.jobs import triggers
 from sparkpoint.jobs.registry import Registry
 from sparkpoint.jobs.protocol import answer_handover, write_agent_file
 from sparkpoint.jobs.listing import list_jobs
@@ -32,7 +32,7 @@ def test_every_record_of_a_job_is_private_and_no_temp_file_stays(tmp_path):
     answer_handover(job.directory, {"abort": "no"})
     trigger = Path(job.directory) / "triggers" / "t-0123abcd.json"
     trigger.parent.mkdir()
-    control._write_trigger(trigger, {"status": "in_progress"})
+    triggers._write_trigger(trigger, {"status": "in_progress"})
     records = [Path(job.directory) / name for name in ("job.json", "agent.json", "handover.json", "token")] + [trigger]
     assert {path.name: mode(path) for path in records} == {path.name: 0o600 for path in records}
     assert not [p for p in Path(job.directory).rglob("*") if p.name.startswith(".")]
@@ -93,7 +93,7 @@ def test_trigger_ids_of_another_shape_never_become_paths(tmp_path, trigger_id):
     (Path(job.directory) / "triggers").mkdir()
     (Path(job.directory) / "x.json").write_text(json.dumps({"status": "completed"}))
     with pytest.raises(BadArgumentError, match="not a savepoint trigger id"):
-        control.trigger_status(settings, job.id, trigger_id)
+        triggers.trigger_status(settings, job.id, trigger_id)
 
 
 @pytest.mark.parametrize("record", ["{}", "[]", "not json", '{"status": 1}'])
@@ -103,4 +103,4 @@ def test_a_malformed_trigger_record_is_reported(tmp_path, record):
     (Path(job.directory) / "triggers").mkdir()
     (Path(job.directory) / "triggers" / "t-0123abcd.json").write_text(record)
     with pytest.raises(CorruptRecordError, match="trigger record"):
-        control.trigger_status(settings, job.id, "t-0123abcd")
+        triggers.trigger_status(settings, job.id, "t-0123abcd")

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from sparkpoint.adapters.spark_submit import split_arguments
-from sparkpoint.jobs.lifecycle import RUN_OPTIONS, _parse_confs
+from sparkpoint.cli.job_cmds import RUN_OPTIONS
+from sparkpoint.jobs.run import _parse_confs
 from sparkpoint.errors import BadArgumentError
 
 

@@ -1,0 +1,120 @@
+"""A job's driver process once launched: until it runs, until it ends, and ending it (through its
+standalone master, or its process group)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+
+from sparkpoint.adapters.processes import pid_alive, signal_group, terminate_group
+from sparkpoint.adapters.standalone import DRIVER_STATES, StandaloneMaster
+from sparkpoint.errors import JobFailedError
+from sparkpoint.jobs.protocol import read_agent_file
+from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, describe_job, driver_start, state_of
+from sparkpoint.times import iso
+
+
+def await_cluster_driver(registry: Registry, job: Job, detach: bool, sleep, clock, timeout: float) -> dict:
+    """Until the agent runs (detached) or the driver ended (foreground), as the master and the agent tell."""
+    deadline = clock() + timeout
+    while True:
+        job = registry.load(job.id)
+        state = state_of(job)
+        if state not in ACTIVE_STATES or (detach and (state == "running" or clock() > deadline)):
+            break
+        sleep(0.5)
+    info = describe_job(job, state=state)
+    if state in ("failed", "lost"):
+        reason = info["error"] or f"the master reports the driver {job.driver.get('driverState', 'unknown')}"
+        raise JobFailedError(f"job {job.id} failed: {reason}")
+    return info
+
+
+def await_start(registry: Registry, job: Job, process: subprocess.Popen, sleep, clock, timeout: float) -> dict:
+    deadline = clock() + timeout
+    while clock() < deadline:
+        if process.poll() is not None:
+            return await_end(registry, job, process)
+        if read_agent_file(job.directory).get("state") == "running":
+            return describe_job(registry.load(job.id))
+        sleep(0.2)
+    return describe_job(registry.load(job.id))
+
+
+def await_end(registry: Registry, job: Job, process: subprocess.Popen) -> dict:
+    try:
+        code = process.wait()
+    except KeyboardInterrupt:
+        terminate_group(process.pid, job.pid_start)
+        job.ended = {"state": "cancelled", "reason": "interrupted", "at": iso()}
+        registry.save(job)
+        raise
+    job = registry.load(job.id)
+    if job.agent.get("state") not in ("finished", "failed"):
+        # The driver died before its agent could record the end (a JVM crash, a kill -9).
+        job.ended = {"state": "failed", "exit_code": code, "at": iso(),
+                     "error": f"spark-submit exited with status {code}; see the output above"}
+        registry.save(job)
+    info = describe_job(job)
+    if info["state"] == "failed":
+        raise JobFailedError(f"job {job.id} failed: {info['error']}")
+    return info
+
+
+class DriverExit:
+    """Waits, on a thread of its own, for a stopped driver to exit (ending it after a grace period)."""
+
+    def __init__(self, job: Job, sleep, clock):
+        self._clock = clock
+        self._started = clock()
+        self._seconds: float | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(job, sleep), name="sparkpoint-driver-exit",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, job: Job, sleep) -> None:
+        try:
+            end_driver(job, grace=30.0, sleep=sleep)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller by wait()
+            self._error = exc
+        self._seconds = self._clock() - self._started
+
+    def wait(self) -> float:
+        """Seconds from the boundary to the driver's exit; what ending it raised, if anything did."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return round(self._seconds or 0.0, 3)
+
+
+def end_driver(job: Job, grace: float, sleep: Callable[[float], None]) -> None:
+    """Let the driver end by itself within ``grace``; then end it: through the master for a cluster-mode
+    driver (the bootstrap's watchdog ends its Python when the JVM goes), else its process group."""
+    if not job.submission_id:
+        _await_exit(job, grace, sleep)
+        return
+    master = StandaloneMaster(job.master)
+    waited = 0.0
+    while DRIVER_STATES.get(master.driver_state(job.submission_id).get("driverState"), "lost") in ACTIVE_STATES:
+        if waited >= grace:
+            master.kill(job.submission_id)
+            return
+        sleep(0.2)
+        waited += 0.2
+
+
+def _await_exit(job: Job, grace: float, sleep: Callable[[float], None]) -> None:
+    """Let the driver exit by itself within ``grace``, then end its whole process group: only the driver's,
+    recognised by its start time (its pid may be another process's by now)."""
+    start = driver_start(job)
+    waited = 0.0
+    while start is not None and pid_alive(job.pid, start) and waited < grace:
+        sleep(0.2)
+        waited += 0.2
+    if start is not None and pid_alive(job.pid, start):
+        terminate_group(job.pid, start)
+    else:
+        signal_group(job.pid, start, signal.SIGKILL)  # leftovers of the group (a Python driver outliving its JVM)

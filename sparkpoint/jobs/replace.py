@@ -1,0 +1,60 @@
+"""`run --replace`: the new driver starts, the old job stops at a batch boundary with a savepoint, the new
+one restores it and takes over."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+from sparkpoint.config import Settings
+from sparkpoint.errors import JobFailedError
+from sparkpoint.jobs.drivers import await_end, end_driver
+from sparkpoint.jobs.protocol import answer_handover, handover_waiting
+from sparkpoint.jobs.registry import Job, Registry
+from sparkpoint.jobs.stop import record_stopped, stop_with_savepoint
+from sparkpoint.savepoints import savepoint
+from sparkpoint.times import iso
+
+
+def take_over(settings: Settings, registry: Registry, job: Job, process: subprocess.Popen, replaced: Job,
+              savepoint_path: str | None, stop_timeout: float, progress, sleep, clock, timeout: float) -> dict[str, Any]:
+    """Stop ``replaced`` with a savepoint and restore it into ``job``, whose driver is already up and waiting:
+    the new JVM's start-up overlaps the old job's last batch, and the old one runs on until the new
+    one is ready. If anything fails before the hand-over, the new driver is told to give up."""
+    try:
+        _await_handover_waiting(registry, job, process, replaced, sleep, clock, timeout)
+        stopped, exiting = stop_with_savepoint(settings, registry, replaced, savepoint_path,
+                                                stop_timeout, progress, sleep, clock)
+        saved = savepoint.load(stopped["path"], settings.storage_options)
+        savepoint.restore(saved, job.checkpoint_root, mode="auto", workers=settings.transfer_workers,
+                          progress=progress)
+    except BaseException as exc:
+        answer_handover(job.directory, {"abort": f"the hand-over from {replaced.id} failed: {exc}"})
+        if process.poll() is None:
+            end_driver(job, grace=30.0, sleep=sleep)
+            job.ended = {"state": "cancelled", "reason": f"hand-over from {replaced.id} failed: {exc}", "at": iso()}
+            registry.save(job)
+        raise
+    job.restored_from = saved.path
+    registry.save(job)
+    answer_handover(job.directory, {"expected_queries": [q["name"] for q in saved.queries]})
+    # Only now wait for the old driver's exit: the new one is already restoring and starting its queries.
+    stopped["job"] = record_stopped(registry, replaced, False, exiting, stopped["phases"])
+    return stopped
+
+
+def _await_handover_waiting(registry: Registry, job: Job, process: subprocess.Popen, replaced: Job, sleep, clock,
+                            timeout: float) -> None:
+    deadline = clock() + timeout
+    while not handover_waiting(job.directory):
+        if process.poll() is not None:
+            try:
+                await_end(registry, job, process)
+                reason = "ended"
+            except JobFailedError as exc:
+                reason = str(exc).removeprefix(f"job {job.id} ")
+            raise JobFailedError(f"job {job.id} {reason} before it could take over from {replaced.id}, which "
+                                 "keeps running")
+        if clock() > deadline:
+            raise JobFailedError(f"job {job.id} did not start within {timeout:g} s; {replaced.id} is still running")
+        sleep(0.02)

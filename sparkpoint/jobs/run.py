@@ -1,0 +1,143 @@
+"""`sparkpoint run`: an application launched under spark-submit (or by a standalone master in cluster
+mode), restored from a savepoint when asked, or taking over from a running job (`--replace`).
+
+Waiting is done with the ``sleep`` and ``clock`` given, so tests need not wait for real.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkpoint.adapters import spark_submit
+from sparkpoint.adapters.processes import process_start
+from sparkpoint.adapters.standalone import StandaloneMaster, submission_properties
+from sparkpoint.adapters.transfer import Progress
+from sparkpoint.config import Settings
+from sparkpoint.errors import BadArgumentError, NotFoundError
+from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start
+from sparkpoint.jobs.registry import Job, Registry, client_for
+from sparkpoint.jobs.replace import take_over
+from sparkpoint.savepoints import catalog, savepoint
+from sparkpoint.times import iso
+
+BOOTSTRAP = str(Path(__file__).resolve().parents[1] / "runtime" / "bootstrap.py")
+
+
+@dataclass
+class RunRequest:
+    app: str
+    app_args: list[str] = field(default_factory=list)
+    submit_args: list[str] = field(default_factory=list)
+    name: str | None = None
+    master: str = "local[2]"
+    confs: list[str] = field(default_factory=list)
+    detach: bool = False
+    savepoint: str | None = None
+    allow_non_restored_state: bool = False
+    claim: bool = False
+    restore_grace: float = 60.0
+    replace: str | None = None  # a running job to stop with a savepoint and continue from
+    savepoint_path: str | None = None  # with replace: where that savepoint goes
+    stop_timeout: float = 60.0  # with replace: seconds to wait for the old job's batch boundary
+    deploy_mode: str = "client"  # cluster: the standalone master runs the driver (REST submission)
+
+
+def _parse_confs(confs: list[str]) -> list[str]:
+    argv = []
+    for conf in confs:
+        key, sep, _value = conf.partition("=")
+        if not sep or not key:
+            raise BadArgumentError(f"--conf {conf!r}: expected KEY=VALUE")
+        if key == "spark.sql.streaming.checkpointLocation":
+            raise BadArgumentError("the checkpoint location of a managed job is sparkpoint's: do not set it")
+        argv += ["--conf", conf]
+    return argv
+
+
+def run_job(settings: Settings, request: RunRequest, progress: Progress | None = None,
+            sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
+            start_timeout: float = 180.0) -> dict[str, Any]:
+    """Launch the application under spark-submit, restored from a savepoint when asked."""
+    app = os.path.abspath(request.app)
+    if not os.path.isfile(app):
+        raise NotFoundError(f"application {request.app} does not exist")
+    conf_args = _parse_confs(request.confs)
+    registry = Registry(settings.home_url())
+    saved, replaced = None, None
+    cluster = request.deploy_mode == "cluster"
+    if cluster and request.replace:
+        raise BadArgumentError("--replace needs the new driver on this machine (client mode): in cluster mode, "
+                               "stop the job, then run -s")
+    master = StandaloneMaster(request.master) if cluster else None  # a bad master URL fails before anything runs
+    if request.replace:
+        if request.savepoint:
+            raise BadArgumentError("--replace restores from the savepoint it takes of that job: drop -s")
+        replaced = registry.resolve(request.replace)
+        client_for(registry, replaced).status()  # exit 12 now, before a driver starts, if it does not run
+    elif request.savepoint:
+        saved = savepoint.load(catalog.resolve(request.savepoint, settings.savepoints_dir(), settings.storage_options),
+                               settings.storage_options)
+    job = registry.new_job(
+        request.name or Path(app).stem.replace("_", "-"), app=app, app_args=request.app_args,
+        master=request.master, submit_args=request.submit_args, detached=request.detach,
+        restored_from=saved.path if saved else None,
+    )
+    try:
+        if saved is not None:
+            savepoint.restore(saved, job.checkpoint_root, mode="claim" if request.claim else "auto",
+                              workers=settings.transfer_workers, progress=progress)
+        driver_settings = {
+            "SPARKPOINT_RESTORE_GRACE": str(request.restore_grace),
+            "SPARKPOINT_ALLOW_NON_RESTORED_STATE": "1" if request.allow_non_restored_state else "0",
+            "SPARKPOINT_EXPECTED_QUERIES": ",".join(q["name"] for q in saved.queries) if saved else "",
+            **({"SPARKPOINT_HANDOVER_FROM": str(os.getpid())} if replaced is not None else {}),
+        }
+        checkpoint_conf = f"spark.sql.streaming.checkpointLocation={job.checkpoint_root}"
+        if master is not None:
+            job.submission_id = _submit(master, job, app, request, [*conf_args, "--conf", checkpoint_conf],
+                                        driver_settings)
+        else:
+            argv = [spark_submit.spark_submit(), "--master", request.master, "--name", job.id,
+                    "--conf", checkpoint_conf, *conf_args, *request.submit_args, BOOTSTRAP, job.directory, app,
+                    *request.app_args]
+            # Foreground: the driver's output goes to stderr, so stdout stays clean for --output json.
+            process = spark_submit.launch(argv, {**spark_submit.driver_environment(), **driver_settings},
+                                          job.log_path if request.detach else None,
+                                          stdout=None if request.detach else sys.stderr)
+            job.pid, job.pid_start = process.pid, process_start(process.pid)
+    except BaseException as exc:
+        job.ended = {"state": "failed", "error": str(exc), "at": iso()}
+        registry.save(job)
+        raise
+    registry.save(job)
+    if master is not None:
+        return await_cluster_driver(registry, job, request.detach, sleep, clock, start_timeout)
+    handover = None
+    if replaced is not None:
+        handover = take_over(settings, registry, job, process, replaced, request.savepoint_path,
+                             request.stop_timeout, progress, sleep, clock, start_timeout)
+    if request.detach:
+        info = await_start(registry, job, process, sleep, clock, start_timeout)
+    else:
+        info = await_end(registry, job, process)
+    return {**info, "replaced": handover} if handover else info
+
+
+def _submit(master: StandaloneMaster, job: Job, app: str, request: RunRequest, submit_args: list[str],
+            driver_settings: dict[str, str]) -> str:
+    """Hand the driver to the master through its REST API: spark-submit refuses Python cluster mode on
+    standalone, while Spark's PythonRunner, named directly, runs it."""
+    properties = submission_properties([*request.submit_args, *submit_args])
+    py_files = properties.get("spark.submit.pyFiles", "")
+    properties.update({"spark.app.name": job.id, "spark.pyspark.python": sys.executable,
+                       "spark.pyspark.driver.python": sys.executable})
+    return master.create(BOOTSTRAP, [BOOTSTRAP, py_files, job.directory, app, *request.app_args], properties,
+                         driver_settings)
+
+

@@ -1,0 +1,54 @@
+"""Savepoints of a running job's queries: on demand (without pausing them), and at a stop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkpoint.adapters.storage import join, storage_for
+from sparkpoint.adapters.transfer import Progress
+from sparkpoint.config import Settings
+from sparkpoint.errors import BadArgumentError, JobNotRunningError
+from sparkpoint.jobs.registry import Job, Registry, client_for
+from sparkpoint.savepoints import catalog, savepoint
+
+
+def job_sources(queries: list[dict[str, Any]]) -> list[savepoint.QuerySource]:
+    sources = []
+    for query in queries:
+        if not query.get("name"):
+            raise BadArgumentError(
+                f"query {query['id']} has no name and cannot be savepointed: name it with .queryName(...)"
+            )
+        location = query["checkpoint"].removeprefix("file:").replace("///", "/", 1)
+        sources.append(savepoint.QuerySource(query["name"], location))
+    return sources
+
+
+def savepoint_job(settings: Settings, reference: str, target_dir: str | None = None, keep_last: int | None = None,
+                  progress: Progress | None = None) -> dict[str, Any]:
+    """A savepoint of every query of a running job, without pausing it."""
+    registry = Registry(settings.home_url())
+    job = registry.resolve(reference)
+    status = client_for(registry, job).status()
+    if not status["queries"]:
+        raise JobNotRunningError(f"job {job.id} runs no streaming query yet")
+    result = savepoint.created_summary(create_savepoint(settings, job, job_sources(status["queries"]), target_dir, progress))
+    if keep_last is not None:
+        result["pruned"] = prune_older_savepoints(settings, job.name, keep_last)
+    return result
+
+
+def prune_older_savepoints(settings: Settings, job_name: str, keep_last: int) -> list[dict[str, Any]]:
+    """After a new savepoint: keep the job's newest ``keep_last`` in the catalog; what was deleted."""
+    return catalog.prune(join(settings.savepoints_dir(), job_name), keep_last=keep_last, max_age=None, job=job_name,
+                         storage_options=settings.storage_options)["deleted"]
+
+
+def create_savepoint(settings: Settings, job: Job, sources, target_dir: str | None, progress) -> dict[str, Any]:
+    source_storage, _ = storage_for(job.checkpoint_root)
+    target_storage, parent = storage_for(target_dir or join(settings.savepoints_dir(), job.name),
+                                         settings.storage_options)
+    return savepoint.create(sources, source_storage, parent, target_storage, job=job.name,
+                            origin={"kind": "job", "job_id": job.id}, restored_from=job.restored_from,
+                            workers=settings.transfer_workers, attempts=settings.savepoint_attempts,
+                            progress=progress)

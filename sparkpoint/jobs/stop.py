@@ -1,0 +1,131 @@
+"""Stopping a job: at its queries' next batch boundary with a savepoint (`stop`), or without (`cancel`).
+
+Waiting is done with the ``sleep`` and ``clock`` given, so tests need not wait for real."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sparkpoint.adapters.processes import pid_alive
+from sparkpoint.adapters.transfer import NullProgress, Progress
+from sparkpoint.config import Settings
+from sparkpoint.errors import JobFailedError, JobNotRunningError, SparkpointError, StopInterruptedError
+from sparkpoint.jobs.drivers import DriverExit, end_driver
+from sparkpoint.jobs.protocol import read_agent_file
+from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, client_for, describe_job, state_of
+from sparkpoint.jobs.savepoint import create_savepoint, job_sources
+from sparkpoint.savepoints import savepoint
+from sparkpoint.times import iso
+
+STOP_REPORT_GRACE = 30.0  # beyond the stop's own timeout, for an agent to report its queries' end
+
+
+def stop_job(settings: Settings, reference: str, target_dir: str | None = None, timeout: float = 60.0,
+             progress: Progress | None = None, cancelled: bool = False,
+             sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+    """Stop every query at its next micro-batch boundary (interrupted after ``timeout``), savepoint the
+    checkpoints while the driver exits, and return once both are done."""
+    registry = Registry(settings.home_url())
+    job = registry.resolve(reference)
+    result, exiting = stop_with_savepoint(settings, registry, job, target_dir, timeout, progress, sleep, clock)
+    result["job"] = record_stopped(registry, job, cancelled, exiting, result["phases"])
+    return result
+
+
+def stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target_dir: str | None, timeout: float,
+                         progress: Progress | None, sleep, clock) -> tuple[dict[str, Any], DriverExit]:
+    """The savepoint at the boundary, and the driver's exit, already under way (the savepoint reads only
+    the stopped queries' checkpoints, so the two overlap)."""
+    started = clock()
+    stopped = _await_boundary(client_for(registry, job), job, timeout, progress or NullProgress(), sleep, clock)
+    if not stopped:
+        raise JobNotRunningError(f"job {job.id} runs no streaming query to stop")
+    boundary = clock()
+    exiting = DriverExit(job, sleep, clock)
+    result = savepoint.created_summary(create_savepoint(settings, job, job_sources(stopped), target_dir, progress))
+    result["phases"] = {"boundary": round(boundary - started, 3), "savepoint": round(clock() - boundary, 3)}
+    outcome = {q["name"]: q for q in stopped}
+    for query in result["queries"]:
+        # The checkpoint has the last word: a planned batch without its commit was interrupted.
+        query["at_boundary"] = bool(outcome[query["name"]]["at_boundary"]) and query["planned_batch_id"] is None
+        query["replayed_batch_id"] = query["planned_batch_id"]
+    return result, exiting
+
+
+def _await_boundary(client, job: Job, timeout: float, progress: Progress, sleep, clock) -> list[dict[str, Any]]:
+    """The agent's account of its queries once every one has ended at its next batch boundary (or was
+    interrupted at ``timeout``), showing what is being waited for meanwhile."""
+    give_up = clock() + timeout + STOP_REPORT_GRACE
+    try:
+        report = client.request_stop(timeout)
+        while not report["done"]:
+            if clock() > give_up:
+                where = f"its driver log: {job.log_path}" if job.detached else "the driver's output above"
+                raise JobFailedError(f"job {job.id} did not report the end of its queries within "
+                                     f"{timeout + STOP_REPORT_GRACE:g} s; see {where}")
+            progress.waiting(_waiting_message(report))
+            sleep(0.05)
+            report = _next_report(client, job, report)
+    except KeyboardInterrupt:
+        raise StopInterruptedError(f"interrupted: job {job.id} goes on ending its queries at their batch boundaries, "
+                                   f"without a savepoint; their checkpoints stay under {job.checkpoint_root} "
+                                   "(`sparkpoint savepoint --from-checkpoint` takes one)") from None
+    finally:
+        progress.finish()
+    return report["queries"]
+
+
+def _next_report(client, job: Job, last: dict[str, Any]) -> dict[str, Any]:
+    """The agent's latest report. Once the agent is gone (the application ended; another caller may have
+    read the final report first), its final one from the agent's record; while the driver lives, a
+    poll that failed (a busy driver) is tried again."""
+    try:
+        return client.stop_report()
+    except JobNotRunningError:
+        final = read_agent_file(job.directory).get("stop")
+        if isinstance(final, dict) and final.get("done"):
+            return final
+        if pid_alive(job.pid):
+            return last
+        raise JobFailedError(f"the driver of job {job.id} ended before its queries reached a batch boundary; its "
+                             f"checkpoints are kept under {job.checkpoint_root}: "
+                             "`sparkpoint savepoint --from-checkpoint` takes a savepoint of them") from None
+
+
+def _waiting_message(report: dict[str, Any]) -> str:
+    waiting = [q for q in report["queries"] if q["state"] == "waiting"]
+    batches = ", ".join(f"batch {q['batch_id']} of {q['name']}" if q.get("batch_id") is not None else q["name"]
+                        for q in waiting)
+    return f"waiting for {batches} to commit, {report['seconds']:.0f} s"
+
+
+def record_stopped(registry: Registry, job: Job, cancelled: bool, exiting: DriverExit,
+                    phases: dict[str, float]) -> dict[str, Any]:
+    """Once the stopped driver has exited: record how the job ended (and how long that took)."""
+    phases["driver_exit"] = exiting.wait()
+    job = registry.load(job.id)
+    if cancelled or state_of(job) in ACTIVE_STATES or state_of(job) == "lost":
+        job.ended = {"state": "cancelled" if cancelled else "finished", "reason": "stopped with savepoint",
+                     "at": iso()}
+        registry.save(job)
+    return describe_job(registry.load(job.id))
+
+
+def cancel_job(settings: Settings, reference: str, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """Stop without savepoint. Works without the agent: the process group is ended."""
+    registry = Registry(settings.home_url())
+    job = registry.resolve(reference)
+    state = state_of(job)
+    if state in ("finished", "failed", "cancelled"):
+        raise JobNotRunningError(f"job {job.id} is already {state}")
+    try:
+        client_for(registry, job).cancel()
+        grace = 15.0  # the queries are stopped: let the application end by itself
+    except SparkpointError:
+        grace = 0.0  # an agent gone, wedged or not up yet: nobody else will end the driver
+    end_driver(job, grace=grace, sleep=sleep)
+    job.ended = {"state": "cancelled", "reason": "cancel", "previous_state": state, "at": iso()}
+    registry.save(job)
+    return describe_job(registry.load(job.id))

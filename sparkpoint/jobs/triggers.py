@@ -1,0 +1,96 @@
+"""`savepoint --detached`: a savepoint taken in the background, and its record under the job's directory
+(Flink's trigger-then-poll)."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from sparkpoint.adapters.local_files import write_json
+from sparkpoint.adapters.processes import pid_alive, process_start
+from sparkpoint.config import Settings
+from sparkpoint.errors import BadArgumentError, CorruptRecordError, NotFoundError, SparkpointError
+from sparkpoint.jobs.registry import Job, Registry, client_for
+from sparkpoint.jobs.savepoint import savepoint_job
+from sparkpoint.times import iso
+
+TRIGGERS_DIR = "triggers"
+
+
+_TRIGGER_ID = re.compile(r"t-[0-9a-f]{8}")
+
+
+def trigger_savepoint(settings: Settings, reference: str, target_dir: str | None, keep_last: int | None,
+                      config_path: str | None = None) -> dict[str, Any]:
+    """Start a savepoint in the background (Flink's trigger-then-poll); return its trigger id at once."""
+    registry = Registry(settings.home_url())
+    job = registry.resolve(reference)
+    client_for(registry, job).status()  # fail now, with exit 12, if the job is not running
+    trigger_id = f"t-{secrets.token_hex(4)}"  # the shape _TRIGGER_ID accepts
+    path = _trigger_path(job, trigger_id)
+    path.parent.mkdir(exist_ok=True)
+    argv = [sys.executable, "-m", "sparkpoint", "--home", settings.home, "--quiet",
+            *(["--config", config_path] if config_path else []),
+            "savepoint", job.id, *([target_dir] if target_dir else []),
+            *(["--keep-last", str(keep_last)] if keep_last is not None else []), "--record-trigger", trigger_id]
+    _write_trigger(path, {"trigger_id": trigger_id, "job_id": job.id, "status": "in_progress",
+                          "started_at": iso()})
+    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    record = _write_trigger(path, {**json.loads(path.read_text()), "pid": process.pid,
+                                   "pid_start": process_start(process.pid)})
+    return record
+
+
+def run_trigger(settings: Settings, reference: str, trigger_id: str, target_dir: str | None,
+                keep_last: int | None) -> dict[str, Any]:
+    """The background half of trigger_savepoint: take the savepoint and record how it went."""
+    job = Registry(settings.home_url()).resolve(reference)
+    path = _trigger_path(job, trigger_id)
+    record = _read_trigger(path, job, trigger_id)
+    try:
+        result = savepoint_job(settings, job.id, target_dir, keep_last)
+    except SparkpointError as exc:
+        _write_trigger(path, {**record, "status": "failed", "error": str(exc), "exit_code": exc.exit_code,
+                              "ended_at": iso()})
+        raise
+    _write_trigger(path, {**record, "status": "completed", "savepoint": result, "ended_at": iso()})
+    return result
+
+
+def trigger_status(settings: Settings, reference: str, trigger_id: str) -> dict[str, Any]:
+    job = Registry(settings.home_url()).resolve(reference)
+    record = _read_trigger(_trigger_path(job, trigger_id), job, trigger_id)
+    if record["status"] == "in_progress" and not pid_alive(record.get("pid"), record.get("pid_start")):
+        record = {**record, "status": "failed", "error": "the savepoint process ended without recording a result"}
+    return record
+
+
+def _trigger_path(job: Job, trigger_id: str) -> Path:
+    # The id becomes a file name: only the shape trigger_savepoint makes, never a path of the caller's.
+    if not isinstance(trigger_id, str) or not _TRIGGER_ID.fullmatch(trigger_id):
+        raise BadArgumentError(f"{trigger_id!r} is not a savepoint trigger id (t- and 8 hex digits, as "
+                               "`savepoint --detached` prints)")
+    return Path(job.directory) / TRIGGERS_DIR / f"{trigger_id}.json"
+
+
+def _read_trigger(path: Path, job: Job, trigger_id: str) -> dict[str, Any]:
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise NotFoundError(f"job {job.id} has no savepoint trigger {trigger_id!r}") from None
+    except ValueError:
+        raise CorruptRecordError(f"the savepoint trigger record {path} is not JSON") from None
+    if not isinstance(record, dict) or not isinstance(record.get("status"), str):
+        raise CorruptRecordError(f"the savepoint trigger record {path} is malformed (no status)")
+    return record
+
+
+def _write_trigger(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    write_json(path, record)
+    return record

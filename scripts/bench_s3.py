@@ -34,6 +34,9 @@ from s3server import BUCKET, S3Server  # noqa: E402
 
 from sparkpoint.adapters.storage import storage_for  # noqa: E402
 from sparkpoint.savepoints import savepoint as sp  # noqa: E402
+from sparkpoint.savepoints.create import QuerySource  # noqa: E402
+from sparkpoint.savepoints.create import create as create_savepoint  # noqa: E402
+from sparkpoint.savepoints.restore import restore as restore_savepoint  # noqa: E402
 
 
 def main() -> None:
@@ -59,11 +62,11 @@ def main() -> None:
         # Each run starts from a cleared prefix (median_seconds cleans up before every run).
         put = median_seconds(lambda: fs.put(str(checkpoint), f"{base}/plain/", recursive=True), clear("plain"))
         create = median_seconds(
-            lambda: sp.create([sp.QuerySource("bench", str(checkpoint))], local, f"{base}/savepoints", storage,
-                              job="bench", workers=options.workers),
+            lambda: create_savepoint([QuerySource("bench", str(checkpoint))], local, f"{base}/savepoints", storage,
+                                     job="bench", workers=options.workers),
             clear("savepoints"))
-        reference = sp.create([sp.QuerySource("bench", str(checkpoint))], local, f"{base}/reference", storage,
-                              job="bench", workers=options.workers)
+        reference = create_savepoint([QuerySource("bench", str(checkpoint))], local, f"{base}/reference", storage,
+                                     job="bench", workers=options.workers)
         restored = work / "restored"
 
         def clear_local() -> None:
@@ -72,7 +75,7 @@ def main() -> None:
         get = median_seconds(lambda: fs.get(reference["path"] + "/", str(restored) + "/", recursive=True),
                              clear_local)
         loaded = sp.load(reference["path"])
-        restore = median_seconds(lambda: sp.restore(loaded, str(restored), mode="copy", workers=options.workers),
+        restore = median_seconds(lambda: restore_savepoint(loaded, str(restored), mode="copy", workers=options.workers),
                                  clear_local)
         mb = size / 1e6
         print(f"machine: nproc={os.cpu_count()}; checkpoint {mb:.1f} MB in {len(files)} files; "

@@ -40,6 +40,8 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 
 from sparkpoint.adapters.storage import storage_for  # noqa: E402
 from sparkpoint.savepoints import savepoint as sp  # noqa: E402
+from sparkpoint.savepoints.create import QuerySource, create  # noqa: E402
+from sparkpoint.savepoints.restore import restore  # noqa: E402
 
 MB = 1_000_000
 RUNS = 3
@@ -185,7 +187,7 @@ def cp_r(source: Path, destination: Path) -> None:
 def take_savepoint(checkpoint: Path, target_parent: Path, workers: int) -> dict:
     storage, path = storage_for(str(checkpoint))
     target_storage, parent = storage_for(str(target_parent))
-    return sp.create([sp.QuerySource("bench", path)], storage, parent, target_storage, job="bench", workers=workers)
+    return create([QuerySource("bench", path)], storage, parent, target_storage, job="bench", workers=workers)
 
 
 def time_checkpoint(checkpoint: Checkpoint, scratch: Path, workers: int) -> tuple[Timings, dict]:
@@ -214,10 +216,10 @@ def time_checkpoint(checkpoint: Checkpoint, scratch: Path, workers: int) -> tupl
         savepoint=savepoint,
         cp_savepoint=median_seconds(lambda: cp_r(Path(reference["path"]), cp_target), lambda: remove(cp_target)),
         restore_copy=median_seconds(
-            lambda: sp.restore(loaded, str(restored), mode="copy", workers=workers), clear_restored
+            lambda: restore(loaded, str(restored), mode="copy", workers=workers), clear_restored
         ),
         restore_link=median_seconds(
-            lambda: sp.restore(loaded, str(restored), mode="link", workers=workers), clear_restored
+            lambda: restore(loaded, str(restored), mode="link", workers=workers), clear_restored
         ),
     )
     remove(scratch)

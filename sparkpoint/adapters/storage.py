@@ -81,6 +81,14 @@ def is_url(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 
 
+def is_inside(child: str, ancestor: str) -> bool:
+    """Whether ``child`` is ``ancestor`` or lies below it (local paths with their links resolved)."""
+    def norm(path: str) -> str:
+        return (path if is_url(path) else os.path.realpath(path)).rstrip("/") + "/"
+
+    return norm(child).startswith(norm(ancestor))
+
+
 def join(base: str, *parts: str) -> str:
     out = base.rstrip("/")
     for part in parts:

@@ -39,6 +39,7 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
     """
     from sparkpoint.adapters.storage import basename, join, storage_for
     from sparkpoint.savepoints import catalog, savepoint
+    from sparkpoint.savepoints.create import create, created_summary, discover_queries
     from sparkpoint.jobs import savepoint as job_savepoint
     from sparkpoint.jobs import triggers
 
@@ -76,18 +77,18 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
     if len(args) > 1:
         raise BadArgumentError("with --from-checkpoint, the only argument is TARGET_DIR")
     source_storage, location = storage_for(checkpoint, settings.storage_options)
-    sources = savepoint.discover_queries(source_storage, location, name)
+    sources = discover_queries(source_storage, location, name)
     job = job or name or basename(location)
     parent = args[0] if args else join(settings.savepoints_dir(), job)
     target_storage, parent = storage_for(parent, settings.storage_options)
-    result = savepoint.create(
+    result = create(
         sources, source_storage, parent, target_storage,
         job=job, batch_id=batch, origin={"kind": "checkpoint", "location": location},
         workers=settings.transfer_workers, attempts=settings.savepoint_attempts, progress=app.progress(),
     )
     if keep_last is not None:
         job_savepoint.prune_older_savepoints(settings, job, keep_last)
-    emit(output, savepoint.created_summary(result), _render_created)
+    emit(output, created_summary(result), _render_created)
 
 
 def _render_created(data: dict) -> None:
@@ -126,11 +127,12 @@ def restore_cmd(app, savepoint_ref, checkpoint_dir, claim, mode, query, output):
     The savepoint itself is never modified (unless --claim). The targets must be new or empty.
     """
     from sparkpoint.savepoints import catalog, savepoint
+    from sparkpoint.savepoints.restore import restore
 
     settings = app.settings
     loaded = savepoint.load(catalog.resolve(savepoint_ref, settings.savepoints_dir(), settings.storage_options),
                             settings.storage_options)
-    result = savepoint.restore(
+    result = restore(
         loaded, checkpoint_dir, mode="claim" if claim else mode, query=query,
         workers=settings.transfer_workers, progress=app.progress(), storage_options=settings.storage_options,
     )

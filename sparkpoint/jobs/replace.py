@@ -13,6 +13,7 @@ from sparkpoint.jobs.protocol import answer_handover, handover_waiting
 from sparkpoint.jobs.registry import Job, Registry
 from sparkpoint.jobs.stop import record_stopped, stop_with_savepoint
 from sparkpoint.savepoints import savepoint
+from sparkpoint.savepoints.restore import restore
 from sparkpoint.times import iso
 
 
@@ -26,7 +27,7 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
         stopped, exiting = stop_with_savepoint(settings, registry, replaced, savepoint_path,
                                                 stop_timeout, progress, sleep, clock)
         saved = savepoint.load(stopped["path"], settings.storage_options)
-        savepoint.restore(saved, job.checkpoint_root, mode="auto", workers=settings.transfer_workers,
+        restore(saved, job.checkpoint_root, mode="auto", workers=settings.transfer_workers,
                           progress=progress)
     except BaseException as exc:
         answer_handover(job.directory, {"abort": f"the hand-over from {replaced.id} failed: {exc}"})

@@ -24,6 +24,7 @@ from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start
 from sparkpoint.jobs.registry import Job, Registry, client_for
 from sparkpoint.jobs.replace import take_over
 from sparkpoint.savepoints import catalog, savepoint
+from sparkpoint.savepoints.restore import restore
 from sparkpoint.times import iso
 
 BOOTSTRAP = str(Path(__file__).resolve().parents[1] / "runtime" / "bootstrap.py")
@@ -90,7 +91,7 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
     )
     try:
         if saved is not None:
-            savepoint.restore(saved, job.checkpoint_root, mode="claim" if request.claim else "auto",
+            restore(saved, job.checkpoint_root, mode="claim" if request.claim else "auto",
                               workers=settings.transfer_workers, progress=progress)
         driver_settings = {
             "SPARKPOINT_RESTORE_GRACE": str(request.restore_grace),

@@ -9,10 +9,11 @@ from sparkpoint.adapters.transfer import Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, JobNotRunningError
 from sparkpoint.jobs.registry import Job, Registry, client_for
-from sparkpoint.savepoints import catalog, savepoint
+from sparkpoint.savepoints import catalog
+from sparkpoint.savepoints.create import QuerySource, create, created_summary
 
 
-def job_sources(queries: list[dict[str, Any]]) -> list[savepoint.QuerySource]:
+def job_sources(queries: list[dict[str, Any]]) -> list[QuerySource]:
     sources = []
     for query in queries:
         if not query.get("name"):
@@ -20,7 +21,7 @@ def job_sources(queries: list[dict[str, Any]]) -> list[savepoint.QuerySource]:
                 f"query {query['id']} has no name and cannot be savepointed: name it with .queryName(...)"
             )
         location = query["checkpoint"].removeprefix("file:").replace("///", "/", 1)
-        sources.append(savepoint.QuerySource(query["name"], location))
+        sources.append(QuerySource(query["name"], location))
     return sources
 
 
@@ -32,7 +33,7 @@ def savepoint_job(settings: Settings, reference: str, target_dir: str | None = N
     status = client_for(registry, job).status()
     if not status["queries"]:
         raise JobNotRunningError(f"job {job.id} runs no streaming query yet")
-    result = savepoint.created_summary(create_savepoint(settings, job, job_sources(status["queries"]), target_dir, progress))
+    result = created_summary(create_savepoint(settings, job, job_sources(status["queries"]), target_dir, progress))
     if keep_last is not None:
         result["pruned"] = prune_older_savepoints(settings, job.name, keep_last)
     return result
@@ -48,7 +49,7 @@ def create_savepoint(settings: Settings, job: Job, sources, target_dir: str | No
     source_storage, _ = storage_for(job.checkpoint_root)
     target_storage, parent = storage_for(target_dir or join(settings.savepoints_dir(), job.name),
                                          settings.storage_options)
-    return savepoint.create(sources, source_storage, parent, target_storage, job=job.name,
+    return create(sources, source_storage, parent, target_storage, job=job.name,
                             origin={"kind": "job", "job_id": job.id}, restored_from=job.restored_from,
                             workers=settings.transfer_workers, attempts=settings.savepoint_attempts,
                             progress=progress)

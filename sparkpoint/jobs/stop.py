@@ -16,7 +16,7 @@ from sparkpoint.jobs.drivers import DriverExit, end_driver
 from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, client_for, describe_job, state_of
 from sparkpoint.jobs.savepoint import create_savepoint, job_sources
-from sparkpoint.savepoints import savepoint
+from sparkpoint.savepoints.create import created_summary
 from sparkpoint.times import iso
 
 STOP_REPORT_GRACE = 30.0  # beyond the stop's own timeout, for an agent to report its queries' end
@@ -44,7 +44,7 @@ def stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target
         raise JobNotRunningError(f"job {job.id} runs no streaming query to stop")
     boundary = clock()
     exiting = DriverExit(job, sleep, clock)
-    result = savepoint.created_summary(create_savepoint(settings, job, job_sources(stopped), target_dir, progress))
+    result = created_summary(create_savepoint(settings, job, job_sources(stopped), target_dir, progress))
     result["phases"] = {"boundary": round(boundary - started, 3), "savepoint": round(clock() - boundary, 3)}
     outcome = {q["name"]: q for q in stopped}
     for query in result["queries"]:

@@ -15,16 +15,16 @@ import json
 import re
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable
 
+from sparkpoint.adapters.processes import pid_alive
 from sparkpoint.adapters.storage import Storage, is_url, join, storage_for, translate_errors
+from sparkpoint.errors import BadArgumentError, NotFoundError, SparkpointError
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints import savepoint as sp
-from sparkpoint.adapters.processes import pid_alive
 from sparkpoint.times import iso, parse_iso
-from sparkpoint.errors import BadArgumentError, NotFoundError, SparkpointError
 
 _DURATION = re.compile(r"(\d+)\s*(w|d|h|m|s)")
 _UNIT_SECONDS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}

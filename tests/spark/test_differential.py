@@ -12,6 +12,8 @@ from workloads import WORKLOADS
 
 from sparkpoint.adapters.storage import storage_for
 from sparkpoint.savepoints import savepoint as sp
+from sparkpoint.savepoints.create import QuerySource, create
+from sparkpoint.savepoints.restore import restore
 from sparkpoint.spark.checkpoint import CheckpointReader
 from sparkpoint.spark.state_rows import read_options, state_frame
 
@@ -58,8 +60,8 @@ def metadata_files(root) -> set[str]:
 def savepoint_of(checkpoint: str, name: str, target: str, batch_id=None) -> sp.Savepoint:
     storage, path = storage_for(checkpoint)
     target_storage, target = storage_for(target)
-    created = sp.create(
-        [sp.QuerySource(name, path)], storage, target, target_storage, job=name, batch_id=batch_id
+    created = create(
+        [QuerySource(name, path)], storage, target, target_storage, job=name, batch_id=batch_id
     )
     return sp.load(created["path"])
 
@@ -80,7 +82,7 @@ def test_savepoint_restore_continues_like_an_uninterrupted_run(spark, tmp_path, 
     shutil.rmtree(tmp_path / "ckpt")
     moved = tmp_path / "elsewhere"
     shutil.move(saved.path, moved)
-    restored = sp.restore(sp.load(str(moved)), str(tmp_path / "restored"), mode="copy")
+    restored = restore(sp.load(str(moved)), str(tmp_path / "restored"), mode="copy")
     checkpoint = restored["queries"][0]["checkpoint"]
 
     workloads.add_batches(inputs, workload, range(CUT_AFTER, TOTAL_BATCHES))
@@ -105,7 +107,7 @@ def test_older_cut_replays_the_planned_batch_identically(spark, tmp_path, refere
     assert (query["batch_id"], query["planned_batch_id"]) == (1, 2)
 
     shutil.rmtree(tmp_path / "ckpt")
-    restored = sp.restore(saved, str(tmp_path / "restored"))
+    restored = restore(saved, str(tmp_path / "restored"))
     assert restored["transfer"] == "link"
     workloads.add_batches(inputs, workload, range(CUT_AFTER, TOTAL_BATCHES))
     replay = workloads.run(spark, workload, inputs, restored["queries"][0]["checkpoint"])

@@ -428,6 +428,6 @@ def test_fifty_savepoints_racing_spark_retention(spark, tmp_path, retention_conf
 
 
 def sp_restore(saved, target: Path) -> str:
-    from sparkpoint.savepoints import savepoint as sp
+    from sparkpoint.savepoints.restore import restore
 
-    return sp.restore(saved, str(target), mode="copy")["queries"][0]["checkpoint"]
+    return restore(saved, str(target), mode="copy")["queries"][0]["checkpoint"]

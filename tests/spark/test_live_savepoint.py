@@ -13,6 +13,7 @@ from test_differential import final_state, savepoint_of
 from workloads import AGGRESSIVE_RETENTION, WORKLOADS
 
 from sparkpoint.savepoints import savepoint as sp
+from sparkpoint.savepoints.restore import restore
 from sparkpoint.errors import CutUnavailableError
 
 pytestmark = pytest.mark.spark
@@ -60,7 +61,7 @@ def test_savepoints_of_a_running_query_are_valid_or_refused(spark, tmp_path, kin
 
     for saved in (taken[0], taken[len(taken) // 2]):
         cut = saved.query("q")["batch_id"]
-        restored = sp.restore(saved, str(tmp_path / f"restored-{cut}"), mode="copy")["queries"][0]["checkpoint"]
+        restored = restore(saved, str(tmp_path / f"restored-{cut}"), mode="copy")["queries"][0]["checkpoint"]
         continued = workloads.run(spark, workload, inputs, restored, AGGRESSIVE_RETENTION)
         assert continued == {b: rows for b, rows in expected.items() if b > cut}
         assert final_state(spark, restored) == expected_state

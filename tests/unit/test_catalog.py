@@ -9,7 +9,7 @@ from checkpoints import hdfs_checkpoint
 from sparkpoint.adapters.storage import storage_for
 from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints import manifest as mf
-from sparkpoint.savepoints import savepoint as sp
+from sparkpoint.savepoints.create import QuerySource, create
 from sparkpoint.errors import BadArgumentError, NotFoundError
 
 DAY = 86400.0
@@ -19,7 +19,7 @@ NOW = 1_800_000_000.0
 def make_savepoint(checkpoint, directory, job, created):
     storage, path = storage_for(str(checkpoint))
     target_storage, target = storage_for(str(directory / job))
-    return sp.create([sp.QuerySource("q", path)], storage, target, target_storage, job=job, clock=lambda: created)
+    return create([QuerySource("q", path)], storage, target, target_storage, job=job, clock=lambda: created)
 
 
 @pytest.fixture

@@ -20,6 +20,9 @@ from sparkpoint.jobs import savepoint as job_savepoint
 from sparkpoint.adapters import transfer
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints import savepoint as sp
+from sparkpoint.savepoints.create import create as create_savepoint
+from sparkpoint.savepoints.create import QuerySource
+from sparkpoint.savepoints.restore import STAGING_PREFIX, restore
 from sparkpoint.errors import (
     NotFoundError,
     SavepointInvalidError,
@@ -32,7 +35,7 @@ from sparkpoint.errors import (
 def create(checkpoint, target, name="q", job="alarms"):
     storage, path = storage_for(str(checkpoint))
     target_storage, target = storage_for(str(target))
-    return sp.create([sp.QuerySource(name, path)], storage, target, target_storage, job=job)
+    return create_savepoint([QuerySource(name, path)], storage, target, target_storage, job=job)
 
 
 def tree(root):
@@ -63,14 +66,14 @@ def test_a_query_name_from_the_driver_writes_and_deletes_nothing_outside_the_sav
     reported = [{"id": "5c1e", "name": name, "checkpoint": f"file://{checkpoint}"}]  # as an agent reports queries
     with pytest.raises(SavepointInvalidError, match="cannot name a savepoint directory"):
         storage, _ = storage_for(str(checkpoint))
-        sp.create(job_savepoint.job_sources(reported), storage, str(tmp_path / "sps"), storage, job="alarms")
+        create_savepoint(job_savepoint.job_sources(reported), storage, str(tmp_path / "sps"), storage, job="alarms")
     assert everything_below(tmp_path) == before
 
 
 def test_two_queries_of_one_name_are_refused_before_anything_is_written(checkpoint, tmp_path):
     storage, path = storage_for(str(checkpoint))
     with pytest.raises(SavepointInvalidError, match="share one name"):
-        sp.create([sp.QuerySource("q", path), sp.QuerySource("q", path)], storage, str(tmp_path / "sps"), storage,
+        create_savepoint([QuerySource("q", path), QuerySource("q", path)], storage, str(tmp_path / "sps"), storage,
                   job="alarms")
     assert not (tmp_path / "sps").exists()
 
@@ -111,14 +114,14 @@ def _twice_at_once(call, barrier: threading.Barrier) -> list:
 
 def _race(saved, target, **kwargs):
     barrier = threading.Barrier(2)
-    return _twice_at_once(lambda: sp.restore(saved, target, progress=_MeetAtTheCopy(barrier), **kwargs), barrier)
+    return _twice_at_once(lambda: restore(saved, target, progress=_MeetAtTheCopy(barrier), **kwargs), barrier)
 
 
 @pytest.fixture
 def many_files(tmp_path):
     checkpoint = hdfs_checkpoint(tmp_path / "big", committed=4, partitions=300)  # ~3,000 files
     saved = sp.load(create(checkpoint, tmp_path / "sps")["path"])
-    sp.restore(saved, str(tmp_path / "reference"), query="q")
+    restore(saved, str(tmp_path / "reference"), query="q")
     return saved, tree(tmp_path / "reference")
 
 
@@ -141,17 +144,17 @@ def test_a_restore_fills_an_existing_directory_in_place(checkpoint, tmp_path):
     volume = tmp_path / "volume"  # as a mount point: it cannot be replaced, only filled
     volume.mkdir(mode=0o750)
     inode = volume.stat().st_ino
-    (volume / f"{sp.STAGING_PREFIX}q-dead").mkdir()  # left by a restore that was killed
-    sp.restore(saved, str(volume), query="q", mode="copy")
+    (volume / f"{STAGING_PREFIX}q-dead").mkdir()  # left by a restore that was killed
+    restore(saved, str(volume), query="q", mode="copy")
     assert volume.stat().st_ino == inode and stat.S_IMODE(volume.stat().st_mode) == 0o750
-    assert (volume / "commits" / "4").exists() and not list(volume.glob(f"{sp.STAGING_PREFIX}*"))
+    assert (volume / "commits" / "4").exists() and not list(volume.glob(f"{STAGING_PREFIX}*"))
 
 
 def test_a_restore_target_that_is_a_file_is_refused_as_such(checkpoint, tmp_path):
     saved = sp.load(create(checkpoint, tmp_path / "sps")["path"])
     (tmp_path / "file").write_text("x")
     with pytest.raises(TargetNotEmptyError, match="is a file"):
-        sp.restore(saved, str(tmp_path / "file"))
+        restore(saved, str(tmp_path / "file"))
 
 
 # -- links, FIFOs, devices -----------------------------------------------------------------------------
@@ -166,7 +169,7 @@ def test_a_savepoint_file_replaced_by_a_link_is_refused_in_link_mode(checkpoint,
     os.unlink(victim)
     os.symlink(secret, victim)
     with pytest.raises(UnsafeFileError, match="commits/4 is a symbolic link"):
-        sp.restore(saved, str(tmp_path / "restored"), mode="link")
+        restore(saved, str(tmp_path / "restored"), mode="link")
     assert not (tmp_path / "restored").exists()
     with pytest.raises(UnsafeFileError):
         sp.verify(saved)
@@ -215,7 +218,7 @@ def test_a_private_checkpoint_makes_private_savepoints_and_restores(checkpoint, 
         for name in files:
             os.chmod(os.path.join(directory, name), 0o600)
     saved = create(checkpoint, tmp_path / "sps")["path"]
-    sp.restore(sp.load(saved), str(tmp_path / "restored"), mode="copy")
+    restore(sp.load(saved), str(tmp_path / "restored"), mode="copy")
     for root in (saved, tmp_path / "restored"):
         for directory, _dirs, files in os.walk(root):
             assert stat.S_IMODE(os.stat(directory).st_mode) & 0o077 == 0, directory

@@ -11,6 +11,9 @@ from checkpoints import commit, hdfs_checkpoint, offsets, write
 from sparkpoint.adapters.storage import Storage, storage_for
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints import savepoint as sp
+from sparkpoint.savepoints.create import create as create_savepoint
+from sparkpoint.savepoints.create import QuerySource, discover_queries
+from sparkpoint.savepoints.restore import restore
 from sparkpoint.errors import (
     BadArgumentError,
     CutUnavailableError,
@@ -25,7 +28,7 @@ def create(root, target, storage=None, **kwargs):
     local, path = storage_for(str(root))
     target_storage, target = storage_for(str(target))
     kwargs.setdefault("job", "alarms")
-    return sp.create([sp.QuerySource("q", path)], storage or local, target, target_storage, **kwargs)
+    return create_savepoint([QuerySource("q", path)], storage or local, target, target_storage, **kwargs)
 
 
 def tree(root):
@@ -60,7 +63,7 @@ def test_restore_reproduces_the_cut_and_leaves_the_savepoint_untouched(checkpoin
     saved = sp.load(create(checkpoint, tmp_path / "sps")["path"])
     before = tree(saved.path)
     for mode in ("copy", "link"):
-        out = sp.restore(saved, str(tmp_path / f"restored-{mode}"), mode=mode)
+        out = restore(saved, str(tmp_path / f"restored-{mode}"), mode=mode)
         assert out["transfer"] == mode
         restored = tree(out["queries"][0]["checkpoint"])
         assert restored == tree(os.path.join(saved.path, "queries", "q"))
@@ -70,14 +73,14 @@ def test_restore_reproduces_the_cut_and_leaves_the_savepoint_untouched(checkpoin
 
 def test_restore_single_query_into_the_directory_itself(checkpoint, tmp_path):
     saved = sp.load(create(checkpoint, tmp_path / "sps")["path"])
-    out = sp.restore(saved, str(tmp_path / "here"), query="q")
+    out = restore(saved, str(tmp_path / "here"), query="q")
     assert out["queries"][0]["checkpoint"] == str(tmp_path / "here")
     assert (tmp_path / "here" / "commits" / "4").exists()
 
 
 def test_claim_disposes_of_the_savepoint_only_after_a_verified_restore(checkpoint, tmp_path):
     saved = sp.load(create(checkpoint, tmp_path / "sps")["path"])
-    sp.restore(saved, str(tmp_path / "restored"), mode="claim")
+    restore(saved, str(tmp_path / "restored"), mode="claim")
     assert not os.path.exists(saved.path)
     assert (tmp_path / "restored" / "q" / "commits" / "4").exists()
 
@@ -90,7 +93,7 @@ def test_tampered_file_is_detected_by_verify_and_restore(checkpoint, tmp_path):
     report = sp.verify(saved)
     assert not report["valid"] and report["problems"] == ["checksum differs: queries/q/state/0/1/5.delta"]
     with pytest.raises(SavepointInvalidError, match="tampered"):
-        sp.restore(saved, str(tmp_path / "restored"), mode="copy")
+        restore(saved, str(tmp_path / "restored"), mode="copy")
     assert not (tmp_path / "restored").exists()  # nothing half-written is left
 
 
@@ -100,7 +103,7 @@ def test_missing_file_fails_restore_and_cleans_up(checkpoint, tmp_path):
     assert sp.verify(saved)["problems"] == ["missing: queries/q/commits/4"]
     (tmp_path / "empty").mkdir()
     with pytest.raises(SavepointInvalidError, match="missing"):
-        sp.restore(saved, str(tmp_path / "empty"), query="q", mode="copy")
+        restore(saved, str(tmp_path / "empty"), query="q", mode="copy")
     assert os.listdir(tmp_path / "empty") == []  # an existing empty target stays, emptied
 
 
@@ -109,7 +112,7 @@ def test_restore_refuses_a_non_empty_target(checkpoint, tmp_path):
     (tmp_path / "busy" / "q").mkdir(parents=True)
     (tmp_path / "busy" / "q" / "keep.me").write_text("x")
     with pytest.raises(TargetNotEmptyError, match="not empty"):
-        sp.restore(saved, str(tmp_path / "busy"))
+        restore(saved, str(tmp_path / "busy"))
     assert os.listdir(tmp_path / "busy" / "q") == ["keep.me"]
 
 
@@ -153,7 +156,7 @@ def test_dispose_refuses_what_is_not_a_savepoint(checkpoint, tmp_path):
 def test_bad_input_writes_nothing(tmp_path):
     (tmp_path / "notckpt").mkdir()
     with pytest.raises(NotACheckpointError, match="not a Structured Streaming checkpoint"):
-        sp.discover_queries(storage_for(str(tmp_path / "notckpt"))[0], str(tmp_path / "notckpt"))
+        discover_queries(storage_for(str(tmp_path / "notckpt"))[0], str(tmp_path / "notckpt"))
     root = tmp_path / "fresh"
     write(root / "metadata", json.dumps({"id": "q"}))
     write(root / "offsets" / "0", offsets(0))
@@ -253,7 +256,7 @@ def test_a_tampered_relocated_metadata_file_is_refused(checkpoint, tmp_path):
                                             f"file:{checkpoint}/state/0/_stateSchema/default/0_ab"]}]}))
     saved = sp.load(create(checkpoint, tmp_path / "sps")["path"])
     assert saved.query("q")["relocate"] == ["queries/q/state/0/_metadata/v2/0"]
-    good = sp.restore(saved, str(tmp_path / "good"), mode="copy")["queries"][0]["checkpoint"]
+    good = restore(saved, str(tmp_path / "good"), mode="copy")["queries"][0]["checkpoint"]
     rewritten = (tmp_path / "good" / "q" / "state" / "0" / "_metadata" / "v2" / "0").read_text()
     assert f"file:{good}/state/0/_stateSchema/default/0_ab" in rewritten
     assert not (tmp_path / "good" / "q" / "state" / "0" / "_metadata" / "v2" / ".0.crc").exists()
@@ -262,5 +265,5 @@ def test_a_tampered_relocated_metadata_file_is_refused(checkpoint, tmp_path):
     with open(stored, "a") as handle:
         handle.write(" ")
     with pytest.raises(SavepointInvalidError, match="tampered"):
-        sp.restore(saved, str(tmp_path / "bad"))
+        restore(saved, str(tmp_path / "bad"))
     assert not (tmp_path / "bad").exists()

@@ -1,0 +1,265 @@
+"""Creating a savepoint from checkpoints, live or stopped.
+
+Creation copies exactly the files of one consistent cut per query (see ``checkpoint.Plan``),
+hashing them as it copies, and writes ``manifest.json`` last. A live checkpoint may lose files
+to Spark's cleanup mid-copy: the query's copy is thrown away and taken again at a newer cut,
+up to ``attempts`` times. A savepoint whose manifest is not written is never listed or restored.
+"""
+
+from __future__ import annotations
+
+import getpass
+import importlib.metadata
+import json
+import os
+import re
+import secrets
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sparkpoint.adapters import transfer
+from sparkpoint.adapters.storage import HASH_ALGORITHM, Storage, basename, is_inside, join, translate_errors
+from sparkpoint.errors import (
+    BadArgumentError,
+    CutUnavailableError,
+    NotACheckpointError,
+    NotFoundError,
+    SavepointInvalidError,
+    TargetNotEmptyError,
+)
+from sparkpoint.savepoints import manifest as mf
+from sparkpoint.savepoints.savepoint import discard
+from sparkpoint.spark.checkpoint import CheckpointReader, Plan, VanishedError, is_checkpoint
+from sparkpoint.times import iso
+
+
+@dataclass(frozen=True)
+class QuerySource:
+    """A query's checkpoint to savepoint, and the name (uid) it will be restored under."""
+
+    name: str
+    location: str
+
+    def __post_init__(self) -> None:
+        # The name becomes a directory of the savepoint, and comes from the application (its queryName):
+        # checked before anything is written, so `../../x` can neither write nor delete outside the savepoint.
+        mf.check_query_name(self.name)
+
+
+def discover_queries(storage: Storage, location: str, name: str | None = None) -> list[QuerySource]:
+    """One query's checkpoint, or a checkpoint root whose subdirectories are named queries."""
+    with translate_errors(location):
+        if not storage.exists(location):
+            raise NotFoundError(f"checkpoint {location} does not exist")
+    if is_checkpoint(storage, location):
+        return [QuerySource(name or basename(location), location)]
+    if not storage.is_dir(location):
+        raise NotACheckpointError(f"{location} is a file, not a checkpoint directory")
+    found = [
+        QuerySource(entry.name, join(location, entry.name))
+        for entry in sorted(storage.list(location), key=lambda e: e.name)
+        if entry.is_dir and is_checkpoint(storage, join(location, entry.name))
+    ]
+    if not found:
+        raise NotACheckpointError(
+            f"{location} is not a Structured Streaming checkpoint, nor a root of named query checkpoints"
+        )
+    if name is not None:
+        raise BadArgumentError(f"{location} holds {len(found)} query checkpoints; --name applies to a single one")
+    return found
+
+
+def new_savepoint_id(job: str, now: float) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", job).strip("-.") or "job"
+    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%d-%H%M%S")
+    return f"savepoint-{slug[:60]}-{stamp}-{secrets.token_hex(3)}"
+
+
+def _spark_version() -> str | None:
+    try:
+        return importlib.metadata.version("pyspark")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def create(
+    sources: Sequence[QuerySource],
+    source_storage: Storage,
+    target_parent: str,
+    target_storage: Storage,
+    *,
+    job: str,
+    batch_id: int | None = None,
+    origin: dict[str, Any] | None = None,
+    restored_from: str | None = None,
+    workers: int = 4,
+    attempts: int = 5,
+    progress: transfer.Progress | None = None,
+    clock: Callable[[], float] = time.time,
+) -> dict[str, Any]:
+    """Write a savepoint of ``sources`` below ``target_parent``; return its manifest (with ``path``)."""
+    progress = progress or transfer.NullProgress()
+    names = [source.name for source in sources]
+    if len(set(names)) != len(names):
+        raise SavepointInvalidError(f"two queries share one name ({', '.join(sorted(names))}): "
+                                    "each needs a name of its own (.queryName(...))")
+    for source in sources:
+        if is_inside(target_parent, source.location):
+            raise BadArgumentError(f"target {target_parent} lies inside the checkpoint {source.location}; choose another")
+    # Plan every query before writing anything: bad input fails with nothing written.
+    plans = {source.name: _plan(source_storage, source, batch_id, attempts) for source in sources}
+    # A private checkpoint makes a private savepoint: its directories get no permission a source lacks.
+    dir_mode = 0o777
+    for source in sources:
+        with translate_errors(source.location):
+            dir_mode &= source_storage.mode(source.location)
+
+    now = clock()
+    savepoint_id = new_savepoint_id(job, now)
+    path = join(target_parent, savepoint_id)
+    with translate_errors(path):
+        if target_storage.exists(path):
+            raise TargetNotEmptyError(f"{path} already exists")
+        target_storage.makedirs(path, dir_mode)
+        target_storage.write_atomic(join(path, mf.IN_PROGRESS), _owner_marker(now))
+    try:
+        queries = []
+        for source in sources:
+            plan, results = _copy_query(
+                source_storage, source, plans[source.name], target_storage, path, batch_id, workers, attempts, progress,
+                dir_mode,
+            )
+            queries.append(_query_entry(source, plan, results))
+        data = {
+            "format": mf.FORMAT,
+            "format_version": mf.FORMAT_VERSION,
+            "id": savepoint_id,
+            "job": job,
+            "created_at": iso(now),
+            "completed_at": iso(clock()),
+            "sparkpoint_version": importlib.metadata.version("sparkpoint"),
+            "spark_version": _spark_version(),
+            "checksum_algorithm": HASH_ALGORITHM,
+            "origin": origin or {},
+            "restored_from": restored_from,
+            "bytes": sum(q["bytes"] for q in queries),
+            "file_count": sum(len(q["files"]) for q in queries),
+            "queries": queries,
+        }
+        with translate_errors(path):
+            target_storage.write_atomic(join(path, mf.MANIFEST), mf.dumps(mf.validate(data, path)))
+    except BaseException:
+        discard(target_storage, path)
+        raise
+    with translate_errors(path):
+        target_storage.remove_file(join(path, mf.IN_PROGRESS))
+    return dict(data, path=path)
+
+
+def created_summary(result: dict[str, Any]) -> dict[str, Any]:
+    """What commands report of a new savepoint (its manifest without the file lists)."""
+    return {
+        "path": result["path"],
+        "id": result["id"],
+        "job": result["job"],
+        "created_at": result["created_at"],
+        "bytes": result["bytes"],
+        "file_count": result["file_count"],
+        "queries": [
+            {"name": q["name"], "query_id": q["query_id"], "batch_id": q["batch_id"],
+             "planned_batch_id": q["planned_batch_id"], "bytes": q["bytes"]}
+            for q in result["queries"]
+        ],
+    }
+
+
+def _owner_marker(now: float) -> bytes:
+    return json.dumps(
+        {"pid": os.getpid(), "host": socket.gethostname(), "user": getpass.getuser(), "started_at": iso(now)}
+    ).encode()
+
+
+def _plan(storage: Storage, source: QuerySource, batch_id: int | None, attempts: int) -> Plan:
+    """Plan a cut; Spark may purge a file between listing and reading it, so plan again, within bounds."""
+    vanished = ""
+    for _attempt in range(attempts):
+        try:
+            return CheckpointReader(storage, source.location).plan(batch_id)
+        except VanishedError as exc:
+            vanished = str(exc)
+    raise _purged_too_fast(source, batch_id, attempts, vanished)
+
+
+def _purged_too_fast(source: QuerySource, batch_id: int | None, attempts: int, vanished: str) -> CutUnavailableError:
+    if batch_id is not None:
+        return CutUnavailableError(
+            f"Spark purged {vanished} while batch {batch_id} of {source.name} was copied: "
+            "savepoint a newer batch, or omit --batch for the latest"
+        )
+    return CutUnavailableError(
+        f"{source.name}: Spark kept purging files faster than they were copied ({attempts} attempts, last: {vanished}); "
+        "raise spark.sql.streaming.minBatchesToRetain or the transfer workers, or stop the query first"
+    )
+
+
+def _copy_query(
+    storage: Storage,
+    source: QuerySource,
+    plan: Plan,
+    target: Storage,
+    path: str,
+    batch_id: int | None,
+    workers: int,
+    attempts: int,
+    progress: transfer.Progress,
+    dir_mode: int,
+) -> tuple[Plan, list[transfer.Result]]:
+    query_dir = join(path, mf.QUERIES_DIR, source.name)
+    for attempt in range(attempts):
+        if attempt:
+            plan = _plan(storage, source, None, attempts - attempt)
+        items = [
+            transfer.Transfer(storage, join(source.location, f.path), target, join(query_dir, f.path), "copy", f.size)
+            for f in plan.files
+        ]
+        try:
+            return plan, transfer.run(items, workers, progress, f"savepoint {source.name} @ batch {plan.cut.batch_id}",
+                                      dir_mode)
+        except transfer.SourceMissing as missing:
+            vanished = missing.path
+        with translate_errors(query_dir):
+            if target.exists(query_dir):
+                target.remove_tree(query_dir)
+        if batch_id is not None:
+            break
+    raise _purged_too_fast(source, batch_id, attempts, vanished)
+
+
+def _query_entry(source: QuerySource, plan: Plan, results: list[transfer.Result]) -> dict[str, Any]:
+    prefix = f"{mf.QUERIES_DIR}/{source.name}/"
+    cut = plan.cut
+    return {
+        "name": source.name,
+        "query_id": plan.query_id,
+        "source_location": source.location,
+        "batch_id": cut.batch_id,
+        "planned_batch_id": cut.planned_batch_id,
+        "state_version": cut.state_version,
+        "batch_timestamp_ms": cut.offsets.metadata.get("batchTimestampMs"),
+        "watermark_ms": cut.commit.get("nextBatchWatermarkMs", cut.offsets.metadata.get("batchWatermarkMs")),
+        "offsets": cut.offsets.sources,
+        "planned_offsets": cut.planned_offsets.sources if cut.planned_offsets else None,
+        "provider": plan.provider,
+        "checkpoint_format_version": plan.checkpoint_format_version,
+        "confs": cut.offsets.confs,
+        "operators": [op.to_json() for op in plan.operators],
+        "bytes": plan.bytes,
+        "files": [
+            {"path": prefix + f.path, "size": r.size, "digest": r.digest} for f, r in zip(plan.files, results, strict=True)
+        ],
+        "relocate": [prefix + rel for rel in plan.relocate],
+    }

@@ -1,0 +1,305 @@
+"""Restoring a savepoint as checkpoints Spark starts from: copied, hard-linked or claimed, every file
+checked against its digest, each query's checkpoint put in place whole or not at all (see _Placement)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import secrets
+from typing import Any
+
+from sparkpoint.adapters import transfer
+from sparkpoint.adapters.storage import (
+    HASH_ALGORITHMS,
+    Storage,
+    basename,
+    is_inside,
+    is_url,
+    join,
+    parent,
+    storage_for,
+    translate_errors,
+)
+from sparkpoint.errors import BadArgumentError, NotFoundError, SavepointInvalidError, TargetNotEmptyError
+from sparkpoint.savepoints import manifest as mf
+from sparkpoint.savepoints.savepoint import Savepoint, dispose
+from sparkpoint.spark.checkpoint import relocate_metadata
+
+RESTORE_MODES = ("auto", "copy", "link", "claim")
+
+
+def restore(
+    savepoint: Savepoint,
+    target: str,
+    *,
+    mode: str = "auto",
+    query: str | None = None,
+    workers: int = 4,
+    progress: transfer.Progress | None = None,
+    storage_options: dict | None = None,
+) -> dict[str, Any]:
+    """Materialize the savepoint as checkpoints below ``target`` (``target/<query>``), or, with
+    ``query``, that one query's checkpoint at ``target`` itself. The savepoint is untouched
+    unless ``mode='claim'``, which disposes of it once the restored copy is verified."""
+    if mode not in RESTORE_MODES:
+        raise BadArgumentError(f"restore mode must be one of {', '.join(RESTORE_MODES)}, not {mode!r}")
+    progress = progress or transfer.NullProgress()
+    target_storage, target = storage_for(target, storage_options)
+    if is_inside(target, savepoint.path) or is_inside(savepoint.path, target):
+        raise BadArgumentError(f"restore target {target} and savepoint {savepoint.path} overlap; choose another target")
+    with translate_errors(target):
+        if target_storage.exists(target) and not target_storage.is_dir(target):
+            raise TargetNotEmptyError(f"restore target {target} is a file, not a directory")
+    chosen = [savepoint.query(query)] if query else savepoint.queries
+    destinations = {q["name"]: (target if query else join(target, q["name"])) for q in chosen}
+    resolved = _transfer_mode(mode, savepoint, target_storage, target)
+    with translate_errors(savepoint.path):
+        dir_mode = savepoint.storage.mode(savepoint.path)
+    placements: dict[str, _Placement] = {}
+    try:
+        for name, dest in destinations.items():
+            placements[name] = _Placement(target_storage, dest, dir_mode)
+        staging = {name: placement.staging for name, placement in placements.items()}
+        items, relocations = _restore_items(savepoint, chosen, staging, destinations, target_storage, resolved)
+        for name, placement in placements.items():
+            if not target_storage.local:
+                placement.files = [t.dst_path for _, t in items if t.dst_path.startswith(staging[name] + "/")]
+                placement.files += [dst for _, dst, dest in relocations if dest == destinations[name]]
+        results = transfer.run([t for _, t in items], workers, progress, f"restore {savepoint.manifest['id']}",
+                               dir_mode)
+        _check_results(items, results)
+        for entry, dst, dest in relocations:
+            with translate_errors(dst):
+                raw = savepoint.storage.read_bytes(join(savepoint.path, entry["path"]))
+                _check_digest(savepoint, entry, raw)
+                target_storage.write_atomic(dst, relocate_metadata(raw, _spark_uri(dest)))
+        for placement in placements.values():
+            placement.commit()
+    except transfer.SourceMissing as missing:
+        _undo(placements.values())
+        if not savepoint.storage.exists(join(savepoint.path, mf.MANIFEST)):
+            raise NotFoundError(f"savepoint {savepoint.path} was deleted (disposed or pruned) while it was restored; "
+                                "nothing was restored") from None
+        raise SavepointInvalidError(f"savepoint file {missing.path} is missing: the savepoint is broken") from None
+    except BaseException:
+        _undo(placements.values())
+        raise
+    finally:
+        for placement in placements.values():
+            placement.release()
+    if mode == "claim":
+        # Claimed only once the restored copy is complete and verified: a failure before this
+        # point leaves the savepoint as it was.
+        dispose(savepoint.path, storage_options)
+    return {
+        "savepoint": savepoint.path,
+        "id": savepoint.manifest["id"],
+        "mode": mode,
+        "transfer": resolved,
+        "queries": [
+            {"name": q["name"], "checkpoint": destinations[q["name"]], "batch_id": q["batch_id"],
+             "planned_batch_id": q.get("planned_batch_id")}
+            for q in chosen
+        ],
+    }
+
+
+STAGING_PREFIX = ".sparkpoint-restoring-"
+
+
+class _Placement:
+    """Where one query's checkpoint is assembled, and how it is put in place or taken back.
+
+    On a local disk the files are assembled in a hidden staging directory and put in place only once
+    complete and verified: a restore killed half-way must never leave a checkpoint Spark would start
+    from (a `metadata` file without offsets is a new query that silently reprocesses from the start).
+    - A new destination is staged beside it and renamed into place: all or nothing. Two restores
+      racing for it: the second rename finds a non-empty directory and fails, removing only its own.
+    - An existing empty destination (a directory prepared for it, a volume's mount point) is filled,
+      keeping its owner and mode: staged inside it, then each entry moved up, `metadata` last.
+      An exclusive lock on it keeps a second restore out; what dead restores left there is removed.
+    An object store has no rename: files are written in place; an undo removes only those.
+    """
+
+    def __init__(self, storage: Storage, dest: str, dir_mode: int):
+        self.storage = storage
+        self.dest = dest
+        self.dir_mode = dir_mode
+        self.lock: int | None = None
+        self.moved: list[str] = []  # what was put in place, for an undo
+        self.files: list[str] = []  # on an object store, what was written in place, for an undo
+        self.existing = storage.exists(dest)
+        if self.existing and storage.local:
+            self._lock()
+        _check_empty(storage, dest, leftovers_are_dead=self.lock is not None)
+        if not storage.local:
+            self.staging = dest
+            self.made: list[str] = []
+            return
+        inside = dest if self.existing else parent(dest)
+        self.staging = join(inside, f"{STAGING_PREFIX}{basename(dest)}-{secrets.token_hex(4)}")
+        self.made = _missing_ancestors(inside)
+        with translate_errors(inside):
+            storage.makedirs(inside, dir_mode)
+
+    def _lock(self) -> None:
+        with translate_errors(self.dest):
+            self.lock = os.open(self.dest, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.release()
+            raise TargetNotEmptyError(f"another restore is writing into {self.dest}; wait for it to end, "
+                                      "or restore into another directory") from None
+
+    def commit(self) -> None:
+        if not self.storage.local:
+            return
+        with translate_errors(self.dest):
+            if not self.existing:
+                try:
+                    os.rename(self.staging, self.dest)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                        raise TargetNotEmptyError(
+                            f"restore target {self.dest} was filled by another restore meanwhile; nothing of this "
+                            "one was kept there") from None
+                    raise
+                self.moved.append(self.dest)
+                return
+            names = sorted(os.listdir(self.staging), key=lambda name: name == "metadata")
+            for name in names:
+                os.rename(join(self.staging, name), join(self.dest, name))
+                self.moved.append(join(self.dest, name))
+            os.rmdir(self.staging)
+
+    def undo(self) -> None:
+        """Remove what this restore wrote: its staging, what it moved or renamed into place, the
+        directories it made (only while empty: a concurrent restore may use them)."""
+        storage = self.storage
+        if not storage.local:
+            for path in self.files:
+                storage.remove_file(path)
+            return
+        if os.path.lexists(self.staging):
+            storage.remove_tree(self.staging)
+        for path in self.moved:
+            storage.remove_tree(path) if os.path.isdir(path) else storage.remove_file(path)
+        for directory in reversed(self.made):
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+
+    def release(self) -> None:
+        if self.lock is not None:
+            os.close(self.lock)
+            self.lock = None
+
+
+def _missing_ancestors(path: str) -> list[str]:
+    """``path`` and its ancestors that do not exist yet, outermost first."""
+    missing = []
+    current = os.path.abspath(path)
+    while not os.path.lexists(current):
+        missing.append(current)
+        current = os.path.dirname(current)
+    return list(reversed(missing))
+
+
+def _restore_items(
+    savepoint: Savepoint,
+    chosen: list[dict[str, Any]],
+    placements: dict[str, str],
+    destinations: dict[str, str],
+    target_storage: Storage,
+    mode: transfer.Mode,
+) -> tuple[list[tuple[dict[str, Any], transfer.Transfer]], list[tuple[dict[str, Any], str, str]]]:
+    """The files to transfer as they are, and the metadata files to rewrite for the new location.
+    Files are written below ``placements``; rewritten paths name the final ``destinations``."""
+    items = []
+    relocations = []
+    for q in chosen:
+        prefix = f"{mf.QUERIES_DIR}/{q['name']}/"
+        dest = destinations[q["name"]]
+        relocate = set(q.get("relocate", []))
+        for entry in q["files"]:
+            dst = join(placements[q["name"]], entry["path"][len(prefix):])
+            if entry["path"] in relocate:
+                relocations.append((entry, dst, dest))
+            elif not _checksum_of_relocated(entry["path"], relocate):
+                # (A relocated file's checksum companion would be stale: Hadoop would refuse to read it.)
+                src = join(savepoint.path, entry["path"])
+                items.append((entry, transfer.Transfer(savepoint.storage, src, target_storage, dst, mode,
+                                                       entry["size"], savepoint.manifest["checksum_algorithm"])))
+    return items, relocations
+
+
+def _check_digest(savepoint: Savepoint, entry: dict[str, Any], raw: bytes) -> None:
+    if HASH_ALGORITHMS[savepoint.manifest["checksum_algorithm"]](raw).hexdigest() != entry["digest"]:
+        raise _tampered(entry)
+
+
+def _tampered(entry: dict[str, Any]) -> SavepointInvalidError:
+    return SavepointInvalidError(
+        f"checksum of {entry['path']} differs from the manifest: the savepoint is corrupted or was tampered with"
+    )
+
+
+def _check_empty(storage: Storage, dest: str, leftovers_are_dead: bool = False) -> None:
+    """Refuse a destination that holds anything. With the destination locked, staging directories
+    left there belong to restores that died (their lock died with them): they are removed."""
+    with translate_errors(dest):
+        if not storage.exists(dest):
+            return
+        if not storage.is_dir(dest):
+            raise TargetNotEmptyError(f"restore target {dest} is a file")
+        entries = storage.list(dest)
+        leftovers = [e for e in entries if e.is_dir and e.name.startswith(STAGING_PREFIX)]
+        if leftovers_are_dead and len(leftovers) == len(entries):
+            for entry in leftovers:
+                storage.remove_tree(join(dest, entry.name))
+            return
+        if entries:
+            raise TargetNotEmptyError(
+                f"restore target {dest} is not empty: restore into a new directory; sparkpoint never overwrites a checkpoint"
+            )
+
+
+def _transfer_mode(mode: str, savepoint: Savepoint, target_storage: Storage, target: str) -> transfer.Mode:
+    """Hard links where the file system allows (same local device), copies otherwise."""
+    linkable = savepoint.storage.local and target_storage.local and target_storage.same_device(savepoint.path, target)
+    if mode == "link" and not linkable:
+        raise BadArgumentError("--mode link needs the savepoint and the target on the same local file system")
+    if mode == "copy":
+        return "copy"
+    return "link" if linkable else "copy"
+
+
+def _checksum_of_relocated(path: str, relocate: set[str]) -> bool:
+    directory, name = path.rsplit("/", 1)
+    for original in relocate:
+        odir, oname = original.rsplit("/", 1)
+        if odir == directory and name in (f".{oname}.crc", f"{oname}.crc"):
+            return True
+    return False
+
+
+def _check_results(items: list[tuple[dict[str, Any], transfer.Transfer]], results: list[transfer.Result]) -> None:
+    for (entry, _item), result in zip(items, results, strict=True):
+        if result.digest is not None and result.digest != entry["digest"]:
+            raise _tampered(entry)
+        if result.size != entry["size"]:
+            raise SavepointInvalidError(f"size of {entry['path']} differs from the manifest: the savepoint is corrupted")
+
+
+def _undo(placements) -> None:
+    """Take back what a failed restore wrote; the original error is the one to report."""
+    for placement in placements:
+        with contextlib.suppress(Exception):
+            placement.undo()
+
+
+def _spark_uri(location: str) -> str:
+    """The location as Spark qualifies it in its own files."""
+    return location if is_url(location) else "file:" + os.path.abspath(location)

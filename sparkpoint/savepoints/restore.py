@@ -25,7 +25,7 @@ from sparkpoint.adapters.storage import (
 from sparkpoint.errors import BadArgumentError, NotFoundError, SavepointInvalidError, TargetNotEmptyError
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints.savepoint import Savepoint, dispose
-from sparkpoint.spark.checkpoint import relocate_metadata
+from sparkpoint.spark.relocate import relocate_metadata
 
 RESTORE_MODES = ("auto", "copy", "link", "claim")
 

@@ -1,4 +1,5 @@
-"""Reads Spark Structured Streaming's checkpoint layout. Nothing else parses Spark's files.
+"""A query's checkpoint as Spark lays it out, its cuts and their plans. Spark's files are parsed only in
+this package (logs, state_files, relocate), never elsewhere.
 
 A checkpoint is consistent at every committed micro-batch N (a *cut*): ``commits/N`` exists,
 every state store has version N+1, and ``offsets/N`` (plus ``offsets/N+1`` when batch N+1
@@ -24,33 +25,22 @@ Layout facts this module relies on (Spark 4.3, verified by experiment and in Spa
 from __future__ import annotations
 
 import contextlib
-import io
 import json
-import re
-import struct
-import zipfile
-import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
-from collections.abc import Iterable, Iterator
 
 from sparkpoint.adapters.storage import Entry, Storage, join, translate_errors
-from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError, UnsafeFileError
-
-LOG_DIRS = ("offsets", "commits")
-_DIGITS = re.compile(r"\d+", re.ASCII)
-# ASCII digits, and the whole name: '$' alone would take "3\n", \d alone '١'.
-_BATCH = re.compile(r"(\d+)(\.compact)?", re.ASCII)
-_UNIQUE_ID = re.compile(r"[0-9a-fA-F-]+")
-_STATE_FILE = re.compile(r"(\d+)(?:_([0-9a-fA-F-]+))?\.(delta|snapshot|zip|changelog)", re.ASCII)
-
-# What sparkpoint parses of one Spark file: its logs, metadata and a RocksDB zip's metadata member. Spark's
-# own entries are small: the largest realistic, a Kafka source's offsets over 100 topics of 1000 partitions,
-# is 1.9 MB; a zip's metadata lists ~110 bytes per SST file (1.8 MB for 16k files, a TB of state). Beyond
-# this a file is no Spark entry, and parsing it would cost ten times its size in memory.
-MAX_PARSED_BYTES = 8 << 20
-# lz4-java's largest block (LZ4BlockOutputStream): a header that claims more is corrupt.
-_LZ4_MAX_BLOCK = 1 << 25
+from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError
+from sparkpoint.spark.fields import bounded, checked_file_name, is_number, json_array, json_object, required_field
+from sparkpoint.spark.logs import BATCH_FILE, OffsetEntry, batch_ids, json_line, parse_commit, parse_log, parse_offsets
+from sparkpoint.spark.state_files import (
+    changelog_lineage,
+    is_temp,
+    parse_operator_metadata,
+    parse_state_file,
+    read_zip_member,
+)
 
 PROVIDER_CLASS_CONF = "spark.sql.streaming.stateStore.providerClass"
 SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
@@ -67,17 +57,6 @@ class FileRef:
 
     path: str
     size: int
-
-
-@dataclass(frozen=True)
-class OffsetEntry:
-    batch_id: int
-    metadata: dict[str, Any]
-    sources: list[Any]
-
-    @property
-    def confs(self) -> dict[str, str]:
-        return dict(self.metadata.get("conf") or {})
 
 
 @dataclass(frozen=True)
@@ -144,117 +123,6 @@ class Plan:
         return sum(f.size for f in self.files)
 
 
-def _object(value: Any, where: str, what: str) -> dict[str, Any]:
-    """``value``, which Spark writes as a JSON object (an absent one, null, is empty)."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise NotACheckpointError(f"{where}: {what} is not a JSON object")
-    return value
-
-
-def _array(value: Any, where: str, what: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise NotACheckpointError(f"{where}: {what} is not a JSON array")
-    return value
-
-
-def _typed(value: Any, kind: type, where: str, what: str) -> Any:
-    """``value`` (None when absent) if it has the JSON type Spark writes there; a bool is no number."""
-    if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
-        raise NotACheckpointError(f"{where}: {what} is not a {'string' if kind is str else 'number'}")
-    return value
-
-
-def _field(data: dict[str, Any], key: str, kind: type, where: str) -> Any:
-    """A field Spark always writes, of the JSON type it writes."""
-    if data.get(key) is None:
-        raise NotACheckpointError(f"{where}: no {key}")
-    return _typed(data[key], kind, where, key)
-
-
-def _file_name(value: str, where: str, key: str) -> str:
-    """A file name read from a Spark file: used as a path only when it names a file of its own directory."""
-    if value in ("", ".", "..") or any(c in value for c in "/\\\x00"):
-        raise UnsafeFileError(f"{where}: {key} {value!r} is an unsafe path, not a file name; refusing to use it")
-    return value
-
-
-def _unique_id(value: Any, where: str, key: str) -> str:
-    """A state file's unique id (a UUID): part of a file name, so checked like one."""
-    if value is None:
-        raise NotACheckpointError(f"{where}: no {key}")
-    if not _UNIQUE_ID.fullmatch(_typed(value, str, where, key)):
-        raise UnsafeFileError(f"{where}: {key} {value!r} is not a unique id, an unsafe path; refusing to use it")
-    return value
-
-
-def _json_line(lines: list[str], where: str, what: str) -> dict[str, Any]:
-    """The JSON object on the first line after a log's version line."""
-    try:
-        data = json.loads(lines[0])
-    except (IndexError, json.JSONDecodeError, RecursionError):
-        raise NotACheckpointError(f"{where} has malformed {what}") from None
-    if not isinstance(data, dict):
-        raise NotACheckpointError(f"{where}: {what} is not a JSON object")
-    return data
-
-
-def _parse_log(raw: bytes, where: str) -> tuple[str, list[str]]:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise NotACheckpointError(f"{where} is not a Spark log file (not UTF-8 text)") from None
-    lines = text.split("\n")
-    if not lines or not re.fullmatch(r"v\d+", lines[0].strip()):
-        raise NotACheckpointError(f"{where} is not a Spark log file (no version line)")
-    return lines[0].strip(), lines[1:]
-
-
-def parse_offsets(raw: bytes, batch_id: int, where: str) -> OffsetEntry:
-    _version, lines = _parse_log(raw, where)
-    metadata = _json_line(lines, where, "batch metadata")
-    for key in ("batchWatermarkMs", "batchTimestampMs"):
-        _typed(metadata.get(key), int, where, key)
-    for key, value in _object(metadata.get("conf"), where, "conf").items():
-        _typed(value, str, where, f"conf {key!r}")
-    sources: list[Any] = []
-    for line in lines[1:]:
-        if line == "-":
-            sources.append(None)
-        elif line:
-            try:
-                sources.append(json.loads(line))
-            except (json.JSONDecodeError, RecursionError):
-                sources.append(line)  # a source's offset need not be JSON; keep Spark's own text
-    return OffsetEntry(batch_id, metadata, sources)
-
-
-def parse_commit(raw: bytes, where: str) -> dict[str, Any]:
-    version, lines = _parse_log(raw, where)
-    data = _json_line(lines, where, "commit entry") if lines and lines[0] else {}
-    _typed(data.get("nextBatchWatermarkMs"), int, where, "nextBatchWatermarkMs")
-    # Checkpoint format v2: per operator, per partition, the unique ids of its stores' files at this batch.
-    for operator, partitions in _object(data.get("stateUniqueIds"), where, "stateUniqueIds").items():
-        for ids in _array(partitions, where, f"stateUniqueIds of operator {operator!r}"):
-            for unique_id in [ids] if isinstance(ids, str) else _array(ids, where, "a partition's stateUniqueIds"):
-                _unique_id(unique_id, where, "a state unique id")
-    data["_version"] = version
-    return data
-
-
-def batch_ids(entries: Iterable[Entry]) -> list[int]:
-    """Batch ids of a log directory (not compacted ones, not temp or checksum files)."""
-    ids = []
-    for entry in entries:
-        match = _BATCH.fullmatch(entry.name)
-        if match and not entry.is_dir and not match.group(2):
-            ids.append(int(match.group(1)))
-    return sorted(ids)
-
-
 def companions(entries_by_name: dict[str, Entry], name: str) -> list[str]:
     """Checksum files that travel with ``name``: Hadoop's hidden ``.<name>.crc``, format v2's visible
     ``<name>.crc``, and Hadoop's checksum of that one."""
@@ -310,9 +178,9 @@ class CheckpointReader:
         it is read: Spark writes these files whole and renames them into place, it never appends."""
         where = self._where(rel)
         with self._access(rel):
-            _bounded(self.storage.size(where), where)
+            bounded(self.storage.size(where), where)
             raw = self.storage.read_bytes(where)
-        _bounded(len(raw), where)
+        bounded(len(raw), where)
         return raw
 
     def _walk(self, rel: str) -> list[tuple[str, int]]:
@@ -445,7 +313,7 @@ class CheckpointReader:
             plain = {}
             compacts = {}
             for name in entries:
-                match = _BATCH.fullmatch(name)
+                match = BATCH_FILE.fullmatch(name)
                 if match and int(match.group(1)) <= last:
                     (compacts if match.group(2) else plain)[int(match.group(1))] = name
             # A compacted log holds everything up to its batch; without one, every entry is live
@@ -462,11 +330,11 @@ class CheckpointReader:
         known = {"metadata", "offsets", "commits", "sources", "state"}
         for name, entry in self._list("").items():
             # Hidden names at the top are checksum companions: they travel with their file.
-            if name in known or name.startswith(".") or _is_temp(name):
+            if name in known or name.startswith(".") or is_temp(name):
                 continue
             if entry.is_dir:
                 for rel, size in self._walk(name):
-                    if not _is_temp(rel.rsplit("/", 1)[-1]):
+                    if not is_temp(rel.rsplit("/", 1)[-1]):
                         files.append(FileRef(f"{name}/{rel}", size))
             else:
                 self._add(files, "", name)
@@ -493,7 +361,7 @@ class _StateLayout:
     def collect(self, files: list[FileRef]) -> list[Operator]:
         operators = []
         state = self.reader._list("state")
-        for op_name in sorted((n for n, e in state.items() if e.is_dir and _is_number(n)), key=int):
+        for op_name in sorted((n for n, e in state.items() if e.is_dir and is_number(n)), key=int):
             operators.append(self._operator(int(op_name), files))
         return operators
 
@@ -501,7 +369,7 @@ class _StateLayout:
         op_dir = f"state/{op_id}"
         entries = self.reader._list(op_dir)
         info = self._add_operator_metadata(op_dir, entries, files)
-        partitions = sorted((n for n, e in entries.items() if e.is_dir and _is_number(n)), key=int)
+        partitions = sorted((n for n, e in entries.items() if e.is_dir and is_number(n)), key=int)
         store_names: list[str] = []
         data_bytes = 0
         for part in partitions:
@@ -527,7 +395,7 @@ class _StateLayout:
                 continue
             for rel, size in self.reader._walk(f"{op_dir}/{sub}"):
                 name = rel.rsplit("/", 1)[-1]
-                if _is_temp(name):
+                if is_temp(name):
                     continue
                 batch = _leading_batch(rel, sub)
                 if batch is not None and batch > self.last_batch:
@@ -535,7 +403,7 @@ class _StateLayout:
                 files.append(FileRef(f"{op_dir}/{sub}/{rel}", size))
         info = self._operator_metadata(f"{op_dir}/_metadata/metadata")
         v2_batches = [
-            int(n) for n in self.reader._list(f"{op_dir}/_metadata/v2") if _is_number(n) and int(n) <= self.last_batch
+            int(n) for n in self.reader._list(f"{op_dir}/_metadata/v2") if is_number(n) and int(n) <= self.last_batch
         ]
         if v2_batches:
             rel = f"{op_dir}/_metadata/v2/{max(v2_batches)}"
@@ -571,7 +439,7 @@ class _StateLayout:
     def _add_schema_files(self, directory: str, files: list[FileRef]) -> None:
         """The state schema Spark validates an upgraded query against: without it, Spark skips the check."""
         for name in sorted(self.reader._list(f"{directory}/_metadata")):
-            if not name.startswith(".") and not _is_temp(name):
+            if not name.startswith(".") and not is_temp(name):
                 self.reader._add(files, f"{directory}/_metadata", name)
 
     def _add_store_version(self, store: Store, files: list[FileRef]) -> None:
@@ -601,12 +469,12 @@ class _StateLayout:
         where = self.reader._where(f"{store.path}/{zip_name}")
         with self.reader._open(f"{store.path}/{zip_name}") as handle:
             raw = read_zip_member(handle, "metadata", where)
-        _version, lines = _parse_log(raw, where)
-        meta = _json_line(lines, where, "RocksDB checkpoint metadata")
+        _version, lines = parse_log(raw, where)
+        meta = json_line(lines, where, "RocksDB checkpoint metadata")
         for key, directory, name_key in (("sstFiles", "SSTs", "dfsSstFileName"), ("logFiles", "logs", "dfsLogFileName")):
-            for item in _array(meta.get(key), where, key):
-                name = _field(_object(item, where, f"a {key} entry"), name_key, str, where)
-                self.reader._add(files, f"{store.path}/{directory}", _file_name(name, where, name_key))
+            for item in json_array(meta.get(key), where, key):
+                name = required_field(json_object(item, where, f"a {key} entry"), name_key, str, where)
+                self.reader._add(files, f"{store.path}/{directory}", checked_file_name(name, where, name_key))
 
     def _unique_ids(self, store: Store) -> list[str] | None:
         """Checkpoint format v2: the unique ids committed for this partition's stores at the cut."""
@@ -644,33 +512,6 @@ class _StateLayout:
         return needed
 
 
-def parse_operator_metadata(raw: bytes, where: str) -> dict[str, Any]:
-    """Operator metadata (``state/<op>/_metadata/metadata``, ``.../v2/<batch>``): the operator's name, its
-    stores, its partitions (None when unrecorded) and transformWithState's state variables."""
-    _version, lines = _parse_log(raw, where)
-    info = _json_line(lines, where, "operator metadata")
-    stores_info = [_object(s, where, "a stateStoreInfo entry") for s in _array(info.get("stateStoreInfo"), where,
-                                                                                "stateStoreInfo")]
-    partitions = _typed(stores_info[0].get("numPartitions"), int, where, "numPartitions") if stores_info else None
-    properties_json = _typed(info.get("operatorPropertiesJson"), str, where, "operatorPropertiesJson")
-    try:
-        properties = json.loads(properties_json or "{}")
-    except (json.JSONDecodeError, RecursionError):
-        raise NotACheckpointError(f"{where} has malformed operatorPropertiesJson") from None
-    variables = _array(_object(properties, where, "operatorPropertiesJson").get("stateVariables"), where,
-                       "stateVariables")
-    return {
-        "name": _typed(_object(info.get("operatorInfo"), where, "operatorInfo").get("operatorName"), str, where,
-                       "operatorName"),
-        "stores": [_typed(s.get("storeName", "default"), str, where, "storeName") for s in stores_info],
-        "partitions": partitions,
-        "state_variables": [
-            _typed(_object(v, where, "a state variable").get("stateName") or "", str, where, "stateName")
-            for v in variables
-        ],
-    }
-
-
 def _chain(by_version: dict[int, dict[str, str]], version: int, snapshot: str, delta: str, where: str) -> list[str]:
     """Files that load ``version``: the newest snapshot at or below it, then every delta after it.
 
@@ -695,157 +536,7 @@ def _leading_batch(rel: str, sub: str) -> int | None:
     head = name.split("_", 1)[0]
     if sub == "_metadata" and "/" not in rel:
         return None  # _metadata/metadata: operator metadata v1, not versioned
-    return int(head) if _is_number(head) else None
-
-
-_SCHEMA_PATH_TAIL = re.compile(r"/state/\d+/_stateSchema/.+$")
-
-
-def relocate_metadata(raw: bytes, location_uri: str, where: str = "operator metadata") -> bytes:
-    """Point an operator metadata file (``state/<op>/_metadata/v2/<batch>``) at a new checkpoint location.
-
-    transformWithState records ABSOLUTE paths of its schema files there
-    (``stateStoreInfo[].stateSchemaFilePaths``, e.g. ``file:/ckpt/state/0/_stateSchema/default/0_<uuid>``);
-    a copied checkpoint would read the original's files, and fail once they are gone.
-    """
-    version, lines = _parse_log(raw, where)
-    data = _json_line(lines, where, "operator metadata")
-    for info in _array(data.get("stateStoreInfo"), where, "stateStoreInfo"):
-        info = _object(info, where, "a stateStoreInfo entry")
-        for key in ("stateSchemaFilePaths", "stateSchemaFilePath"):
-            value = info.get(key)
-            if isinstance(value, list):
-                info[key] = [_relocated(_typed(p, str, where, key), location_uri, where) for p in value]
-            elif value is not None:
-                info[key] = _relocated(_typed(value, str, where, key), location_uri, where)
-    return "\n".join([version, json.dumps(data, separators=(",", ":")), *lines[1:]]).encode()
-
-
-def _relocated(path: str, location_uri: str, where: str) -> str:
-    match = _SCHEMA_PATH_TAIL.search(path)
-    if not match:
-        raise NotACheckpointError(f"{where}: unexpected state schema path {path!r}")
-    if ".." in match.group(0).split("/"):
-        raise UnsafeFileError(f"{where}: state schema path {path!r} is an unsafe path; refusing to use it")
-    return location_uri.rstrip("/") + match.group(0)
-
-
-def changelog_lineage(source: bytes | BinaryIO, where: str) -> list[tuple[int, str]]:
-    """The (version, unique id) lineage in the header of a format-v2 RocksDB changelog (its bytes, or the
-    file open for reading: only the header's blocks are read, not the records).
-
-    The file is an lz4-java ``LZ4BlockOutputStream`` (Spark's default state compression codec);
-    it starts with two Java ``writeUTF`` strings: the changelog format (``v3``, ``v4``) and the
-    lineage as JSON, ``[{"version": 4, "checkpointUniqueId": "..."}, ...]``, oldest first.
-    """
-    stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source
-    header = _lz4_block_prefix(stream, where, want=4 + 65535 * 2)
-    try:
-        (length,) = struct.unpack(">H", header[:2])
-        fmt = header[2 : 2 + length].decode()
-        if fmt in ("v1", "v2"):
-            return []  # formats without lineage: the file follows its predecessor version
-        (lineage_length,) = struct.unpack(">H", header[2 + length : 4 + length])
-        if len(header) < 4 + length + lineage_length:
-            raise NotACheckpointError(f"{where}: truncated changelog header")
-        lineage = json.loads(header[4 + length : 4 + length + lineage_length].decode())
-    except (struct.error, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise NotACheckpointError(f"{where}: unreadable changelog header") from None
-    entries = [_object(e, where, "a lineage entry") for e in _array(lineage, where, "the changelog lineage")]
-    return [
-        (_field(e, "version", int, where), _unique_id(e.get("checkpointUniqueId"), where, "checkpointUniqueId"))
-        for e in entries
-    ]
-
-
-def _lz4_block_prefix(stream: BinaryIO, where: str, want: int) -> bytes:
-    """Decode lz4-java block framing until ``want`` bytes (or the end): the header, not the records.
-
-    A block is ``LZ4Block``, a token (method | level), then little-endian compressed length, decompressed
-    length and checksum; a block of length 0 ends the stream.
-    """
-    import lz4.block
-
-    out = bytearray()
-    while len(out) < want:
-        head = stream.read(21)
-        if not head:
-            break
-        if not b"LZ4Block".startswith(head[:8]):
-            raise NotACheckpointError(
-                f"{where} is not lz4-compressed: sparkpoint reads format-v2 changelogs written with "
-                "spark.sql.streaming.stateStore.compression.codec=lz4 (the default)"
-            )
-        if len(head) < 21:
-            raise NotACheckpointError(f"{where}: truncated lz4 block header")
-        method = head[8] & 0xF0
-        compressed, decompressed, _checksum = struct.unpack("<iii", head[9:21])
-        if decompressed == 0 and compressed == 0:
-            break
-        # Raw blocks (0x10) hold the bytes as they are; lz4 blocks (0x20) at most lz4's bound of their size.
-        bound = decompressed if method == 0x10 else decompressed + decompressed // 255 + 16
-        if method not in (0x10, 0x20) or not 0 < decompressed <= _LZ4_MAX_BLOCK or not 0 < compressed <= bound:
-            raise NotACheckpointError(f"{where}: corrupt lz4 block header")
-        block = stream.read(compressed)
-        if len(block) < compressed:
-            raise NotACheckpointError(f"{where}: truncated lz4 block")
-        if method == 0x10:
-            out += block
-            continue
-        try:
-            out += lz4.block.decompress(block, uncompressed_size=decompressed)
-        except lz4.block.LZ4BlockError:
-            raise NotACheckpointError(f"{where}: corrupt lz4 block") from None
-    return bytes(out)
-
-
-def _is_number(name: str) -> bool:
-    """Only ASCII digits: str.isdigit() takes '²', which int() refuses."""
-    return bool(_DIGITS.fullmatch(name))
-
-
-def _is_temp(name: str) -> bool:
-    """A file still being written (Spark's ``.<name>.<uuid>.tmp``, or Hadoop's checksum of one), or a
-    temporary directory: never part of a cut."""
-    base = name.removesuffix(".crc")
-    return base.endswith(".tmp") or base == "_temporary"
-
-
-def parse_state_file(name: str) -> tuple[int, str | None, str] | None:
-    """(version, unique id or None, kind) of a state file name, or None for other files."""
-    match = _STATE_FILE.fullmatch(name)
-    if not match:
-        return None
-    return int(match.group(1)), match.group(2), match.group(3)
-
-
-def read_zip_member(source: bytes | BinaryIO, member: str, where: str) -> bytes:
-    """One member of a RocksDB checkpoint zip (its bytes, or the file open for reading), read no further
-    than MAX_PARSED_BYTES: a small zip may expand to gigabytes."""
-    stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source
-    try:
-        with zipfile.ZipFile(stream) as archive:
-            info = archive.getinfo(member)
-            if info.flag_bits & 0x1:
-                raise NotACheckpointError(f"{where}: its {member} is encrypted, which Spark never does")
-            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-                raise NotACheckpointError(f"{where}: its {member} is compressed in a way Spark never uses")
-            with archive.open(info) as content:
-                raw = content.read(MAX_PARSED_BYTES + 1)  # one byte more says the member is larger
-    except KeyError:
-        raise NotACheckpointError(f"{where} is not a RocksDB checkpoint zip (no {member})") from None
-    except (zipfile.BadZipFile, zlib.error, EOFError):
-        raise NotACheckpointError(f"{where} is not a RocksDB checkpoint zip (corrupt)") from None
-    _bounded(len(raw), f"{where} ({member})")
-    return raw
-
-
-def _bounded(size: int, where: str) -> None:
-    if size > MAX_PARSED_BYTES:
-        raise NotACheckpointError(
-            f"{where} is larger than the {MAX_PARSED_BYTES >> 20} MiB any Spark entry takes: not a Spark file, "
-            "refusing to parse it"
-        )
+    return int(head) if is_number(head) else None
 
 
 def _ranges(ids: list[int]) -> str:

@@ -12,13 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkpoint.savepoints import manifest as mf
-from sparkpoint.spark.checkpoint import (
-    changelog_lineage,
-    parse_commit,
-    parse_offsets,
-    parse_operator_metadata,
-    read_zip_member,
-)
+from sparkpoint.spark.state_files import changelog_lineage, parse_operator_metadata, read_zip_member
+from sparkpoint.spark.logs import parse_commit, parse_offsets
 from sparkpoint.errors import NotACheckpointError, SavepointInvalidError
 
 WHERE = "/data/ckpt/q/offsets/7"

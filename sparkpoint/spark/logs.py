@@ -1,0 +1,95 @@
+"""Spark's metadata logs: ``offsets/N`` (batch metadata, pinned confs, one line per source) and
+``commits/N`` (v1, or v2 with the state stores' unique ids of checkpoint format v2)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sparkpoint.adapters.storage import Entry
+from sparkpoint.errors import NotACheckpointError
+from sparkpoint.spark.fields import checked_unique_id, json_array, json_object, typed
+
+LOG_DIRS = ("offsets", "commits")
+
+
+# ASCII digits, and the whole name: '$' alone would take "3\n", \d alone '١'.
+BATCH_FILE = re.compile(r"(\d+)(\.compact)?", re.ASCII)
+
+
+@dataclass(frozen=True)
+class OffsetEntry:
+    batch_id: int
+    metadata: dict[str, Any]
+    sources: list[Any]
+
+    @property
+    def confs(self) -> dict[str, str]:
+        return dict(self.metadata.get("conf") or {})
+
+
+def json_line(lines: list[str], where: str, what: str) -> dict[str, Any]:
+    """The JSON object on the first line after a log's version line."""
+    try:
+        data = json.loads(lines[0])
+    except (IndexError, json.JSONDecodeError, RecursionError):
+        raise NotACheckpointError(f"{where} has malformed {what}") from None
+    if not isinstance(data, dict):
+        raise NotACheckpointError(f"{where}: {what} is not a JSON object")
+    return data
+
+
+def parse_log(raw: bytes, where: str) -> tuple[str, list[str]]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise NotACheckpointError(f"{where} is not a Spark log file (not UTF-8 text)") from None
+    lines = text.split("\n")
+    if not lines or not re.fullmatch(r"v\d+", lines[0].strip()):
+        raise NotACheckpointError(f"{where} is not a Spark log file (no version line)")
+    return lines[0].strip(), lines[1:]
+
+
+def parse_offsets(raw: bytes, batch_id: int, where: str) -> OffsetEntry:
+    _version, lines = parse_log(raw, where)
+    metadata = json_line(lines, where, "batch metadata")
+    for key in ("batchWatermarkMs", "batchTimestampMs"):
+        typed(metadata.get(key), int, where, key)
+    for key, value in json_object(metadata.get("conf"), where, "conf").items():
+        typed(value, str, where, f"conf {key!r}")
+    sources: list[Any] = []
+    for line in lines[1:]:
+        if line == "-":
+            sources.append(None)
+        elif line:
+            try:
+                sources.append(json.loads(line))
+            except (json.JSONDecodeError, RecursionError):
+                sources.append(line)  # a source's offset need not be JSON; keep Spark's own text
+    return OffsetEntry(batch_id, metadata, sources)
+
+
+def parse_commit(raw: bytes, where: str) -> dict[str, Any]:
+    version, lines = parse_log(raw, where)
+    data = json_line(lines, where, "commit entry") if lines and lines[0] else {}
+    typed(data.get("nextBatchWatermarkMs"), int, where, "nextBatchWatermarkMs")
+    # Checkpoint format v2: per operator, per partition, the unique ids of its stores' files at this batch.
+    for operator, partitions in json_object(data.get("stateUniqueIds"), where, "stateUniqueIds").items():
+        for ids in json_array(partitions, where, f"stateUniqueIds of operator {operator!r}"):
+            for unique_id in [ids] if isinstance(ids, str) else json_array(ids, where, "a partition's stateUniqueIds"):
+                checked_unique_id(unique_id, where, "a state unique id")
+    data["_version"] = version
+    return data
+
+
+def batch_ids(entries: Iterable[Entry]) -> list[int]:
+    """Batch ids of a log directory (not compacted ones, not temp or checksum files)."""
+    ids = []
+    for entry in entries:
+        match = BATCH_FILE.fullmatch(entry.name)
+        if match and not entry.is_dir and not match.group(2):
+            ids.append(int(match.group(1)))
+    return sorted(ids)

@@ -1,0 +1,41 @@
+"""Restore-time relocation: the few Spark files that record absolute paths of their own checkpoint."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from sparkpoint.errors import NotACheckpointError, UnsafeFileError
+from sparkpoint.spark.fields import json_array, json_object, typed
+from sparkpoint.spark.logs import json_line, parse_log
+
+_SCHEMA_PATH_TAIL = re.compile(r"/state/\d+/_stateSchema/.+$")
+
+
+def relocate_metadata(raw: bytes, location_uri: str, where: str = "operator metadata") -> bytes:
+    """Point an operator metadata file (``state/<op>/_metadata/v2/<batch>``) at a new checkpoint location.
+
+    transformWithState records ABSOLUTE paths of its schema files there
+    (``stateStoreInfo[].stateSchemaFilePaths``, e.g. ``file:/ckpt/state/0/_stateSchema/default/0_<uuid>``);
+    a copied checkpoint would read the original's files, and fail once they are gone.
+    """
+    version, lines = parse_log(raw, where)
+    data = json_line(lines, where, "operator metadata")
+    for info in json_array(data.get("stateStoreInfo"), where, "stateStoreInfo"):
+        info = json_object(info, where, "a stateStoreInfo entry")
+        for key in ("stateSchemaFilePaths", "stateSchemaFilePath"):
+            value = info.get(key)
+            if isinstance(value, list):
+                info[key] = [_relocated(typed(p, str, where, key), location_uri, where) for p in value]
+            elif value is not None:
+                info[key] = _relocated(typed(value, str, where, key), location_uri, where)
+    return "\n".join([version, json.dumps(data, separators=(",", ":")), *lines[1:]]).encode()
+
+
+def _relocated(path: str, location_uri: str, where: str) -> str:
+    match = _SCHEMA_PATH_TAIL.search(path)
+    if not match:
+        raise NotACheckpointError(f"{where}: unexpected state schema path {path!r}")
+    if ".." in match.group(0).split("/"):
+        raise UnsafeFileError(f"{where}: state schema path {path!r} is an unsafe path; refusing to use it")
+    return location_uri.rstrip("/") + match.group(0)

@@ -1,0 +1,163 @@
+"""The state stores' files: their names (``<v>[_<uniqueId>].delta|snapshot|zip|changelog``), operator
+metadata, a RocksDB checkpoint zip's metadata member and a format-v2 changelog's lineage header. Each is
+read bounded: only what the cut's plan needs, never the state itself."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import struct
+import zipfile
+import zlib
+from typing import Any, BinaryIO
+
+from sparkpoint.errors import NotACheckpointError
+from sparkpoint.spark.fields import (
+    MAX_PARSED_BYTES,
+    bounded,
+    checked_unique_id,
+    json_array,
+    json_object,
+    required_field,
+    typed,
+)
+from sparkpoint.spark.logs import json_line, parse_log
+
+_STATE_FILE = re.compile(r"(\d+)(?:_([0-9a-fA-F-]+))?\.(delta|snapshot|zip|changelog)", re.ASCII)
+
+
+# lz4-java's largest block (LZ4BlockOutputStream): a header that claims more is corrupt.
+_LZ4_MAX_BLOCK = 1 << 25
+
+
+def parse_operator_metadata(raw: bytes, where: str) -> dict[str, Any]:
+    """Operator metadata (``state/<op>/_metadata/metadata``, ``.../v2/<batch>``): the operator's name, its
+    stores, its partitions (None when unrecorded) and transformWithState's state variables."""
+    _version, lines = parse_log(raw, where)
+    info = json_line(lines, where, "operator metadata")
+    stores_info = [json_object(s, where, "a stateStoreInfo entry") for s in json_array(info.get("stateStoreInfo"), where,
+                                                                                "stateStoreInfo")]
+    partitions = typed(stores_info[0].get("numPartitions"), int, where, "numPartitions") if stores_info else None
+    properties_json = typed(info.get("operatorPropertiesJson"), str, where, "operatorPropertiesJson")
+    try:
+        properties = json.loads(properties_json or "{}")
+    except (json.JSONDecodeError, RecursionError):
+        raise NotACheckpointError(f"{where} has malformed operatorPropertiesJson") from None
+    variables = json_array(json_object(properties, where, "operatorPropertiesJson").get("stateVariables"), where,
+                       "stateVariables")
+    return {
+        "name": typed(json_object(info.get("operatorInfo"), where, "operatorInfo").get("operatorName"), str, where,
+                       "operatorName"),
+        "stores": [typed(s.get("storeName", "default"), str, where, "storeName") for s in stores_info],
+        "partitions": partitions,
+        "state_variables": [
+            typed(json_object(v, where, "a state variable").get("stateName") or "", str, where, "stateName")
+            for v in variables
+        ],
+    }
+
+
+def changelog_lineage(source: bytes | BinaryIO, where: str) -> list[tuple[int, str]]:
+    """The (version, unique id) lineage in the header of a format-v2 RocksDB changelog (its bytes, or the
+    file open for reading: only the header's blocks are read, not the records).
+
+    The file is an lz4-java ``LZ4BlockOutputStream`` (Spark's default state compression codec);
+    it starts with two Java ``writeUTF`` strings: the changelog format (``v3``, ``v4``) and the
+    lineage as JSON, ``[{"version": 4, "checkpointUniqueId": "..."}, ...]``, oldest first.
+    """
+    stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source
+    header = _lz4_block_prefix(stream, where, want=4 + 65535 * 2)
+    try:
+        (length,) = struct.unpack(">H", header[:2])
+        fmt = header[2 : 2 + length].decode()
+        if fmt in ("v1", "v2"):
+            return []  # formats without lineage: the file follows its predecessor version
+        (lineage_length,) = struct.unpack(">H", header[2 + length : 4 + length])
+        if len(header) < 4 + length + lineage_length:
+            raise NotACheckpointError(f"{where}: truncated changelog header")
+        lineage = json.loads(header[4 + length : 4 + length + lineage_length].decode())
+    except (struct.error, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise NotACheckpointError(f"{where}: unreadable changelog header") from None
+    entries = [json_object(e, where, "a lineage entry") for e in json_array(lineage, where, "the changelog lineage")]
+    return [
+        (required_field(e, "version", int, where), checked_unique_id(e.get("checkpointUniqueId"), where, "checkpointUniqueId"))
+        for e in entries
+    ]
+
+
+def _lz4_block_prefix(stream: BinaryIO, where: str, want: int) -> bytes:
+    """Decode lz4-java block framing until ``want`` bytes (or the end): the header, not the records.
+
+    A block is ``LZ4Block``, a token (method | level), then little-endian compressed length, decompressed
+    length and checksum; a block of length 0 ends the stream.
+    """
+    import lz4.block
+
+    out = bytearray()
+    while len(out) < want:
+        head = stream.read(21)
+        if not head:
+            break
+        if not b"LZ4Block".startswith(head[:8]):
+            raise NotACheckpointError(
+                f"{where} is not lz4-compressed: sparkpoint reads format-v2 changelogs written with "
+                "spark.sql.streaming.stateStore.compression.codec=lz4 (the default)"
+            )
+        if len(head) < 21:
+            raise NotACheckpointError(f"{where}: truncated lz4 block header")
+        method = head[8] & 0xF0
+        compressed, decompressed, _checksum = struct.unpack("<iii", head[9:21])
+        if decompressed == 0 and compressed == 0:
+            break
+        # Raw blocks (0x10) hold the bytes as they are; lz4 blocks (0x20) at most lz4's bound of their size.
+        bound = decompressed if method == 0x10 else decompressed + decompressed // 255 + 16
+        if method not in (0x10, 0x20) or not 0 < decompressed <= _LZ4_MAX_BLOCK or not 0 < compressed <= bound:
+            raise NotACheckpointError(f"{where}: corrupt lz4 block header")
+        block = stream.read(compressed)
+        if len(block) < compressed:
+            raise NotACheckpointError(f"{where}: truncated lz4 block")
+        if method == 0x10:
+            out += block
+            continue
+        try:
+            out += lz4.block.decompress(block, uncompressed_size=decompressed)
+        except lz4.block.LZ4BlockError:
+            raise NotACheckpointError(f"{where}: corrupt lz4 block") from None
+    return bytes(out)
+
+
+def is_temp(name: str) -> bool:
+    """A file still being written (Spark's ``.<name>.<uuid>.tmp``, or Hadoop's checksum of one), or a
+    temporary directory: never part of a cut."""
+    base = name.removesuffix(".crc")
+    return base.endswith(".tmp") or base == "_temporary"
+
+
+def parse_state_file(name: str) -> tuple[int, str | None, str] | None:
+    """(version, unique id or None, kind) of a state file name, or None for other files."""
+    match = _STATE_FILE.fullmatch(name)
+    if not match:
+        return None
+    return int(match.group(1)), match.group(2), match.group(3)
+
+
+def read_zip_member(source: bytes | BinaryIO, member: str, where: str) -> bytes:
+    """One member of a RocksDB checkpoint zip (its bytes, or the file open for reading), read no further
+    than MAX_PARSED_BYTES: a small zip may expand to gigabytes."""
+    stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source
+    try:
+        with zipfile.ZipFile(stream) as archive:
+            info = archive.getinfo(member)
+            if info.flag_bits & 0x1:
+                raise NotACheckpointError(f"{where}: its {member} is encrypted, which Spark never does")
+            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                raise NotACheckpointError(f"{where}: its {member} is compressed in a way Spark never uses")
+            with archive.open(info) as content:
+                raw = content.read(MAX_PARSED_BYTES + 1)  # one byte more says the member is larger
+    except KeyError:
+        raise NotACheckpointError(f"{where} is not a RocksDB checkpoint zip (no {member})") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError):
+        raise NotACheckpointError(f"{where} is not a RocksDB checkpoint zip (corrupt)") from None
+    bounded(len(raw), f"{where} ({member})")
+    return raw

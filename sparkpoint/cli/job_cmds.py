@@ -164,7 +164,7 @@ def cancel_cmd(app, job_ref, with_savepoint, savepoint_path, timeout, output):
 
     if with_savepoint:
         result = stop.stop_job(app.settings, job_ref, savepoint_path, timeout, progress=app.progress(),
-                                  cancelled=True)
+                               cancelled=True)
         emit(output, result, _render_stopped)
         return
     emit(output, stop.cancel_job(app.settings, job_ref), _render_job)

@@ -28,7 +28,7 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
                                                 stop_timeout, progress, sleep, clock)
         saved = savepoint.load(stopped["path"], settings.storage_options)
         restore(saved, job.checkpoint_root, mode="auto", workers=settings.transfer_workers,
-                          progress=progress)
+                progress=progress)
     except BaseException as exc:
         answer_handover(job.directory, {"abort": f"the hand-over from {replaced.id} failed: {exc}"})
         if process.poll() is None:

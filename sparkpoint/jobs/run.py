@@ -7,6 +7,7 @@ Waiting is done with the ``sleep`` and ``clock`` given, so tests need not wait f
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from sparkpoint.jobs.registry import Job, Registry, client_for
 from sparkpoint.jobs.replace import take_over
 from sparkpoint.savepoints import catalog, savepoint
 from sparkpoint.savepoints.restore import restore
+from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.times import iso
 
 BOOTSTRAP = str(Path(__file__).resolve().parents[1] / "runtime" / "bootstrap.py")
@@ -90,28 +92,7 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
         restored_from=saved.path if saved else None,
     )
     try:
-        if saved is not None:
-            restore(saved, job.checkpoint_root, mode="claim" if request.claim else "auto",
-                              workers=settings.transfer_workers, progress=progress)
-        driver_settings = {
-            "SPARKPOINT_RESTORE_GRACE": str(request.restore_grace),
-            "SPARKPOINT_ALLOW_NON_RESTORED_STATE": "1" if request.allow_non_restored_state else "0",
-            "SPARKPOINT_EXPECTED_QUERIES": ",".join(q["name"] for q in saved.queries) if saved else "",
-            **({"SPARKPOINT_HANDOVER_FROM": str(os.getpid())} if replaced is not None else {}),
-        }
-        checkpoint_conf = f"spark.sql.streaming.checkpointLocation={job.checkpoint_root}"
-        if master is not None:
-            job.submission_id = _submit(master, job, app, request, [*conf_args, "--conf", checkpoint_conf],
-                                        driver_settings)
-        else:
-            argv = [spark_submit.spark_submit(), "--master", request.master, "--name", job.id,
-                    "--conf", checkpoint_conf, *conf_args, *request.submit_args, BOOTSTRAP, job.directory, app,
-                    *request.app_args]
-            # Foreground: the driver's output goes to stderr, so stdout stays clean for --output json.
-            process = spark_submit.launch(argv, {**spark_submit.driver_environment(), **driver_settings},
-                                          job.log_path if request.detach else None,
-                                          stdout=None if request.detach else sys.stderr)
-            job.pid, job.pid_start = process.pid, process_start(process.pid)
+        process = _launch(settings, job, app, request, conf_args, master, saved, replaced is not None, progress)
     except BaseException as exc:
         job.ended = {"state": "failed", "error": str(exc), "at": iso()}
         registry.save(job)
@@ -128,6 +109,36 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
     else:
         info = await_end(registry, job, process)
     return {**info, "replaced": handover} if handover else info
+
+
+def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_args: list[str],
+            master: StandaloneMaster | None, saved: Savepoint | None, replacing: bool,
+            progress: Progress | None) -> subprocess.Popen | None:
+    """Restore the savepoint into the job's checkpoints and start its driver: spark-submit here (its
+    process), or a submission to the standalone master (None; the submission id is recorded in ``job``)."""
+    if saved is not None:
+        restore(saved, job.checkpoint_root, mode="claim" if request.claim else "auto",
+                workers=settings.transfer_workers, progress=progress)
+    driver_settings = {
+        "SPARKPOINT_RESTORE_GRACE": str(request.restore_grace),
+        "SPARKPOINT_ALLOW_NON_RESTORED_STATE": "1" if request.allow_non_restored_state else "0",
+        "SPARKPOINT_EXPECTED_QUERIES": ",".join(q["name"] for q in saved.queries) if saved else "",
+        **({"SPARKPOINT_HANDOVER_FROM": str(os.getpid())} if replacing else {}),
+    }
+    checkpoint_conf = f"spark.sql.streaming.checkpointLocation={job.checkpoint_root}"
+    if master is not None:
+        job.submission_id = _submit(master, job, app, request, [*conf_args, "--conf", checkpoint_conf],
+                                    driver_settings)
+        return None
+    argv = [spark_submit.spark_submit(), "--master", request.master, "--name", job.id,
+            "--conf", checkpoint_conf, *conf_args, *request.submit_args, BOOTSTRAP, job.directory, app,
+            *request.app_args]
+    # Foreground: the driver's output goes to stderr, so stdout stays clean for --output json.
+    process = spark_submit.launch(argv, {**spark_submit.driver_environment(), **driver_settings},
+                                  job.log_path if request.detach else None,
+                                  stdout=None if request.detach else sys.stderr)
+    job.pid, job.pid_start = process.pid, process_start(process.pid)
+    return process
 
 
 def _submit(master: StandaloneMaster, job: Job, app: str, request: RunRequest, submit_args: list[str],

@@ -50,6 +50,6 @@ def create_savepoint(settings: Settings, job: Job, sources, target_dir: str | No
     target_storage, parent = storage_for(target_dir or join(settings.savepoints_dir(), job.name),
                                          settings.storage_options)
     return create(sources, source_storage, parent, target_storage, job=job.name,
-                            origin={"kind": "job", "job_id": job.id}, restored_from=job.restored_from,
-                            workers=settings.transfer_workers, attempts=settings.savepoint_attempts,
-                            progress=progress)
+                  origin={"kind": "job", "job_id": job.id}, restored_from=job.restored_from,
+                  workers=settings.transfer_workers, attempts=settings.savepoint_attempts,
+                  progress=progress)

@@ -341,6 +341,10 @@ class _BoundedServer(ThreadingHTTPServer):
 
 
 def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
+    """The request handler class of one agent. The server makes a handler per request and hands it no
+    context, so the class closes over ``agent``; its methods are each short, this function is only their
+    scope."""
+
     class Handler(BaseHTTPRequestHandler):
         server_version = "sparkpoint-agent"
         timeout = REQUEST_SECONDS

@@ -103,21 +103,10 @@ def create(
 ) -> dict[str, Any]:
     """Write a savepoint of ``sources`` below ``target_parent``; return its manifest (with ``path``)."""
     progress = progress or transfer.NullProgress()
-    names = [source.name for source in sources]
-    if len(set(names)) != len(names):
-        raise SavepointInvalidError(f"two queries share one name ({', '.join(sorted(names))}): "
-                                    "each needs a name of its own (.queryName(...))")
-    for source in sources:
-        if is_inside(target_parent, source.location):
-            raise BadArgumentError(f"target {target_parent} lies inside the checkpoint {source.location}; choose another")
+    _check_sources(sources, target_parent)
     # Plan every query before writing anything: bad input fails with nothing written.
     plans = {source.name: _plan(source_storage, source, batch_id, attempts) for source in sources}
-    # A private checkpoint makes a private savepoint: its directories get no permission a source lacks.
-    dir_mode = 0o777
-    for source in sources:
-        with translate_errors(source.location):
-            dir_mode &= source_storage.mode(source.location)
-
+    dir_mode = _private_as(sources, source_storage)
     now = clock()
     savepoint_id = new_savepoint_id(job, now)
     path = join(target_parent, savepoint_id)
@@ -134,22 +123,7 @@ def create(
                 dir_mode,
             )
             queries.append(_query_entry(source, plan, results))
-        data = {
-            "format": mf.FORMAT,
-            "format_version": mf.FORMAT_VERSION,
-            "id": savepoint_id,
-            "job": job,
-            "created_at": iso(now),
-            "completed_at": iso(clock()),
-            "sparkpoint_version": importlib.metadata.version("sparkpoint"),
-            "spark_version": _spark_version(),
-            "checksum_algorithm": HASH_ALGORITHM,
-            "origin": origin or {},
-            "restored_from": restored_from,
-            "bytes": sum(q["bytes"] for q in queries),
-            "file_count": sum(len(q["files"]) for q in queries),
-            "queries": queries,
-        }
+        data = _manifest(savepoint_id, job, now, clock(), origin or {}, restored_from, queries)
         with translate_errors(path):
             target_storage.write_atomic(join(path, mf.MANIFEST), mf.dumps(mf.validate(data, path)))
     except BaseException:
@@ -158,6 +132,47 @@ def create(
     with translate_errors(path):
         target_storage.remove_file(join(path, mf.IN_PROGRESS))
     return dict(data, path=path)
+
+
+def _check_sources(sources: Sequence[QuerySource], target_parent: str) -> None:
+    names = [source.name for source in sources]
+    if len(set(names)) != len(names):
+        raise SavepointInvalidError(f"two queries share one name ({', '.join(sorted(names))}): "
+                                    "each needs a name of its own (.queryName(...))")
+    for source in sources:
+        if is_inside(target_parent, source.location):
+            raise BadArgumentError(f"target {target_parent} lies inside the checkpoint {source.location}; "
+                                   "choose another")
+
+
+def _private_as(sources: Sequence[QuerySource], storage: Storage) -> int:
+    """The mode of a savepoint's directories: a private checkpoint makes a private savepoint, so they get no
+    permission a source lacks."""
+    dir_mode = 0o777
+    for source in sources:
+        with translate_errors(source.location):
+            dir_mode &= storage.mode(source.location)
+    return dir_mode
+
+
+def _manifest(savepoint_id: str, job: str, created: float, completed: float, origin: dict[str, Any],
+              restored_from: str | None, queries: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "format": mf.FORMAT,
+        "format_version": mf.FORMAT_VERSION,
+        "id": savepoint_id,
+        "job": job,
+        "created_at": iso(created),
+        "completed_at": iso(completed),
+        "sparkpoint_version": importlib.metadata.version("sparkpoint"),
+        "spark_version": _spark_version(),
+        "checksum_algorithm": HASH_ALGORITHM,
+        "origin": origin,
+        "restored_from": restored_from,
+        "bytes": sum(q["bytes"] for q in queries),
+        "file_count": sum(len(q["files"]) for q in queries),
+        "queries": queries,
+    }
 
 
 def created_summary(result: dict[str, Any]) -> dict[str, Any]:

@@ -47,11 +47,7 @@ def restore(
         raise BadArgumentError(f"restore mode must be one of {', '.join(RESTORE_MODES)}, not {mode!r}")
     progress = progress or transfer.NullProgress()
     target_storage, target = storage_for(target, storage_options)
-    if is_inside(target, savepoint.path) or is_inside(savepoint.path, target):
-        raise BadArgumentError(f"restore target {target} and savepoint {savepoint.path} overlap; choose another target")
-    with translate_errors(target):
-        if target_storage.exists(target) and not target_storage.is_dir(target):
-            raise TargetNotEmptyError(f"restore target {target} is a file, not a directory")
+    _check_target(savepoint, target_storage, target)
     chosen = [savepoint.query(query)] if query else savepoint.queries
     destinations = {q["name"]: (target if query else join(target, q["name"])) for q in chosen}
     resolved = _transfer_mode(mode, savepoint, target_storage, target)
@@ -70,11 +66,7 @@ def restore(
         results = transfer.run([t for _, t in items], workers, progress, f"restore {savepoint.manifest['id']}",
                                dir_mode)
         _check_results(items, results)
-        for entry, dst, dest in relocations:
-            with translate_errors(dst):
-                raw = savepoint.storage.read_bytes(join(savepoint.path, entry["path"]))
-                _check_digest(savepoint, entry, raw)
-                target_storage.write_atomic(dst, relocate_metadata(raw, _spark_uri(dest)))
+        _write_relocated(savepoint, relocations, target_storage)
         for placement in placements.values():
             placement.commit()
     except transfer.SourceMissing as missing:
@@ -93,6 +85,29 @@ def restore(
         # Claimed only once the restored copy is complete and verified: a failure before this
         # point leaves the savepoint as it was.
         dispose(savepoint.path, storage_options)
+    return _restored(savepoint, mode, resolved, chosen, destinations)
+
+
+def _check_target(savepoint: Savepoint, target_storage: Storage, target: str) -> None:
+    if is_inside(target, savepoint.path) or is_inside(savepoint.path, target):
+        raise BadArgumentError(f"restore target {target} and savepoint {savepoint.path} overlap; choose another target")
+    with translate_errors(target):
+        if target_storage.exists(target) and not target_storage.is_dir(target):
+            raise TargetNotEmptyError(f"restore target {target} is a file, not a directory")
+
+
+def _write_relocated(savepoint: Savepoint, relocations: list[tuple[dict[str, Any], str, str]],
+                     target_storage: Storage) -> None:
+    """The files that name their checkpoint's location, rewritten for their new one (checked first)."""
+    for entry, dst, dest in relocations:
+        with translate_errors(dst):
+            raw = savepoint.storage.read_bytes(join(savepoint.path, entry["path"]))
+            _check_digest(savepoint, entry, raw)
+            target_storage.write_atomic(dst, relocate_metadata(raw, _spark_uri(dest)))
+
+
+def _restored(savepoint: Savepoint, mode: str, resolved: str, chosen: list[dict[str, Any]],
+              destinations: dict[str, str]) -> dict[str, Any]:
     return {
         "savepoint": savepoint.path,
         "id": savepoint.manifest["id"],

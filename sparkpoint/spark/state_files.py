@@ -45,7 +45,7 @@ def parse_operator_metadata(raw: bytes, where: str) -> dict[str, Any]:
     except (json.JSONDecodeError, RecursionError):
         raise NotACheckpointError(f"{where} has malformed operatorPropertiesJson") from None
     variables = json_array(json_object(properties, where, "operatorPropertiesJson").get("stateVariables"), where,
-                       "stateVariables")
+                           "stateVariables")
     return {
         "name": typed(json_object(info.get("operatorInfo"), where, "operatorInfo").get("operatorName"), str, where,
                        "operatorName"),

@@ -184,7 +184,7 @@ def inspect_cmd(app, savepoint_ref, with_state, limit, output):
                             settings.storage_options)
     data = loaded.summary()
     if with_state:
-        from sparkpoint.spark import state_rows
+        from sparkpoint.savepoints import state_rows
 
         data["state"] = state_rows.read(loaded, limit=limit)
     emit(output, data, _render_inspected)

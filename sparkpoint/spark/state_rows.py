@@ -1,9 +1,8 @@
-"""State rows of a savepoint, read through Spark's own state data source.
+"""State rows of checkpoints, read through Spark's own state data source.
 
 The only core module that needs Spark: it imports pyspark lazily, so every other command stays
-fast. The savepoint is first materialized into a temporary checkpoint (hard links where possible),
-because Spark reads state from a checkpoint location, and relocated so that transformWithState's
-schema paths resolve.
+fast. A savepoint's state is read from a restored copy (savepoints.state_rows): Spark reads state
+only from a checkpoint location.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 from typing import Any
 
 from sparkpoint.errors import EnvironmentSetupError, SparkFailureError
@@ -54,40 +52,33 @@ def spark_session():
     return session
 
 
-def read(savepoint, limit: int = 20) -> list[dict[str, Any]]:
-    """Row count, columns and the first ``limit`` rows of every store of every query."""
-    from sparkpoint.savepoints.savepoint import restore
-
+def read(queries: list[dict[str, Any]], locations: dict[str, str], limit: int = 20) -> list[dict[str, Any]]:
+    """Row count, columns and the first ``limit`` rows of every store of every query (manifest entries),
+    each read from its checkpoint in ``locations``."""
     spark = spark_session()
     out: list[dict[str, Any]] = []
-    scratch = tempfile.mkdtemp(prefix="sparkpoint-inspect-")
-    try:
-        restored = restore(savepoint, os.path.join(scratch, "ckpt"))
-        locations = {q["name"]: q["checkpoint"] for q in restored["queries"]}
-        for query in savepoint.queries:
-            for operator in query.get("operators") or []:
-                for options in read_options(operator):
-                    try:
-                        frame = state_frame(spark, locations[query["name"]], query["batch_id"], operator["id"], options)
-                        count = frame.count()
-                        sample = frame.limit(limit).collect()
-                    except Exception as exc:  # noqa: BLE001 - Spark's error, reported as one line
-                        raise SparkFailureError(
-                            f"Spark could not read state of {query['name']} operator {operator['id']} "
-                            f"({options}): {str(exc).splitlines()[0]}"
-                        ) from None
-                    out.append(
-                        {
-                            "query": query["name"],
-                            "operator": operator["id"],
-                            "store": next(iter(options.values())),
-                            "rows": count,
-                            "columns": frame.columns,
-                            "sample": [[_plain(v) for v in row] for row in sample],
-                        }
-                    )
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    for query in queries:
+        for operator in query.get("operators") or []:
+            for options in read_options(operator):
+                try:
+                    frame = state_frame(spark, locations[query["name"]], query["batch_id"], operator["id"], options)
+                    count = frame.count()
+                    sample = frame.limit(limit).collect()
+                except Exception as exc:  # noqa: BLE001 - Spark's error, reported as one line
+                    raise SparkFailureError(
+                        f"Spark could not read state of {query['name']} operator {operator['id']} "
+                        f"({options}): {str(exc).splitlines()[0]}"
+                    ) from None
+                out.append(
+                    {
+                        "query": query["name"],
+                        "operator": operator["id"],
+                        "store": next(iter(options.values())),
+                        "rows": count,
+                        "columns": frame.columns,
+                        "sample": [[_plain(v) for v in row] for row in sample],
+                    }
+                )
     return out
 
 

@@ -1,0 +1,110 @@
+"""The house's rules, read from the imports themselves (module level and the lazy ones inside functions):
+each room imports only rooms below it, click stays in the CLI, pyspark in the driver-side runtime and
+the state data source."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+from pathlib import Path
+
+PACKAGE = Path(__file__).parents[2] / "sparkpoint"
+
+# Lower imports nothing higher. runtime, the driver side, stands beside the core rooms: it shares the job
+# directory (jobs.protocol) and the adapters, and nothing but spark-submit's command line reaches it.
+RANK = {"errors": 0, "config": 0, "times": 0, "adapters": 1, "spark": 2, "savepoints": 3, "jobs": 4, "cli": 5}
+RUNTIME_MAY_IMPORT = {"errors", "config", "times", "adapters", "runtime", "jobs.protocol"}
+
+
+def room(module: str) -> str:
+    """sparkpoint.<room>[.…] → <room>; the package's own __main__ counts as the CLI."""
+    parts = module.split(".")
+    return "cli" if parts[1:] in (["__main__"], []) else parts[1]
+
+
+def imports() -> list[tuple[str, str, int]]:
+    """(importing module, imported module, line) for every import in the package."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found += [(module, alias.name, node.lineno) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found += [(module, _imported_module(node.module, alias.name), node.lineno) for alias in node.names]
+    return found
+
+
+def _imported_module(source: str, name: str) -> str:
+    """The module `from source import name` imports: ``source.name`` when that is a module of sparkpoint
+    (`from sparkpoint.jobs import run`), else ``source``."""
+    return f"{source}.{name}" if source.startswith("sparkpoint") and _is_module(f"{source}.{name}") else source
+
+
+def _is_module(dotted: str) -> bool:
+    try:
+        return importlib.util.find_spec(dotted) is not None
+    except ModuleNotFoundError:  # its parent is a module, not a package
+        return False
+
+
+def imported_names() -> list[tuple[str, str, str, int]]:
+    """(importing module, source module, name, line) for every `from sparkpoint.… import name`."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sparkpoint"):
+                found += [(module, node.module, alias.name, node.lineno) for alias in node.names]
+    return found
+
+
+def test_the_scan_sees_module_level_and_lazy_imports():
+    found = {(module, imported) for module, imported, _ in imports()}
+    assert ("sparkpoint.jobs.run", "sparkpoint.jobs.replace") in found  # at module level
+    assert ("sparkpoint.cli.job_cmds", "sparkpoint.jobs.run") in found  # inside the command's function
+    assert ("sparkpoint.spark.state_rows", "pyspark.sql") in found  # lazily, in spark_session()
+
+
+def test_each_room_imports_only_rooms_below_it():
+    upward = []
+    for module, imported, line in imports():
+        if not imported.startswith("sparkpoint.") or imported == "sparkpoint":
+            continue
+        source, target = room(module), room(imported)
+        if source == "runtime":
+            allowed = target in RUNTIME_MAY_IMPORT or ".".join(imported.split(".")[1:3]) in RUNTIME_MAY_IMPORT
+        else:
+            allowed = target != "runtime" and RANK[target] <= RANK[source]
+        if not allowed:
+            upward.append(f"{module}:{line} imports {imported}")
+    assert upward == []
+
+
+def test_every_import_of_a_sparkpoint_name_resolves():
+    """A name imported inside a function is looked up only when that command runs: after a move, a stale
+    one would fail at 3 a.m., not at import time."""
+    missing = []
+    for module, imported, line in imports():
+        if not imported.startswith("sparkpoint."):
+            continue
+        try:
+            importlib.import_module(imported)
+        except ModuleNotFoundError:
+            missing.append(f"{module}:{line} imports {imported}")
+    for module, source, name, line in imported_names():
+        if not hasattr(importlib.import_module(source), name) and not _is_module(f"{source}.{name}"):
+            missing.append(f"{module}:{line} imports {name} from {source}")
+    assert missing == []
+
+
+def test_click_stays_in_the_cli_and_pyspark_in_the_driver_side():
+    misplaced = []
+    for module, imported, line in imports():
+        top = imported.split(".")[0]
+        if top == "click" and room(module) != "cli":
+            misplaced.append(f"{module}:{line} imports click")
+        if top in ("pyspark", "py4j") and room(module) != "runtime" and module != "sparkpoint.spark.state_rows":
+            misplaced.append(f"{module}:{line} imports {imported}")
+    assert misplaced == []

@@ -51,7 +51,9 @@ def output_option(command: Callable) -> Callable:
 def emit(output: str, data: Any, render: Callable[[Any], None]) -> None:
     """Machine output on stdout as JSON, or the human rendering."""
     if output == "json":
-        click.echo(json.dumps(data, indent=2, sort_keys=False))
+        from sparkpoint.results import as_json
+
+        click.echo(json.dumps(as_json(data), indent=2, sort_keys=False))
     else:
         render(data)
 

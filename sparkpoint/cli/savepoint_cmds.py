@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from sparkpoint.cli.context import PATH_PART, AppContext, echo, emit, human_bytes, output_option, text
 from sparkpoint.cli.context import console as make_console
 from sparkpoint.errors import BadArgumentError, RecordedFailureError, SavepointInvalidError
+
+if TYPE_CHECKING:  # the core is imported inside each command, so that --help stays fast
+    from sparkpoint.savepoints.restore import Restored
+    from sparkpoint.savepoints.savepoint import Disposed, Verification
 
 pass_app = click.make_pass_decorator(AppContext)
 
@@ -106,8 +112,8 @@ def _render_trigger(record: dict) -> None:
         echo(f"  {record['error']}")
 
 
-def _render_disposed(data: dict) -> None:
-    echo(f"Disposed of savepoint {data['id']} ({human_bytes(data['bytes'])}): {data['path']}")
+def _render_disposed(disposed: Disposed) -> None:
+    echo(f"Disposed of savepoint {disposed.id} ({human_bytes(disposed.bytes)}): {disposed.path}")
 
 
 @click.command("restore")
@@ -139,10 +145,10 @@ def restore_cmd(app, savepoint_ref, checkpoint_dir, claim, mode, query, output):
     emit(output, result, _render_restored)
 
 
-def _render_restored(data: dict) -> None:
-    echo(f"Restored savepoint {data['id']} ({data['transfer']}):")
-    for q in data["queries"]:
-        echo(f"  {q['name']} -> {q['checkpoint']} (resumes after batch {q['batch_id']})")
+def _render_restored(restored: Restored) -> None:
+    echo(f"Restored savepoint {restored.id} ({restored.transfer}):")
+    for q in restored.queries:
+        echo(f"  {q.name} -> {q.checkpoint} (resumes after batch {q.batch_id})")
 
 
 @click.command("verify")
@@ -158,14 +164,14 @@ def verify_cmd(app, savepoint_ref, output):
                             settings.storage_options)
     report = savepoint.verify(loaded, settings.transfer_workers, app.progress())
     emit(output, report, _render_verified)
-    if not report["valid"]:
-        raise SavepointInvalidError(f"savepoint {report['path']} failed verification ({len(report['problems'])} problems)")
+    if not report.valid:
+        raise SavepointInvalidError(f"savepoint {report.path} failed verification ({len(report.problems)} problems)")
 
 
-def _render_verified(data: dict) -> None:
-    if data["valid"]:
-        echo(f"Savepoint {data['id']} is valid: {data['files']} files, {human_bytes(data['bytes'])} verified")
-    for problem in data["problems"]:
+def _render_verified(report: Verification) -> None:
+    if report.valid:
+        echo(f"Savepoint {report.id} is valid: {report.files} files, {human_bytes(report.bytes)} verified")
+    for problem in report.problems:
         echo(f"  {problem}")
 
 

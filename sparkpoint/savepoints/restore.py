@@ -8,6 +8,7 @@ import errno
 import fcntl
 import os
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 from sparkpoint.adapters import transfer
@@ -23,6 +24,7 @@ from sparkpoint.adapters.storage import (
     translate_errors,
 )
 from sparkpoint.errors import BadArgumentError, NotFoundError, SavepointInvalidError, TargetNotEmptyError
+from sparkpoint.results import Result
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints.savepoint import Savepoint, dispose
 from sparkpoint.spark.relocate import relocate_metadata
@@ -39,7 +41,7 @@ def restore(
     workers: int = 4,
     progress: transfer.Progress | None = None,
     storage_options: dict | None = None,
-) -> dict[str, Any]:
+) -> Restored:
     """Materialize the savepoint as checkpoints below ``target`` (``target/<query>``), or, with
     ``query``, that one query's checkpoint at ``target`` itself. The savepoint is untouched
     unless ``mode='claim'``, which disposes of it once the restored copy is verified."""
@@ -106,19 +108,30 @@ def _write_relocated(savepoint: Savepoint, relocations: list[tuple[dict[str, Any
             target_storage.write_atomic(dst, relocate_metadata(raw, _spark_uri(dest)))
 
 
+@dataclass(frozen=True)
+class RestoredQuery(Result):
+    name: str
+    checkpoint: str  # where Spark finds it: spark.sql.streaming.checkpointLocation/<name>, or the target itself
+    batch_id: int  # the last committed batch: the restored query resumes after it
+    planned_batch_id: int | None  # a batch planned but not committed at the cut: replayed first
+
+
+@dataclass(frozen=True)
+class Restored(Result):
+    savepoint: str
+    id: str
+    mode: str  # as asked: auto, copy, link, claim
+    transfer: str  # as done: copy or link
+    queries: list[RestoredQuery]
+
+
 def _restored(savepoint: Savepoint, mode: str, resolved: str, chosen: list[dict[str, Any]],
-              destinations: dict[str, str]) -> dict[str, Any]:
-    return {
-        "savepoint": savepoint.path,
-        "id": savepoint.manifest["id"],
-        "mode": mode,
-        "transfer": resolved,
-        "queries": [
-            {"name": q["name"], "checkpoint": destinations[q["name"]], "batch_id": q["batch_id"],
-             "planned_batch_id": q.get("planned_batch_id")}
-            for q in chosen
-        ],
-    }
+              destinations: dict[str, str]) -> Restored:
+    return Restored(
+        savepoint=savepoint.path, id=savepoint.manifest["id"], mode=mode, transfer=resolved,
+        queries=[RestoredQuery(q["name"], destinations[q["name"]], q["batch_id"], q.get("planned_batch_id"))
+                 for q in chosen],
+    )
 
 
 STAGING_PREFIX = ".sparkpoint-restoring-"

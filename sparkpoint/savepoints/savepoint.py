@@ -17,6 +17,7 @@ from typing import Any
 from sparkpoint.adapters import transfer
 from sparkpoint.adapters.storage import Storage, basename, digest_of, join, storage_for, translate_errors, unsafe
 from sparkpoint.errors import NotFoundError, SavepointInvalidError, StorageError
+from sparkpoint.results import Result
 from sparkpoint.savepoints import manifest as mf
 
 
@@ -98,7 +99,25 @@ def load_from(storage: Storage, path: str) -> Savepoint:
     return Savepoint(storage, path, mf.parse(raw, join(path, mf.MANIFEST)))
 
 
-def verify(savepoint: Savepoint, workers: int = 4, progress: transfer.Progress | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Verification(Result):
+    path: str
+    id: str
+    valid: bool
+    files: int
+    bytes: int
+    problems: list[str]  # one line per file: missing, size differs, checksum differs
+
+
+@dataclass(frozen=True)
+class Disposed(Result):
+    path: str
+    id: str
+    disposed: bool
+    bytes: int
+
+
+def verify(savepoint: Savepoint, workers: int = 4, progress: transfer.Progress | None = None) -> Verification:
     """Check every file of the savepoint: present, same size, same checksum."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -126,23 +145,13 @@ def verify(savepoint: Savepoint, workers: int = 4, progress: transfer.Progress |
             problems = [p for p in pool.map(check, entries) if p]
     finally:
         progress.finish()
-    return {
-        "path": savepoint.path,
-        "id": savepoint.manifest["id"],
-        "valid": not problems,
-        "files": len(entries),
-        "bytes": sum(f["size"] for f in entries),
-        "problems": problems,
-    }
+    return Verification(path=savepoint.path, id=savepoint.manifest["id"], valid=not problems, files=len(entries),
+                        bytes=sum(f["size"] for f in entries), problems=problems)
 
 
-# -- restore ---------------------------------------------------------------------------------
 
 
-# -- dispose ---------------------------------------------------------------------------------
-
-
-def dispose(path: str, storage_options: dict | None = None) -> dict[str, Any]:
+def dispose(path: str, storage_options: dict | None = None) -> Disposed:
     """Delete a savepoint, or what a crashed creation or disposal left. Refuses any directory that is
     not sparkpoint's, and a symbolic link (its target is not in the catalog). Disposals of one savepoint
     exclude each other: the second finds it gone (NotFoundError)."""
@@ -161,7 +170,7 @@ def dispose(path: str, storage_options: dict | None = None) -> dict[str, Any]:
         storage.write_atomic(join(path, mf.DISPOSING), b'{"reason": "dispose"}')
         storage.remove_file(join(path, mf.MANIFEST))
         remove_marker_last(storage, path, mf.DISPOSING)
-    return {"path": path, "id": info.get("id", basename(path)), "disposed": True, "bytes": info.get("bytes", 0)}
+    return Disposed(path=path, id=info.get("id", basename(path)), disposed=True, bytes=info.get("bytes", 0))
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ def read(savepoint: Savepoint, limit: int = 20) -> list[dict[str, Any]]:
     scratch = tempfile.mkdtemp(prefix="sparkpoint-inspect-")
     try:
         restored = restore(savepoint, os.path.join(scratch, "ckpt"))
-        locations = {q["name"]: q["checkpoint"] for q in restored["queries"]}
+        locations = {q.name: q.checkpoint for q in restored.queries}
         return state_rows.read(savepoint.queries, locations, limit)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -83,7 +83,7 @@ def test_savepoint_restore_continues_like_an_uninterrupted_run(spark, tmp_path, 
     moved = tmp_path / "elsewhere"
     shutil.move(saved.path, moved)
     restored = restore(sp.load(str(moved)), str(tmp_path / "restored"), mode="copy")
-    checkpoint = restored["queries"][0]["checkpoint"]
+    checkpoint = restored.queries[0].checkpoint
 
     workloads.add_batches(inputs, workload, range(CUT_AFTER, TOTAL_BATCHES))
     second = workloads.run(spark, workload, inputs, checkpoint)
@@ -108,13 +108,13 @@ def test_older_cut_replays_the_planned_batch_identically(spark, tmp_path, refere
 
     shutil.rmtree(tmp_path / "ckpt")
     restored = restore(saved, str(tmp_path / "restored"))
-    assert restored["transfer"] == "link"
+    assert restored.transfer == "link"
     workloads.add_batches(inputs, workload, range(CUT_AFTER, TOTAL_BATCHES))
-    replay = workloads.run(spark, workload, inputs, restored["queries"][0]["checkpoint"])
+    replay = workloads.run(spark, workload, inputs, restored.queries[0].checkpoint)
 
     assert sorted(replay) == list(range(2, TOTAL_BATCHES))
     assert replay[2] == first[2] == expected_outputs[2]
     assert {**first, **replay} == expected_outputs
-    assert final_state(spark, restored["queries"][0]["checkpoint"]) == expected_state
+    assert final_state(spark, restored.queries[0].checkpoint) == expected_state
     # Restoring never touches the savepoint.
-    assert sp.verify(saved)["valid"]
+    assert sp.verify(saved).valid

@@ -430,4 +430,4 @@ def test_fifty_savepoints_racing_spark_retention(spark, tmp_path, retention_conf
 def sp_restore(saved, target: Path) -> str:
     from sparkpoint.savepoints.restore import restore
 
-    return restore(saved, str(target), mode="copy")["queries"][0]["checkpoint"]
+    return restore(saved, str(target), mode="copy").queries[0].checkpoint

@@ -55,13 +55,13 @@ def test_savepoints_of_a_running_query_are_valid_or_refused(spark, tmp_path, kin
         query.stop()
 
     assert len(taken) >= 3, f"only {len(taken)} savepoints completed ({len(refused)} refused)"
-    assert all(sp.verify(saved)["valid"] for saved in taken)
+    assert all(sp.verify(saved).valid for saved in taken)
     cuts = [saved.query("q")["batch_id"] for saved in taken]
     assert cuts == sorted(cuts) and cuts[-1] > cuts[0]
 
     for saved in (taken[0], taken[len(taken) // 2]):
         cut = saved.query("q")["batch_id"]
-        restored = restore(saved, str(tmp_path / f"restored-{cut}"), mode="copy")["queries"][0]["checkpoint"]
+        restored = restore(saved, str(tmp_path / f"restored-{cut}"), mode="copy").queries[0].checkpoint
         continued = workloads.run(spark, workload, inputs, restored, AGGRESSIVE_RETENTION)
         assert continued == {b: rows for b, rows in expected.items() if b > cut}
         assert final_state(spark, restored) == expected_state

@@ -237,6 +237,8 @@ def test_the_stop_and_run_renderers_print_names_literally(capsys):
 
 def test_the_savepoint_renderers_print_names_and_paths_literally(capsys):
     from sparkpoint.cli import savepoint_cmds as cmds
+    from sparkpoint.savepoints.restore import Restored, RestoredQuery
+    from sparkpoint.savepoints.savepoint import Disposed, Verification
 
     created = {"id": HOSTILE, "path": HOSTILE,
                "queries": [{"name": HOSTILE, "batch_id": 3, "planned_batch_id": None, "bytes": 1}]}
@@ -246,14 +248,15 @@ def test_the_savepoint_renderers_print_names_and_paths_literally(capsys):
                "error": HOSTILE}
     assert rendered(capsys, cmds._render_trigger, trigger) == [
         f"Savepoint trigger {SHOWN} of job {SHOWN}: failed", f"  savepoint {SHOWN}", f"  {SHOWN}"]
-    assert rendered(capsys, cmds._render_disposed, {"id": HOSTILE, "bytes": 0, "path": HOSTILE}) == [
+    assert rendered(capsys, cmds._render_disposed, Disposed(path=HOSTILE, id=HOSTILE, disposed=True, bytes=0)) == [
         f"Disposed of savepoint {SHOWN} (0 B): {SHOWN}"]
-    restored = {"id": HOSTILE, "transfer": "copy", "queries": [{"name": HOSTILE, "checkpoint": HOSTILE, "batch_id": 3}]}
+    restored = Restored(savepoint=HOSTILE, id=HOSTILE, mode="auto", transfer="copy",
+                        queries=[RestoredQuery(name=HOSTILE, checkpoint=HOSTILE, batch_id=3, planned_batch_id=None)])
     assert rendered(capsys, cmds._render_restored, restored) == [
         f"Restored savepoint {SHOWN} (copy):", f"  {SHOWN} -> {SHOWN} (resumes after batch 3)"]
     # The forged line of the issue: a missing file whose name returns the carriage and claims validity.
     forged = "queries/q/x\r\x1b[2KSavepoint sp-1 is valid: 40 files, 2.1 KiB verified"
-    verified = {"id": "sp-1", "valid": False, "files": 40, "bytes": 2150, "problems": [f"missing: {forged}"]}
+    verified = Verification(path="sp", id="sp-1", valid=False, files=40, bytes=2150, problems=[f"missing: {forged}"])
     assert rendered(capsys, cmds._render_verified, verified) == [
         "  missing: queries/q/x\\r\\x1b[2KSavepoint sp-1 is valid: 40 files, 2.1 KiB verified"]
 

@@ -22,7 +22,7 @@ from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints import savepoint as sp
 from sparkpoint.savepoints.create import create as create_savepoint
 from sparkpoint.savepoints.create import QuerySource
-from sparkpoint.savepoints.restore import STAGING_PREFIX, restore
+from sparkpoint.savepoints.restore import STAGING_PREFIX, Restored, restore
 from sparkpoint.errors import (
     NotFoundError,
     SavepointInvalidError,
@@ -133,8 +133,8 @@ def test_two_restores_into_one_target_leave_one_whole_checkpoint(many_files, tmp
         target.mkdir()
     query = "q" if "--query" in layout else None
     outcomes = _race(saved, str(target), query=query, mode="copy")
-    won = [o for o in outcomes if isinstance(o, dict)]
-    lost = [o for o in outcomes if not isinstance(o, dict)]
+    won = [o for o in outcomes if isinstance(o, Restored)]
+    lost = [o for o in outcomes if isinstance(o, Exception)]
     assert len(won) == 1 and len(lost) == 1 and isinstance(lost[0], TargetNotEmptyError), outcomes
     assert tree(target if query else target / "q") == reference
 

@@ -64,17 +64,17 @@ def test_restore_reproduces_the_cut_and_leaves_the_savepoint_untouched(checkpoin
     before = tree(saved.path)
     for mode in ("copy", "link"):
         out = restore(saved, str(tmp_path / f"restored-{mode}"), mode=mode)
-        assert out["transfer"] == mode
-        restored = tree(out["queries"][0]["checkpoint"])
+        assert out.transfer == mode
+        restored = tree(out.queries[0].checkpoint)
         assert restored == tree(os.path.join(saved.path, "queries", "q"))
     assert tree(saved.path) == before
-    assert sp.verify(saved)["valid"]
+    assert sp.verify(saved).valid
 
 
 def test_restore_single_query_into_the_directory_itself(checkpoint, tmp_path):
     saved = sp.load(create(checkpoint, tmp_path / "sps")["path"])
     out = restore(saved, str(tmp_path / "here"), query="q")
-    assert out["queries"][0]["checkpoint"] == str(tmp_path / "here")
+    assert out.queries[0].checkpoint == str(tmp_path / "here")
     assert (tmp_path / "here" / "commits" / "4").exists()
 
 
@@ -91,7 +91,7 @@ def test_tampered_file_is_detected_by_verify_and_restore(checkpoint, tmp_path):
     with open(victim, "r+b") as handle:
         handle.write(b"X")
     report = sp.verify(saved)
-    assert not report["valid"] and report["problems"] == ["checksum differs: queries/q/state/0/1/5.delta"]
+    assert not report.valid and report.problems == ["checksum differs: queries/q/state/0/1/5.delta"]
     with pytest.raises(SavepointInvalidError, match="tampered"):
         restore(saved, str(tmp_path / "restored"), mode="copy")
     assert not (tmp_path / "restored").exists()  # nothing half-written is left
@@ -100,7 +100,7 @@ def test_tampered_file_is_detected_by_verify_and_restore(checkpoint, tmp_path):
 def test_missing_file_fails_restore_and_cleans_up(checkpoint, tmp_path):
     saved = sp.load(create(checkpoint, tmp_path / "sps")["path"])
     os.unlink(os.path.join(saved.path, "queries", "q", "commits", "4"))
-    assert sp.verify(saved)["problems"] == ["missing: queries/q/commits/4"]
+    assert sp.verify(saved).problems == ["missing: queries/q/commits/4"]
     (tmp_path / "empty").mkdir()
     with pytest.raises(SavepointInvalidError, match="missing"):
         restore(saved, str(tmp_path / "empty"), query="q", mode="copy")
@@ -149,7 +149,7 @@ def test_dispose_refuses_what_is_not_a_savepoint(checkpoint, tmp_path):
         sp.dispose(str(checkpoint))
     assert (checkpoint / "commits" / "4").exists()
     saved_path = create(checkpoint, tmp_path / "sps")["path"]
-    assert sp.dispose(saved_path)["disposed"]
+    assert sp.dispose(saved_path).disposed
     assert not os.path.exists(saved_path)
 
 
@@ -208,7 +208,7 @@ def test_live_checkpoint_race_retries_at_a_newer_cut(checkpoint, tmp_path):
     result = create(checkpoint, tmp_path / "sps", storage=storage)
     assert storage.fired == 1
     assert result["queries"][0]["batch_id"] == 5
-    assert sp.verify(sp.load(result["path"]))["valid"]
+    assert sp.verify(sp.load(result["path"])).valid
 
 
 def test_race_with_a_requested_batch_or_endless_purging_fails_clearly(checkpoint, tmp_path):
@@ -256,7 +256,7 @@ def test_a_tampered_relocated_metadata_file_is_refused(checkpoint, tmp_path):
                                             f"file:{checkpoint}/state/0/_stateSchema/default/0_ab"]}]}))
     saved = sp.load(create(checkpoint, tmp_path / "sps")["path"])
     assert saved.query("q")["relocate"] == ["queries/q/state/0/_metadata/v2/0"]
-    good = restore(saved, str(tmp_path / "good"), mode="copy")["queries"][0]["checkpoint"]
+    good = restore(saved, str(tmp_path / "good"), mode="copy").queries[0].checkpoint
     rewritten = (tmp_path / "good" / "q" / "state" / "0" / "_metadata" / "v2" / "0").read_text()
     assert f"file:{good}/state/0/_stateSchema/default/0_ab" in rewritten
     assert not (tmp_path / "good" / "q" / "state" / "0" / "_metadata" / "v2" / ".0.crc").exists()

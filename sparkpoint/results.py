@@ -1,0 +1,25 @@
+"""The typed shape of what the core hands the CLI: one frozen dataclass per result, whose fields are the
+JSON keys `--output json` prints (the README's table). A renamed field fails in a test and a type
+checker, not in an operator's script at 3 a.m."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Result:
+    def to_json(self) -> dict[str, Any]:
+        """The fields in declaration order, nested results and lists of them as JSON objects."""
+        return {f.name: as_json(getattr(self, f.name)) for f in fields(self)}
+
+
+def as_json(value: Any) -> Any:
+    if isinstance(value, Result):
+        return value.to_json()
+    if isinstance(value, (list, tuple)):
+        return [as_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: as_json(v) for k, v in value.items()}
+    return value

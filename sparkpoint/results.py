@@ -16,7 +16,7 @@ class Result:
 
 
 def as_json(value: Any) -> Any:
-    if isinstance(value, Result):
+    if hasattr(value, "to_json"):  # a Result, or an object that words its own JSON (a catalog entry)
         return value.to_json()
     if isinstance(value, (list, tuple)):
         return [as_json(v) for v in value]

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from sparkpoint.cli.context import PATH_PART, AppContext, echo, emit, human_bytes, output_option, text
 from sparkpoint.cli.context import console as make_console
+
+if TYPE_CHECKING:  # the core is imported inside each command, so that --help stays fast
+    from sparkpoint.savepoints.catalog import Pruned
 
 pass_app = click.make_pass_decorator(AppContext)
 
@@ -71,11 +76,11 @@ def prune_cmd(app, keep_last, max_age, job, directory, dry_run, output):
     emit(output, result, _render_pruned)
 
 
-def _render_pruned(data: dict) -> None:
-    verb = "Would delete" if data["dry_run"] else "Deleted"
-    for row in data["deleted"]:
-        echo(f"{verb} {row['id']} ({row['status']}, {human_bytes(row['bytes'])}): {row['path']}")
-    echo(f"{verb} {len(data['deleted'])} savepoint(s), {human_bytes(data['freed_bytes'])}; kept {len(data['kept'])}.")
+def _render_pruned(pruned: Pruned) -> None:
+    verb = "Would delete" if pruned.dry_run else "Deleted"
+    for entry in pruned.deleted:
+        echo(f"{verb} {entry.id} ({entry.status}, {human_bytes(entry.bytes)}): {entry.path}")
+    echo(f"{verb} {len(pruned.deleted)} savepoint(s), {human_bytes(pruned.freed_bytes)}; kept {len(pruned.kept)}.")
 
 
 COMMANDS = (savepoints_cmd, prune_cmd)

@@ -41,8 +41,9 @@ def savepoint_job(settings: Settings, reference: str, target_dir: str | None = N
 
 def prune_older_savepoints(settings: Settings, job_name: str, keep_last: int) -> list[dict[str, Any]]:
     """After a new savepoint: keep the job's newest ``keep_last`` in the catalog; what was deleted."""
-    return catalog.prune(join(settings.savepoints_dir(), job_name), keep_last=keep_last, max_age=None, job=job_name,
-                         storage_options=settings.storage_options)["deleted"]
+    pruned = catalog.prune(join(settings.savepoints_dir(), job_name), keep_last=keep_last, max_age=None,
+                           job=job_name, storage_options=settings.storage_options)
+    return [entry.to_json() for entry in pruned.deleted]
 
 
 def create_savepoint(settings: Settings, job: Job, sources, target_dir: str | None, progress) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Any
 from sparkpoint.adapters.processes import pid_alive
 from sparkpoint.adapters.storage import Storage, is_url, join, storage_for, translate_errors
 from sparkpoint.errors import BadArgumentError, NotFoundError, SparkpointError
+from sparkpoint.results import Result
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints import savepoint as sp
 from sparkpoint.times import iso, parse_iso
@@ -200,6 +201,15 @@ def prune_plan(
     return delete, keep
 
 
+@dataclass(frozen=True)
+class Pruned(Result):
+    directory: str
+    dry_run: bool
+    deleted: list[Entry]  # (with dry_run: to be deleted)
+    kept: list[Entry]
+    freed_bytes: int
+
+
 def prune(
     directory: str,
     *,
@@ -209,7 +219,7 @@ def prune(
     dry_run: bool = False,
     storage_options: dict | None = None,
     clock: Callable[[], float] = time.time,
-) -> dict[str, Any]:
+) -> Pruned:
     entries = scan(directory, storage_options)
     delete, keep = prune_plan(entries, keep_last, max_age, job, clock())
     deleted = []
@@ -219,14 +229,9 @@ def prune(
                 sp.dispose(entry.path, storage_options)
             except NotFoundError:
                 continue  # another prune (or a dispose) was first: gone, as asked, and not freed by this one
-        deleted.append(entry.to_json())
-    return {
-        "directory": directory,
-        "dry_run": dry_run,
-        "deleted": deleted,
-        "kept": [e.to_json() for e in keep],
-        "freed_bytes": sum(e["bytes"] for e in deleted),
-    }
+        deleted.append(entry)
+    return Pruned(directory=directory, dry_run=dry_run, deleted=deleted, kept=keep,
+                  freed_bytes=sum(e.bytes for e in deleted))
 
 
 def resolve(ref: str, directory: str, storage_options: dict | None = None) -> str:

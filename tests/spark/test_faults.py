@@ -227,7 +227,7 @@ def test_the_cli_killed_at_random_points(live_query, tmp_path):
                  interval=0.002, what="the restore to start copying")
         # In this process: a CLI's start-up would let a small restore finish first.
         pruned = catalog_api.prune(str(savepoints), keep_last=0, max_age=None, job="raced")
-        assert [d["path"] for d in pruned["deleted"]] == [saved]
+        assert [d.path for d in pruned.deleted] == [saved]
         _, err = restore.communicate(timeout=120)
         outcomes.append(restore.returncode)
         if restore.returncode == 0:

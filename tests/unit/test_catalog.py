@@ -57,7 +57,7 @@ def test_scan_lists_newest_first_with_jobs(populated):
 def test_keep_last_and_max_age_both_protect(populated):
     directory, made = populated
     result = catalog.prune(str(directory), keep_last=2, max_age=5 * DAY, clock=lambda: NOW)
-    assert sorted(e["path"] for e in result["deleted"]) == sorted([made[("alarms", 10)], made[("alarms", 20)]])
+    assert sorted(e.path for e in result.deleted) == sorted([made[("alarms", 10)], made[("alarms", 20)]])
     # billing's only savepoint is old but within its job's newest 2: kept
     assert os.path.exists(made[("billing", 30)])
     assert not os.path.exists(made[("alarms", 20)])
@@ -66,7 +66,7 @@ def test_keep_last_and_max_age_both_protect(populated):
 def test_dry_run_deletes_nothing_and_job_filter_limits_scope(populated):
     directory, made = populated
     dry = catalog.prune(str(directory), keep_last=0, max_age=None, job="billing", dry_run=True, clock=lambda: NOW)
-    assert [e["path"] for e in dry["deleted"]] == [made[("billing", 30)]]
+    assert [e.path for e in dry.deleted] == [made[("billing", 30)]]
     assert all(os.path.exists(p) for p in made.values())
 
 
@@ -95,7 +95,7 @@ def test_leftovers_of_crashed_operations_are_pruned_but_live_ones_kept(populated
     assert listed["savepoint-dead"] == listed["savepoint-alive"] == "incomplete"
     assert "notes" not in listed
     result = catalog.prune(str(directory), keep_last=100, max_age=None, clock=lambda: NOW)
-    assert sorted(e["id"] for e in result["deleted"]) == ["savepoint-dead", "savepoint-disposing"]
+    assert sorted(e.id for e in result.deleted) == ["savepoint-dead", "savepoint-disposing"]
     assert alive.exists() and foreign.exists() and not dead.exists()
 
 
@@ -119,5 +119,5 @@ def test_a_job_filtered_prune_leaves_other_jobs_leftovers_alone(populated):
         leftover.mkdir()
         (leftover / mf.DISPOSING).write_text("{}")
     result = catalog.prune(str(directory), keep_last=100, max_age=None, job="billing", clock=lambda: NOW)
-    assert [e["id"] for e in result["deleted"]] == ["savepoint-billing-crashed"]
+    assert [e.id for e in result.deleted] == ["savepoint-billing-crashed"]
     assert (directory / "alarms" / "savepoint-alarms-crashed").exists()

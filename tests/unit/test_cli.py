@@ -282,6 +282,7 @@ def test_inspect_renders_markup_in_a_manifest_as_text(capsys):
 
 def test_the_catalog_renderers_print_names_literally(capsys):
     from sparkpoint.cli.catalog_cmds import _render_list, _render_pruned
+    from sparkpoint.savepoints.catalog import Entry, Pruned
 
     row = {"id": HOSTILE, "path": HOSTILE, "status": "invalid", "job": HOSTILE, "created_at": None, "bytes": 0,
            "queries": [{"name": HOSTILE, "batch_id": 3}], "problem": HOSTILE}
@@ -289,7 +290,9 @@ def test_the_catalog_renderers_print_names_literally(capsys):
     body = next(line for line in lines if line.startswith("│"))
     assert [cell.strip() for cell in body.strip("│").split("│")] == [
         SHOWN, "-", f"{SHOWN}@3", "0 B", f"invalid: {SHOWN}", SHOWN]
-    assert rendered(capsys, _render_pruned, {"dry_run": True, "deleted": [row], "kept": [], "freed_bytes": 0}) == [
+    entry = Entry(path=HOSTILE, status="invalid", id=HOSTILE, job=HOSTILE, problem=HOSTILE)
+    assert rendered(capsys, _render_pruned, Pruned(directory=HOSTILE, dry_run=True, deleted=[entry], kept=[],
+                                                   freed_bytes=0)) == [
         f"Would delete {SHOWN} (invalid, 0 B): {SHOWN}", "Would delete 1 savepoint(s), 0 B; kept 0."]
 
 

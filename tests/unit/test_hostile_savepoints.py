@@ -282,7 +282,7 @@ def test_one_malformed_manifest_is_listed_as_invalid_and_the_catalog_keeps_worki
     assert all(entries[p].status == "complete" for p in good)
     assert catalog.resolve(os.path.basename(good[0]), str(directory)) == good[0]
     result = catalog.prune(str(directory), keep_last=1, max_age=None)
-    deleted = {d["path"] for d in result["deleted"]}
+    deleted = {d.path for d in result.deleted}
     assert len(deleted) == 2 and deleted < set(good)
     assert os.path.exists(bad)  # an invalid entry is listed, never deleted by prune
 
@@ -312,8 +312,8 @@ def test_two_prunes_at_once_share_the_work_and_both_succeed(catalog_dir, monkeyp
 
     monkeypatch.setattr(catalog, "scan", scan_then_meet)
     outcomes = _twice_at_once(lambda: catalog.prune(str(directory), keep_last=1, max_age=None), barrier)
-    assert all(isinstance(o, dict) for o in outcomes), outcomes
-    deleted = [d["path"] for o in outcomes for d in o["deleted"]]
+    assert all(isinstance(o, catalog.Pruned) for o in outcomes), outcomes
+    deleted = [d.path for o in outcomes for d in o.deleted]
     assert len(deleted) == 2 and set(deleted) < set(good)  # each deleted once, by one of the two
     assert len([e for e in real_scan(str(directory)) if e.status == "complete"]) == 1
 

@@ -163,7 +163,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=40)
     parser.add_argument("--rounds", type=int, default=2, help="agent-overhead rounds (0: skip)")
     parser.add_argument("--downtime-rounds", type=int, default=3, help="upgrade-downtime comparisons")
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="rate", help="the job whose downtime is measured")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="rate",
+                        help="the job whose downtime is measured")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sparkpoint-bench-jobs-"))
     print(f"machine: nproc={os.cpu_count()}, python {sys.version.split()[0]}; command: {' '.join(sys.argv)}")
@@ -172,7 +173,8 @@ def main() -> None:
         rounds = [upgrade_downtime(work, WORKLOADS[options.workload]) for _ in range(options.downtime_rounds)]
         if rounds:
             print(f"upgrade downtime minus plain restart's ({options.workload}), median of {len(rounds)} rounds "
-                  f"(savepoints restored by hard links): stop + run -s {statistics.median(r[0] for r in rounds):+.2f} s, "
+                  "(savepoints restored by hard links): "
+                  f"stop + run -s {statistics.median(r[0] for r in rounds):+.2f} s, "
                   f"run --replace {statistics.median(r[1] for r in rounds):+.2f} s")
     finally:
         shutil.rmtree(work, ignore_errors=True)

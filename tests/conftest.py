@@ -15,7 +15,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 @pytest.fixture(scope="session")
 def spark():
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.fail("Java 17 is required for the Spark tests: install it (e.g. apt-get install openjdk-17-jre-headless)")
+        pytest.fail("Java 17 is required for the Spark tests: install it "
+                    "(e.g. apt-get install openjdk-17-jre-headless)")
     from pyspark.sql import SparkSession
 
     session = (

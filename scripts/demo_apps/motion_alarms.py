@@ -67,7 +67,8 @@ def main(version: str, events_dir: str, output_dir: str) -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    events = spark.readStream.schema("room string, event string, ts long").option("maxFilesPerTrigger", 1).json(events_dir)
+    events = (spark.readStream.schema("room string, event string, ts long").option("maxFilesPerTrigger", 1)
+              .json(events_dir))
     alarms = events.groupBy("room").transformWithState(MotionAlarms(version), "room string, ts long, alarm string",
                                                         "Append", "None")
 

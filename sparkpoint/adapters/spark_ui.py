@@ -54,6 +54,7 @@ def applications(ui_url: str, timeout: float = 5.0) -> list[dict[str, Any]]:
             raise SparkpointError(f"{url} is not a Spark driver UI REST endpoint (no JSON)") from None
 
     return [
-        {"app_id": app["id"], "app_name": app.get("name"), "queries": streaming_queries(get(f"{base}/{app['id']}/jobs"))}
+        {"app_id": app["id"], "app_name": app.get("name"),
+         "queries": streaming_queries(get(f"{base}/{app['id']}/jobs"))}
         for app in get(base)
     ]

@@ -94,7 +94,8 @@ def validate(data: Any, where: str) -> dict[str, Any]:
         raise SavepointInvalidError(f"{where} has no valid formatVersion")
     if version > FORMAT_VERSION:
         raise SavepointInvalidError(
-            f"{where} has manifest format {version}, newer than this sparkpoint reads ({FORMAT_VERSION}): upgrade sparkpoint"
+            f"{where} has manifest format {version}, newer than this sparkpoint reads ({FORMAT_VERSION}): "
+            "upgrade sparkpoint"
         )
     _check_fields(data, _TOP_FIELDS, where)
     if data["checksum_algorithm"] not in HASH_ALGORITHMS:

@@ -290,7 +290,8 @@ def _check_empty(storage: Storage, dest: str, leftovers_are_dead: bool = False) 
             return
         if entries:
             raise TargetNotEmptyError(
-                f"restore target {dest} is not empty: restore into a new directory; sparkpoint never overwrites a checkpoint"
+                f"restore target {dest} is not empty: restore into a new directory; sparkpoint never overwrites "
+                "a checkpoint"
             )
 
 
@@ -318,7 +319,8 @@ def _check_results(items: list[tuple[dict[str, Any], transfer.Transfer]], result
         if result.digest is not None and result.digest != entry["digest"]:
             raise _tampered(entry)
         if result.size != entry["size"]:
-            raise SavepointInvalidError(f"size of {entry['path']} differs from the manifest: the savepoint is corrupted")
+            raise SavepointInvalidError(f"size of {entry['path']} differs from the manifest: the savepoint is "
+                                        "corrupted")
 
 
 def _undo(placements) -> None:

@@ -204,7 +204,8 @@ class CheckpointReader:
             )
         if top["metadata"].is_dir or not top["offsets"].is_dir:
             raise NotACheckpointError(
-                f"{self.root} is not a Structured Streaming checkpoint ('metadata' must be a file, 'offsets' a directory)"
+                f"{self.root} is not a Structured Streaming checkpoint ('metadata' must be a file, 'offsets' a "
+                "directory)"
             )
 
     def query_id(self) -> str:
@@ -250,7 +251,8 @@ class CheckpointReader:
             )
         if chosen > 0 and chosen - 1 not in offsets:
             # Spark's recovery reads offsets/N-1 to know what batch N had already consumed.
-            raise CutUnavailableError(f"offsets/{chosen - 1} of {self.root} was purged; batch {chosen} cannot be restored")
+            raise CutUnavailableError(f"offsets/{chosen - 1} of {self.root} was purged; batch {chosen} cannot be "
+                                      "restored")
         planned = chosen + 1 if chosen + 1 in offsets else None
         return Cut(
             batch_id=chosen,
@@ -471,7 +473,8 @@ class _StateLayout:
             raw = read_zip_member(handle, "metadata", where)
         _version, lines = parse_log(raw, where)
         meta = json_line(lines, where, "RocksDB checkpoint metadata")
-        for key, directory, name_key in (("sstFiles", "SSTs", "dfsSstFileName"), ("logFiles", "logs", "dfsLogFileName")):
+        for key, directory, name_key in (("sstFiles", "SSTs", "dfsSstFileName"),
+                                         ("logFiles", "logs", "dfsLogFileName")):
             for item in json_array(meta.get(key), where, key):
                 name = required_field(json_object(item, where, f"a {key} entry"), name_key, str, where)
                 self.reader._add(files, f"{store.path}/{directory}", checked_file_name(name, where, name_key))

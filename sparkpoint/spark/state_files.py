@@ -36,8 +36,8 @@ def parse_operator_metadata(raw: bytes, where: str) -> dict[str, Any]:
     stores, its partitions (None when unrecorded) and transformWithState's state variables."""
     _version, lines = parse_log(raw, where)
     info = json_line(lines, where, "operator metadata")
-    stores_info = [json_object(s, where, "a stateStoreInfo entry") for s in json_array(info.get("stateStoreInfo"), where,
-                                                                                "stateStoreInfo")]
+    stores_info = [json_object(s, where, "a stateStoreInfo entry")
+                   for s in json_array(info.get("stateStoreInfo"), where, "stateStoreInfo")]
     partitions = typed(stores_info[0].get("numPartitions"), int, where, "numPartitions") if stores_info else None
     properties_json = typed(info.get("operatorPropertiesJson"), str, where, "operatorPropertiesJson")
     try:
@@ -81,7 +81,8 @@ def changelog_lineage(source: bytes | BinaryIO, where: str) -> list[tuple[int, s
         raise NotACheckpointError(f"{where}: unreadable changelog header") from None
     entries = [json_object(e, where, "a lineage entry") for e in json_array(lineage, where, "the changelog lineage")]
     return [
-        (required_field(e, "version", int, where), checked_unique_id(e.get("checkpointUniqueId"), where, "checkpointUniqueId"))
+        (required_field(e, "version", int, where),
+         checked_unique_id(e.get("checkpointUniqueId"), where, "checkpointUniqueId"))
         for e in entries
     ]
 

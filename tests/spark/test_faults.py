@@ -364,7 +364,8 @@ def test_fifty_savepoints_racing_spark_retention(spark, tmp_path, retention_conf
     batches, attempts = 30, 50
     workload = workloads.WORKLOADS["hdfs"]
     workloads.add_batches(str(tmp_path / "ref-in"), workload, range(batches))
-    expected = workloads.run(spark, workload, str(tmp_path / "ref-in"), str(tmp_path / "ref-ckpt"), AGGRESSIVE_RETENTION)
+    expected = workloads.run(spark, workload, str(tmp_path / "ref-in"), str(tmp_path / "ref-ckpt"),
+                             AGGRESSIVE_RETENTION)
     expected_state = final_state(spark, str(tmp_path / "ref-ckpt"))
 
     inputs, checkpoint = str(tmp_path / "in"), str(tmp_path / "ckpt")

@@ -25,7 +25,8 @@ BATCHES = 16
 def test_savepoints_of_a_running_query_are_valid_or_refused(spark, tmp_path, kind, retention_confs):
     workload = WORKLOADS[kind]
     workloads.add_batches(str(tmp_path / "ref-in"), workload, range(BATCHES))
-    expected = workloads.run(spark, workload, str(tmp_path / "ref-in"), str(tmp_path / "ref-ckpt"), AGGRESSIVE_RETENTION)
+    expected = workloads.run(spark, workload, str(tmp_path / "ref-in"), str(tmp_path / "ref-ckpt"),
+                             AGGRESSIVE_RETENTION)
     expected_state = final_state(spark, str(tmp_path / "ref-ckpt"))
 
     inputs, checkpoint = str(tmp_path / "in"), str(tmp_path / "ckpt")

@@ -185,8 +185,8 @@ def test_stop_under_load_then_ab_test_and_reprocessing(tmp_path):
     assert max(outputs(tmp_path / "v1")) <= cut["batch_id"] + (cut["replayed_batch_id"] is not None)
 
     # A/B: two jobs from one savepoint, side by side, each with its own checkpoints and output.
-    a = cli_json(home, "run", "--detach", "--name", "variant-a", "-s", stopped["path"], APP, str(inputs), str(tmp_path / "a"))
-    b = cli_json(home, "run", "--detach", "--name", "variant-b", "-s", stopped["path"], APP, str(inputs), str(tmp_path / "b"))
+    a, b = (cli_json(home, "run", "--detach", "--name", f"variant-{v}", "-s", stopped["path"], APP, str(inputs),
+                     str(tmp_path / v)) for v in ("a", "b"))
     assert a["checkpoint_root"] != b["checkpoint_root"]
     last = fed[0] - 1  # every file fed so far is one batch: batch ids equal file numbers
     wait_for(lambda: last in outputs(tmp_path / "a") and last in outputs(tmp_path / "b"), timeout=180,

@@ -130,7 +130,8 @@ def add_batches(base: str, workload: Workload, batches: range) -> None:
             write_batch_files(directory, batch, side)
 
 
-def run(spark, workload: Workload, input_base: str, checkpoint: str, extra_confs: dict | None = None) -> dict[int, list]:
+def run(spark, workload: Workload, input_base: str, checkpoint: str,
+        extra_confs: dict | None = None) -> dict[int, list]:
     """Process every input file not yet processed; return {batch id: sorted output rows}."""
     outputs: dict[int, list] = {}
 

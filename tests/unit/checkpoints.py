@@ -68,7 +68,8 @@ def hdfs_checkpoint(
     for batch in range(0, last + 1):
         compacted = compact_every and (batch + 1) % compact_every == 0
         name = f"{batch}.compact" if compacted else str(batch)
-        write(root / "sources" / "0" / name, "v1\n" + json.dumps({"path": f"file:///in/{batch}.json", "batchId": batch}))
+        write(root / "sources" / "0" / name,
+              "v1\n" + json.dumps({"path": f"file:///in/{batch}.json", "batchId": batch}))
     write(root / "state" / "0" / "_metadata" / "metadata", operator_metadata(partitions=partitions))
     write(root / "state" / "0" / "0" / "_metadata" / "schema", b"\x00schema")
     top = last + 1

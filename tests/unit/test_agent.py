@@ -152,7 +152,8 @@ def test_finish_records_how_the_application_ended(tmp_path):
     running.finish(1, "StreamingQueryException: ...")
     record = read_agent_file(job.directory)
     assert record["state"] == "failed" and record["exit_code"] == 1
-    assert record["error"] == "query 'alarms' failed: [STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match"
+    assert record["error"] == ("query 'alarms' failed: [STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] "
+                               "Provided key schema does not match")
     running._write_state("running")  # a late write from the watcher thread
     assert read_agent_file(job.directory)["state"] == "failed"
 
@@ -192,7 +193,8 @@ def test_a_stop_that_ends_the_application_still_gets_its_outcome(tmp_path):
         name, id = "alarms", "6a1b0c5e-0000-4000-8000-000000000001"
         status = {"isTriggerActive": False}
         lastProgress = None
-        _jsq = SimpleNamespace(streamingQuery=lambda: SimpleNamespace(resolvedCheckpointRoot=lambda: "file:/ckpt/alarms"))
+        _jsq = SimpleNamespace(
+            streamingQuery=lambda: SimpleNamespace(resolvedCheckpointRoot=lambda: "file:/ckpt/alarms"))
 
         def stop(self):
             # The application's main thread returns from awaitTermination and the bootstrap finishes.

@@ -40,8 +40,8 @@ IN_BATCH = [RUNTIME + "MicroBatchExecution.executeOneBatch", *LOOP]
     (["java.lang.Thread.sleep", "org.apache.spark.util.SystemClock.waitTillTime", *LOOP[2:]], SLEEPING_TILL_TRIGGER),
     (["java.lang.Thread.sleep0", "java.lang.Thread.sleep", *IN_BATCH], ASLEEP),
     # Running a batch: waiting for its Spark job, or on some other lock.
-    ([*BLOCKED[:3], "scala.concurrent.impl.Promise$DefaultPromise.tryAwait", "org.apache.spark.scheduler.DAGScheduler.runJob",
-      RUNTIME + "MicroBatchExecution.runBatch", *IN_BATCH], BUSY),
+    ([*BLOCKED[:3], "scala.concurrent.impl.Promise$DefaultPromise.tryAwait",
+      "org.apache.spark.scheduler.DAGScheduler.runJob", RUNTIME + "MicroBatchExecution.runBatch", *IN_BATCH], BUSY),
     ([*BLOCKED, "org.apache.hadoop.fs.FileSystem.get", RUNTIME + "MicroBatchExecution.runBatch", *IN_BATCH], BUSY),
     ([*BLOCKED, RUNTIME + "MicroBatchExecution.withProgressLocked"], BUSY),
     (["java.lang.Thread.sleep", "org.apache.spark.sql.execution.streaming.sources.RateStream.sleep", *IN_BATCH], BUSY),

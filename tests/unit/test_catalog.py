@@ -48,8 +48,8 @@ def test_parse_duration_refuses_nonsense(text):
 def test_scan_lists_newest_first_with_jobs(populated):
     directory, made = populated
     entries = catalog.scan(str(directory))
-    assert [e.path for e in entries] == [made[k] for k in
-                                         [("alarms", 1), ("alarms", 3), ("alarms", 10), ("alarms", 20), ("billing", 30)]]
+    order = [("alarms", 1), ("alarms", 3), ("alarms", 10), ("alarms", 20), ("billing", 30)]
+    assert [e.path for e in entries] == [made[k] for k in order]
     assert {e.status for e in entries} == {"complete"}
     assert entries[0].queries == [{"name": "q", "batch_id": 2}]
 

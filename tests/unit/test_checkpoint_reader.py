@@ -252,7 +252,8 @@ OPERATOR = {"operatorInfo": {"operatorName": "agg"}, "stateStoreInfo": [{"storeN
     ("metadata", "[" * 100_000, "is not a checkpoint metadata file"),
     ("offsets/3", "v1\n[1]\n{}", "batch metadata is not a JSON object"),
     ("offsets/3", 'v1\n{"conf": ["a"]}', "conf is not a JSON object"),
-    ("offsets/3", 'v1\n{"conf": {"spark.sql.shuffle.partitions": 2}}', "conf 'spark.sql.shuffle.partitions' is not a string"),
+    ("offsets/3", 'v1\n{"conf": {"spark.sql.shuffle.partitions": 2}}',
+     "conf 'spark.sql.shuffle.partitions' is not a string"),
     ("offsets/3", 'v1\n{"batchTimestampMs": "soon"}', "batchTimestampMs is not a number"),
     ("offsets/3", "v1", "malformed batch metadata"),
     ("commits/3", "v1\n[]", "commit entry is not a JSON object"),
@@ -363,7 +364,8 @@ def test_an_encrypted_or_corrupt_rocksdb_zip_is_not_a_checkpoint(tmp_path):
     plain[plain.find(b"PK\x01\x02") + 8] |= 1
     for name, data, complaint in [("encrypted", bytes(plain), "its metadata is encrypted"),
                                   ("truncated", zip_metadata("v1\n{}")[:40], "not a RocksDB checkpoint zip"),
-                                  ("bzip2", zip_metadata("v1\n{}", compression=zipfile.ZIP_BZIP2), "compressed in a way"),
+                                  ("bzip2", zip_metadata("v1\n{}", compression=zipfile.ZIP_BZIP2),
+                                   "compressed in a way"),
                                   ("no metadata", b"PK\x05\x06" + b"\x00" * 18, "no metadata")]:
         root = rocksdb_checkpoint(tmp_path / name, data)
         with pytest.raises(NotACheckpointError, match=f"^{root}/state/0/0/2.zip.*{complaint}"):

@@ -339,8 +339,8 @@ def test_ctrl_c_stops_queued_copies_at_once(tmp_path):
     for index in range(400):
         (source / f"f{index}").write_bytes(os.urandom(64 << 10))
     storage, _ = storage_for(str(tmp_path))
-    items = [transfer.Transfer(storage, str(source / f"f{i}"), storage, str(tmp_path / "dst" / f"f{i}"), "copy", 64 << 10)
-             for i in range(400)]
+    items = [transfer.Transfer(storage, str(source / f"f{i}"), storage, str(tmp_path / "dst" / f"f{i}"), "copy",
+                               64 << 10) for i in range(400)]
     with pytest.raises(KeyboardInterrupt):
         transfer.run(items, 2, _InterruptAtFirstFile(), "copy")
     # Interrupted as the first copy is reported: what ran meanwhile ends, nothing queued starts.

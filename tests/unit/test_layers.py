@@ -13,7 +13,8 @@ PACKAGE = Path(__file__).parents[2] / "sparkpoint"
 
 # Lower imports nothing higher. runtime, the driver side, stands beside the core rooms: it shares the job
 # directory (jobs.protocol) and the adapters, and nothing but spark-submit's command line reaches it.
-RANK = {"errors": 0, "config": 0, "times": 0, "results": 0, "adapters": 1, "spark": 2, "savepoints": 3, "jobs": 4, "cli": 5}
+RANK = {"errors": 0, "config": 0, "times": 0, "results": 0,
+        "adapters": 1, "spark": 2, "savepoints": 3, "jobs": 4, "cli": 5}
 RUNTIME_MAY_IMPORT = {"errors", "config", "times", "results", "adapters", "runtime", "jobs.protocol"}
 
 

@@ -251,9 +251,9 @@ def test_planning_that_keeps_racing_fails_clearly_and_writes_nothing(checkpoint,
 
 def test_a_tampered_relocated_metadata_file_is_refused(checkpoint, tmp_path):
     v2_meta = checkpoint / "state" / "0" / "_metadata" / "v2" / "0"
-    write(v2_meta, "v2\n" + json.dumps({"operatorInfo": {"operatorId": 0, "operatorName": "transformWithStateInPySparkExec"},
-                                        "stateStoreInfo": [{"storeName": "default", "stateSchemaFilePaths": [
-                                            f"file:{checkpoint}/state/0/_stateSchema/default/0_ab"]}]}))
+    operator = {"operatorId": 0, "operatorName": "transformWithStateInPySparkExec"}
+    write(v2_meta, "v2\n" + json.dumps({"operatorInfo": operator, "stateStoreInfo": [{
+        "storeName": "default", "stateSchemaFilePaths": [f"file:{checkpoint}/state/0/_stateSchema/default/0_ab"]}]}))
     saved = sp.load(create(checkpoint, tmp_path / "sps")["path"])
     assert saved.query("q")["relocate"] == ["queries/q/state/0/_metadata/v2/0"]
     good = restore(saved, str(tmp_path / "good"), mode="copy").queries[0].checkpoint

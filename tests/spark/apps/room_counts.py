@@ -38,6 +38,6 @@ def write(batch, batch_id):
     os.replace(tmp, os.path.join(output_dir, f"batch-{batch_id}.json"))
 
 
-query = (counts.writeStream.queryName("renamed" if version == "v1-renamed" else "counts").outputMode("update").foreachBatch(write)
-         .trigger(processingTime="200 milliseconds").start())
+query = (counts.writeStream.queryName("renamed" if version == "v1-renamed" else "counts").outputMode("update")
+         .foreachBatch(write).trigger(processingTime="200 milliseconds").start())
 query.awaitTermination()

@@ -10,22 +10,20 @@ from sparkpoint.errors import JobNotRunningError, SparkpointError
 
 class AgentClient:
     def __init__(self, host: str, port: int, job_id: str, token: str, timeout: float = 5.0):
-        self._errors = http.request_errors()
         self.base = f"http://{host}:{port}"
         self.job_id = job_id
         self.timeout = timeout
         self.session = http.session({"Authorization": f"Bearer {token}", "X-Sparkpoint-Job": job_id})
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None, timeout: float | None = None) -> dict:
-        try:
-            response = self.session.request(method, self.base + path, json=body, timeout=timeout or self.timeout)
-        except self._errors as exc:
-            raise JobNotRunningError(f"the agent of job {self.job_id} does not answer at {self.base}: "
-                                     f"{type(exc).__name__}") from None
-        if response.status_code != 200:
-            raise SparkpointError(f"the agent of job {self.job_id} refused {path}: {response.status_code} "
-                                  f"{response.text[:200]}")
-        return response.json()
+        def unreachable(reason: str) -> JobNotRunningError:
+            return JobNotRunningError(f"the agent of job {self.job_id} does not answer at {self.base}: {reason}")
+
+        status, answer = http.call(self.session, method, self.base + path, json=body, timeout=timeout or self.timeout,
+                                   unreachable=unreachable, what=f"the agent of job {self.job_id}")
+        if status != 200:
+            raise SparkpointError(f"the agent of job {self.job_id} refused {path}: {status} {str(answer)[:200]}")
+        return answer
 
     def status(self) -> dict[str, Any]:
         return self._call("GET", "/v1/status")

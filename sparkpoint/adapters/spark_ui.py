@@ -39,19 +39,15 @@ def streaming_queries(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def applications(ui_url: str, timeout: float = 5.0) -> list[dict[str, Any]]:
     base = ui_url.rstrip("/") + "/api/v1/applications"
-    client, errors = http.session(), http.request_errors()
+    client = http.session()
 
     def get(url: str) -> Any:
-        try:
-            response = client.get(url, timeout=timeout)
-        except errors as exc:
-            raise JobNotRunningError(f"no Spark UI answers at {ui_url}: {type(exc).__name__}") from None
-        if response.status_code != 200:
-            raise SparkpointError(f"the Spark UI at {ui_url} answered {response.status_code} for {url}")
-        try:
-            return response.json()
-        except ValueError:
-            raise SparkpointError(f"{url} is not a Spark driver UI REST endpoint (no JSON)") from None
+        status, answer = http.call(client, "GET", url, timeout=timeout, what=f"the Spark UI at {ui_url}",
+                                   unreachable=lambda reason: JobNotRunningError(f"no Spark UI answers at {ui_url}: "
+                                                                                 f"{reason}"))
+        if status != 200:
+            raise SparkpointError(f"the Spark UI at {ui_url} answered {status} for {url}")
+        return answer
 
     return [
         {"app_id": app["id"], "app_name": app.get("name"),

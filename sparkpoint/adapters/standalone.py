@@ -100,19 +100,16 @@ class StandaloneMaster:
         return {"Authorization": f"Bearer {token}"}
 
     def _call(self, method: str, url: str, **kwargs) -> dict[str, Any]:
-        try:
-            with http.session() as client:
-                response = client.request(method, url, headers=self._headers(), timeout=self.timeout, **kwargs)
-        except http.request_errors() as exc:
-            where = urlsplit(url).netloc
-            raise UnreachableError(f"the standalone master at {where} does not answer: {type(exc).__name__}") from None
-        if response.status_code in (401, 403):
-            raise ConfigError(f"the master refused sparkpoint's token ({response.status_code}): "
+        where = urlsplit(url).netloc
+        with http.session() as client:
+            status, answer = http.call(
+                client, method, url, headers=self._headers(), timeout=self.timeout, what="the master",
+                unreachable=lambda reason: UnreachableError(f"the standalone master at {where} does not answer: "
+                                                            f"{reason}"), **kwargs)
+        if status in (401, 403):
+            raise ConfigError(f"the master refused sparkpoint's token ({status}): "
                               "is SPARK_CONF_DIR the cluster's client configuration?")
-        try:
-            return response.json()
-        except ValueError:
-            raise SparkFailureError(f"the master answered {url} with status {response.status_code}, not JSON") from None
+        return answer
 
     def create(self, app_resource: str, app_args: list[str], spark_properties: dict[str, str],
                environment: dict[str, str]) -> str:

@@ -1,0 +1,107 @@
+"""The one HTTP layer: which requests are retried, and how failures read."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+import urllib3.util.connection
+
+from sparkpoint.adapters import http
+from sparkpoint.errors import JobNotRunningError, SparkFailureError
+from test_http_proxy import serve
+
+
+@pytest.fixture
+def refusing(monkeypatch):
+    """Every new connection is refused the first ``refusals`` times (a driver whose agent slots are full)."""
+    real = urllib3.util.connection.create_connection
+    attempts = {"count": 0, "refusals": 99}
+
+    def create_connection(*args, **kwargs):
+        attempts["count"] += 1
+        if attempts["count"] <= attempts["refusals"]:
+            raise ConnectionRefusedError("refused")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(urllib3.util.connection, "create_connection", create_connection)
+    return attempts
+
+
+def unreachable(reason):
+    return JobNotRunningError(f"no answer: {reason}")
+
+
+def test_a_read_outlives_two_refused_connections(refusing):
+    server = serve({"ok": True})
+    refusing["refusals"] = 2
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1/status"
+    assert http.call(http.session(), "GET", url, unreachable=unreachable, what="x", timeout=2) == (200, {"ok": True})
+    assert refusing["count"] == 3
+    server.shutdown()
+
+
+def test_a_request_never_sent_is_tried_three_times_then_reported(refusing):
+    for method in ("GET", "POST"):  # a POST refused at connect was never sent: trying it again cannot repeat it
+        refusing["count"] = 0
+        with pytest.raises(JobNotRunningError, match="^no answer: ConnectionError$"):
+            http.call(http.session(), method, "http://127.0.0.1:1/v1/stop", unreachable=unreachable, what="x",
+                      timeout=2)
+        assert refusing["count"] == 3, method
+
+
+class Hangup(BaseHTTPRequestHandler):
+    """Reads a request, then closes the connection without an answer (a driver dying mid-request)."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        self.server.received += 1
+        self.close_connection = True
+        self.connection.shutdown(2)
+
+
+def test_a_request_that_was_sent_is_never_repeated():
+    server = HTTPServer(("127.0.0.1", 0), Hangup)
+    server.received = 0
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1/stop"
+    try:
+        with pytest.raises(JobNotRunningError, match="^no answer: ConnectionError$"):
+            http.call(http.session(), "POST", url, json={}, unreachable=unreachable, what="x", timeout=2)
+        assert server.received == 1
+    finally:
+        server.shutdown()
+
+
+class Plain(BaseHTTPRequestHandler):
+    """Answers every GET with ``self.server.status`` and an HTML body, as a login page or a proxy would."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        data = b"<html>please log in</html>"
+        self.send_response(self.server.status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.mark.parametrize("status", [200, 401])
+def test_an_answer_that_is_not_json(status):
+    server = HTTPServer(("127.0.0.1", 0), Plain)
+    server.status = status
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/api/v1/applications"
+    try:
+        if status == 200:  # a success must be JSON: whoever answered is no Spark endpoint
+            with pytest.raises(SparkFailureError, match=f"^the Spark UI answered {url} with status 200, not JSON"):
+                http.call(http.session(), "GET", url, unreachable=unreachable, what="the Spark UI", timeout=2)
+        else:  # an error status is the caller's to word (a refused token, say): it gets the status and the text
+            assert http.call(http.session(), "GET", url, unreachable=unreachable, what="x", timeout=2) == (
+                401, "<html>please log in</html>")
+    finally:
+        server.shutdown()

@@ -16,13 +16,13 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sparkpoint.adapters.spark_submit import spark_submit
 from sparkpoint.adapters.standalone import JWS_KEY, StandaloneMaster, read_properties
+from sparkpoint.times import poll_until
 from sparkpoint.errors import EnvironmentSetupError, SparkpointError
 from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
 from sparkpoint.adapters.local_files import write_private
@@ -117,14 +117,14 @@ def start(directory: Path, ports: Ports = Ports(), cores: int = 2, memory: str =
     _spawn(directory, "worker", "org.apache.spark.deploy.worker.Worker",
            ["--host", HOST, "--webui-port", str(ports.worker_ui), "--cores", str(cores), "--memory", memory,
             "--work-dir", str(directory / "work"), master_url(ports)])
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def settled() -> dict[str, Any] | None:
         info = status(directory, ports)
-        if info["workers_alive"]:
-            return info
-        if not info["master_pid"] or not info["worker_pid"]:
-            break
-        time.sleep(0.5)
+        # Up, or never: a master or worker process that has ended will not come up.
+        return info if info["workers_alive"] or not (info["master_pid"] and info["worker_pid"]) else None
+
+    info = poll_until(settled, timeout, 0.5)
+    if info and info["workers_alive"]:
+        return info
     stop(directory)
     raise EnvironmentSetupError(f"the cluster did not come up within {timeout:g} s; see {directory / 'logs'}")
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from typing import Any
+
+from sparkpoint.times import poll_until
 
 
 def is_pid(value: Any) -> bool:
@@ -82,7 +83,5 @@ def terminate_group(pid: int, start: str | None, grace: float = 10.0) -> None:
     """SIGTERM a process group, then SIGKILL it once its leader is gone or ``grace`` is over."""
     if not signal_group(pid, start, signal.SIGTERM):
         return
-    deadline = time.monotonic() + grace
-    while pid_alive(pid, start) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    poll_until(lambda: not pid_alive(pid, start), grace, 0.1)
     signal_group(pid, start, signal.SIGKILL)

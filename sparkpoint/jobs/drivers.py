@@ -4,6 +4,7 @@ standalone master, or its process group)."""
 from __future__ import annotations
 
 import signal
+import time
 import subprocess
 import threading
 from collections.abc import Callable
@@ -13,18 +14,20 @@ from sparkpoint.adapters.standalone import DRIVER_STATES, StandaloneMaster
 from sparkpoint.errors import JobFailedError
 from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, describe_job, driver_start, state_of
-from sparkpoint.times import iso
+from sparkpoint.times import iso, poll_until
 
 
 def await_cluster_driver(registry: Registry, job: Job, detach: bool, sleep, clock, timeout: float) -> dict:
     """Until the agent runs (detached) or the driver ended (foreground), as the master and the agent tell."""
-    deadline = clock() + timeout
-    while True:
-        job = registry.load(job.id)
-        state = state_of(job)
-        if state not in ACTIVE_STATES or (detach and (state == "running" or clock() > deadline)):
-            break
-        sleep(0.5)
+    def settled() -> tuple[Job, str] | None:
+        latest = registry.load(job.id)
+        state = state_of(latest)
+        return (latest, state) if state not in ACTIVE_STATES or (detach and state == "running") else None
+
+    # Detached: until the agent runs, or the timeout; in the foreground, until the driver ends.
+    found = poll_until(settled, timeout if detach else None, 0.5, clock=clock, sleep=sleep)
+    job = found[0] if found else registry.load(job.id)
+    state = found[1] if found else state_of(job)
     info = describe_job(job, state=state)
     if state in ("failed", "lost"):
         reason = info["error"] or f"the master reports the driver {job.driver.get('driverState', 'unknown')}"
@@ -33,13 +36,10 @@ def await_cluster_driver(registry: Registry, job: Job, detach: bool, sleep, cloc
 
 
 def await_start(registry: Registry, job: Job, process: subprocess.Popen, sleep, clock, timeout: float) -> dict:
-    deadline = clock() + timeout
-    while clock() < deadline:
-        if process.poll() is not None:
-            return await_end(registry, job, process)
-        if read_agent_file(job.directory).get("state") == "running":
-            return describe_job(registry.load(job.id))
-        sleep(0.2)
+    poll_until(lambda: process.poll() is not None or read_agent_file(job.directory).get("state") == "running",
+               timeout, 0.2, clock=clock, sleep=sleep)
+    if process.poll() is not None:
+        return await_end(registry, job, process)
     return describe_job(registry.load(job.id))
 
 
@@ -71,13 +71,13 @@ class DriverExit:
         self._started = clock()
         self._seconds: float | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(job, sleep), name="sparkpoint-driver-exit",
+        self._thread = threading.Thread(target=self._run, args=(job, sleep, clock), name="sparkpoint-driver-exit",
                                         daemon=True)
         self._thread.start()
 
-    def _run(self, job: Job, sleep) -> None:
+    def _run(self, job: Job, sleep, clock) -> None:
         try:
-            end_driver(job, grace=30.0, sleep=sleep)
+            end_driver(job, grace=30.0, sleep=sleep, clock=clock)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller by wait()
             self._error = exc
         self._seconds = self._clock() - self._started
@@ -90,30 +90,26 @@ class DriverExit:
         return round(self._seconds or 0.0, 3)
 
 
-def end_driver(job: Job, grace: float, sleep: Callable[[float], None]) -> None:
+def end_driver(job: Job, grace: float, sleep: Callable[[float], None] = time.sleep,
+               clock: Callable[[], float] = time.monotonic) -> None:
     """Let the driver end by itself within ``grace``; then end it: through the master for a cluster-mode
     driver (the bootstrap's watchdog ends its Python when the JVM goes), else its process group."""
     if not job.submission_id:
-        _await_exit(job, grace, sleep)
+        _await_exit(job, grace, sleep, clock)
         return
     master = StandaloneMaster(job.master)
-    waited = 0.0
-    while DRIVER_STATES.get(master.driver_state(job.submission_id).get("driverState"), "lost") in ACTIVE_STATES:
-        if waited >= grace:
-            master.kill(job.submission_id)
-            return
-        sleep(0.2)
-        waited += 0.2
+    ended = poll_until(
+        lambda: DRIVER_STATES.get(master.driver_state(job.submission_id).get("driverState"), "lost")
+        not in ACTIVE_STATES, grace, 0.2, clock=clock, sleep=sleep)
+    if not ended:
+        master.kill(job.submission_id)
 
 
-def _await_exit(job: Job, grace: float, sleep: Callable[[float], None]) -> None:
+def _await_exit(job: Job, grace: float, sleep: Callable[[float], None], clock: Callable[[], float]) -> None:
     """Let the driver exit by itself within ``grace``, then end its whole process group: only the driver's,
     recognised by its start time (its pid may be another process's by now)."""
     start = driver_start(job)
-    waited = 0.0
-    while start is not None and pid_alive(job.pid, start) and waited < grace:
-        sleep(0.2)
-        waited += 0.2
+    poll_until(lambda: start is None or not pid_alive(job.pid, start), grace, 0.2, clock=clock, sleep=sleep)
     if start is not None and pid_alive(job.pid, start):
         terminate_group(job.pid, start)
     else:

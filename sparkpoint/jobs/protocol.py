@@ -22,6 +22,7 @@ from typing import Any
 
 from sparkpoint.adapters.local_files import write_json
 from sparkpoint.adapters.processes import pid_alive
+from sparkpoint.times import poll_until
 
 AGENT_FILE = "agent.json"
 # `run --replace`: the new driver says it is up by HANDOVER_WAITING; the CLI answers with HANDOVER_FILE.
@@ -43,14 +44,17 @@ def await_handover(directory: Path | str, controller_pid: int, sleep=time.sleep)
     ({"abort": reason}). A controller that died cannot answer any more: that is an abort too."""
     directory = Path(directory)
     (directory / HANDOVER_WAITING).touch()
-    while True:
+
+    def answered() -> dict[str, Any] | None:
         try:
             return json.loads((directory / HANDOVER_FILE).read_text())
         except FileNotFoundError:
             pass
         if not pid_alive(controller_pid):
             return {"abort": "the sparkpoint run that started this driver ended before the hand-over"}
-        sleep(0.02)
+        return None
+
+    return poll_until(answered, None, 0.02, sleep=sleep)
 
 
 def handover_waiting(directory: Path | str) -> bool:

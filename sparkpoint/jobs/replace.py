@@ -14,7 +14,7 @@ from sparkpoint.jobs.registry import Job, Registry
 from sparkpoint.jobs.stop import record_stopped, stop_with_savepoint
 from sparkpoint.savepoints import savepoint
 from sparkpoint.savepoints.restore import restore
-from sparkpoint.times import iso
+from sparkpoint.times import iso, poll_until
 
 
 def take_over(settings: Settings, registry: Registry, job: Job, process: subprocess.Popen, replaced: Job,
@@ -32,7 +32,7 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
     except BaseException as exc:
         answer_handover(job.directory, {"abort": f"the hand-over from {replaced.id} failed: {exc}"})
         if process.poll() is None:
-            end_driver(job, grace=30.0, sleep=sleep)
+            end_driver(job, grace=30.0, sleep=sleep, clock=clock)
             job.ended = {"state": "cancelled", "reason": f"hand-over from {replaced.id} failed: {exc}", "at": iso()}
             registry.save(job)
         raise
@@ -46,8 +46,9 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
 
 def _await_handover_waiting(registry: Registry, job: Job, process: subprocess.Popen, replaced: Job, sleep, clock,
                             timeout: float) -> None:
-    deadline = clock() + timeout
-    while not handover_waiting(job.directory):
+    def up() -> bool:
+        if handover_waiting(job.directory):
+            return True
         if process.poll() is not None:
             try:
                 await_end(registry, job, process)
@@ -56,6 +57,7 @@ def _await_handover_waiting(registry: Registry, job: Job, process: subprocess.Po
                 reason = str(exc).removeprefix(f"job {job.id} ")
             raise JobFailedError(f"job {job.id} {reason} before it could take over from {replaced.id}, which "
                                  "keeps running")
-        if clock() > deadline:
-            raise JobFailedError(f"job {job.id} did not start within {timeout:g} s; {replaced.id} is still running")
-        sleep(0.02)
+        return False
+
+    if not poll_until(up, timeout, 0.02, clock=clock, sleep=sleep):
+        raise JobFailedError(f"job {job.id} did not start within {timeout:g} s; {replaced.id} is still running")

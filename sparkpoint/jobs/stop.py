@@ -5,7 +5,7 @@ Waiting is done with the ``sleep`` and ``clock`` given, so tests need not wait f
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from sparkpoint.adapters.processes import pid_alive
@@ -17,7 +17,7 @@ from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, client_for, describe_job, state_of
 from sparkpoint.jobs.savepoint import create_savepoint, job_sources
 from sparkpoint.savepoints.create import created_summary
-from sparkpoint.times import iso
+from sparkpoint.times import iso, poll_until
 
 STOP_REPORT_GRACE = 30.0  # beyond the stop's own timeout, for an agent to report its queries' end
 
@@ -57,17 +57,27 @@ def stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target
 def _await_boundary(client, job: Job, timeout: float, progress: Progress, sleep, clock) -> list[dict[str, Any]]:
     """The agent's account of its queries once every one has ended at its next batch boundary (or was
     interrupted at ``timeout``), showing what is being waited for meanwhile."""
-    give_up = clock() + timeout + STOP_REPORT_GRACE
-    try:
+    def reports() -> Iterator[dict[str, Any]]:
         report = client.request_stop(timeout)
-        while not report["done"]:
-            if clock() > give_up:
-                where = f"its driver log: {job.log_path}" if job.detached else "the driver's output above"
-                raise JobFailedError(f"job {job.id} did not report the end of its queries within "
-                                     f"{timeout + STOP_REPORT_GRACE:g} s; see {where}")
-            progress.waiting(_waiting_message(report))
-            sleep(0.05)
+        while True:
+            yield report
             report = _next_report(client, job, report)
+
+    stream = reports()
+
+    def ended() -> dict[str, Any] | None:
+        report = next(stream)
+        if report["done"]:
+            return report
+        progress.waiting(_waiting_message(report))
+        return None
+
+    try:
+        report = poll_until(ended, timeout + STOP_REPORT_GRACE, 0.05, clock=clock, sleep=sleep)
+        if report is None:
+            where = f"its driver log: {job.log_path}" if job.detached else "the driver's output above"
+            raise JobFailedError(f"job {job.id} did not report the end of its queries within "
+                                 f"{timeout + STOP_REPORT_GRACE:g} s; see {where}")
     except KeyboardInterrupt:
         raise StopInterruptedError(f"interrupted: job {job.id} goes on ending its queries at their batch boundaries, "
                                    f"without a savepoint; their checkpoints stay under {job.checkpoint_root} "
@@ -113,7 +123,8 @@ def record_stopped(registry: Registry, job: Job, cancelled: bool, exiting: Drive
     return describe_job(registry.load(job.id))
 
 
-def cancel_job(settings: Settings, reference: str, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+def cancel_job(settings: Settings, reference: str, sleep: Callable[[float], None] = time.sleep,
+               clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
     """Stop without savepoint. Works without the agent: the process group is ended."""
     registry = Registry(settings.home_url())
     job = registry.resolve(reference)
@@ -125,7 +136,7 @@ def cancel_job(settings: Settings, reference: str, sleep: Callable[[float], None
         grace = 15.0  # the queries are stopped: let the application end by itself
     except SparkpointError:
         grace = 0.0  # an agent gone, wedged or not up yet: nobody else will end the driver
-    end_driver(job, grace=grace, sleep=sleep)
+    end_driver(job, grace=grace, sleep=sleep, clock=clock)
     job.ended = {"state": "cancelled", "reason": "cancel", "previous_state": state, "at": iso()}
     registry.save(job)
     return describe_job(registry.load(job.id))

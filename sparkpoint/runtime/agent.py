@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from sparkpoint.adapters.processes import process_start
 from sparkpoint.jobs.protocol import write_agent_file
-from sparkpoint.times import iso
+from sparkpoint.times import iso, poll_until
 from sparkpoint.runtime.boundary import stop_at_next_boundary, stop_when_idle, stream_thread
 
 MAX_BODY = 64 * 1024
@@ -214,9 +214,7 @@ class Agent:
                     name = agent.started_queries.get(str(event.id), str(event.id))
                     agent.failures[name or str(event.id)] = spark_error_line(event.exception)
 
-        while self.session() is None:
-            time.sleep(0.1)
-        session = self.session()
+        session = poll_until(self.session, None, 0.1)
         session.streams.addListener(Tracker())
         for query in session.streams.active:
             self.started_queries[str(query.id)] = query.name
@@ -227,13 +225,10 @@ class Agent:
     def _check_restored_state(self) -> None:
         """Saved state whose query the application never starts is an error (unless allowed):
         checked once the first query started plus a grace period, or all expected ones started."""
-        while not self.started_queries:
-            time.sleep(0.1)
-        deadline = time.monotonic() + self.restore_grace
-        while time.monotonic() < deadline:
-            if set(self.expected_queries) <= set(self.started_queries.values()):
-                return
-            time.sleep(0.2)
+        poll_until(lambda: self.started_queries, None, 0.1)
+        if poll_until(lambda: set(self.expected_queries) <= set(self.started_queries.values()), self.restore_grace,
+                      0.2):
+            return
         missing = sorted(set(self.expected_queries) - set(self.started_queries.values()))
         if missing and not self.allow_non_restored:
             self.restore_error = (
@@ -281,9 +276,7 @@ class Agent:
             self._server.shutdown()
             # A stop request ends the application; its reply must still reach the caller before the
             # process exits (request threads are daemons). Bounded: a wedged request must not hold the driver.
-            deadline = time.monotonic() + DRAIN_SECONDS
-            while self._in_flight and time.monotonic() < deadline:
-                time.sleep(0.01)
+            poll_until(lambda: not self._in_flight, DRAIN_SECONDS, 0.01)
 
     def _write_state(self, state: str, final: bool = False, **extra: Any) -> None:
         with self._lock:

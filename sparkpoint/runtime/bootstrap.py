@@ -16,15 +16,15 @@ import os
 import runpy
 import sys
 import threading
-import time
 import traceback
 
 
 def _end_with_the_jvm(parent: int) -> None:
     """This Python driver's JVM is its parent. When the JVM goes (a master's kill, a worker's end), nothing
     else ends this process: PySpark's gateway threads would keep it, an orphan, on the worker."""
-    while os.getppid() == parent:
-        time.sleep(0.5)
+    from sparkpoint.times import poll_until
+
+    poll_until(lambda: os.getppid() != parent, None, 0.5)
     print("sparkpoint: the driver JVM ended; ending its Python driver", file=sys.stderr, flush=True)
     os._exit(137)
 

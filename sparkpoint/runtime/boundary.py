@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass
 from collections.abc import Callable
 
+from sparkpoint.times import poll_until
+
 # Where the stream thread is, as far as a stop is concerned.
 ENDED = "ended"  # the thread is gone
 EXITING = "exiting"  # the loop has ended; the thread waits for the lock to signal its end
@@ -170,9 +172,7 @@ def stop_at_next_boundary(stream: StreamThread, deadline: float, clock: Callable
         stream.stop()  # ends the wait for the next trigger; no batch is in flight to interrupt
     # A request made at a commit just before the deadline still gets to write that commit.
     ends_by = max(deadline, clock() + COMMIT_GRACE)
-    while stream.alive() and clock() < ends_by:
-        sleep(0.005)
-    if stream.alive():
+    if not poll_until(lambda: not stream.alive(), ends_by - clock(), 0.005, clock=clock, sleep=sleep):
         stream.stop()
         return Outcome(at_boundary=False, how="timeout")
     if where == UNKNOWN:
@@ -205,20 +205,16 @@ def _request_end_when_safe(stream: StreamThread, deadline: float, clock, sleep) 
 def _settled(stream: StreamThread, deadline: float, clock, sleep) -> str:
     """Where the thread is once it is no longer on its way (with the lock held, a running batch ends
     up waiting at its commit)."""
-    where = stream.position()
-    while where == BUSY and clock() < deadline:
-        sleep(0.01)  # a probe costs ~3 ms of the driver's time: a batch's end is seen within 10 ms
-        where = stream.position()
-    return where
+    # A probe costs ~3 ms of the driver's time: every 10 ms, a batch's end is seen within 10 ms.
+    settled = poll_until(lambda: (where := stream.position()) != BUSY and where, max(0.0, deadline - clock()), 0.01,
+                         clock=clock, sleep=sleep)
+    return settled or BUSY
 
 
 def stop_when_idle(query, deadline: float, clock: Callable[[], float] = time.monotonic,
                    sleep: Callable[[float], None] = time.sleep) -> Outcome:
     """The fallback: stop when no trigger is active, which a busy query may never be before ``deadline``."""
-    while clock() < deadline:
-        if not query.status.get("isTriggerActive"):
-            query.stop()
-            return Outcome(at_boundary=True, how="fallback")
-        sleep(0.005)
+    idle = poll_until(lambda: not query.status.get("isTriggerActive"), max(0.0, deadline - clock()), 0.005,
+                      clock=clock, sleep=sleep)
     query.stop()
-    return Outcome(at_boundary=False, how="timeout")
+    return Outcome(at_boundary=True, how="fallback") if idle else Outcome(at_boundary=False, how="timeout")

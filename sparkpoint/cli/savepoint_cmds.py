@@ -28,11 +28,9 @@ pass_app = click.make_pass_decorator(AppContext)
 @click.option("--keep-last", type=click.IntRange(min=0), help="After success, prune the job's older savepoints.")
 @click.option("--detached", is_flag=True, help="Return a trigger id at once; poll it with --status JOB TRIGGER_ID.")
 @click.option("--status", "poll", is_flag=True, help="Report a detached savepoint: JOB TRIGGER_ID.")
-@click.option("--record-trigger", type=PATH_PART, hidden=True)
 @output_option
 @pass_app
-def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_last, detached, poll, record_trigger,
-                  output):
+def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_last, detached, poll, output):
     """Take a savepoint of a running job or of a checkpoint, or dispose of one.
 
     sparkpoint savepoint JOB [TARGET_DIR]: every query of a running managed job, without pausing it.
@@ -74,8 +72,6 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
         if detached:
             emit(output, triggers.trigger_savepoint(settings, job_ref, target, keep_last, app.config_path),
                  _render_trigger)
-        elif record_trigger:
-            emit(output, triggers.run_trigger(settings, job_ref, record_trigger, target, keep_last), _render_created)
         else:
             emit(output, job_savepoint.savepoint_job(settings, job_ref, target, keep_last, progress=app.progress()),
                  _render_created)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import secrets
@@ -13,7 +14,7 @@ from typing import Any
 
 from sparkpoint.adapters.local_files import write_json
 from sparkpoint.adapters.processes import pid_alive, process_start
-from sparkpoint.config import Settings
+from sparkpoint.config import Settings, load_settings
 from sparkpoint.errors import BadArgumentError, CorruptRecordError, NotFoundError, SparkpointError
 from sparkpoint.jobs.registry import Job, Registry, client_for
 from sparkpoint.jobs.savepoint import savepoint_job
@@ -34,10 +35,9 @@ def trigger_savepoint(settings: Settings, reference: str, target_dir: str | None
     trigger_id = f"t-{secrets.token_hex(4)}"  # the shape _TRIGGER_ID accepts
     path = _trigger_path(job, trigger_id)
     path.parent.mkdir(exist_ok=True)
-    argv = [sys.executable, "-m", "sparkpoint", "--home", settings.home, "--quiet",
-            *(["--config", config_path] if config_path else []),
-            "savepoint", job.id, *([target_dir] if target_dir else []),
-            *(["--keep-last", str(keep_last)] if keep_last is not None else []), "--record-trigger", trigger_id]
+    argv = [sys.executable, "-m", "sparkpoint.jobs.triggers", "--home", settings.home,
+            *(["--config", config_path] if config_path else []), *(["--target", target_dir] if target_dir else []),
+            *(["--keep-last", str(keep_last)] if keep_last is not None else []), job.id, trigger_id]
     _write_trigger(path, {"trigger_id": trigger_id, "job_id": job.id, "status": "in_progress",
                           "started_at": iso()})
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -94,3 +94,26 @@ def _read_trigger(path: Path, job: Job, trigger_id: str) -> dict[str, Any]:
 def _write_trigger(path: Path, record: dict[str, Any]) -> dict[str, Any]:
     write_json(path, record)
     return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The background process of trigger_savepoint (``python -m sparkpoint.jobs.triggers``): the savepoint
+    and its record, no CLI. Its outcome is the record; the exit status is for whoever watches the process."""
+    parser = argparse.ArgumentParser(prog="python -m sparkpoint.jobs.triggers")
+    parser.add_argument("--home", required=True)
+    parser.add_argument("--config")
+    parser.add_argument("--target")
+    parser.add_argument("--keep-last", type=int)
+    parser.add_argument("job")
+    parser.add_argument("trigger_id")
+    args = parser.parse_args(argv)
+    try:
+        run_trigger(load_settings(args.config, {"home": args.home}), args.job, args.trigger_id, args.target,
+                    args.keep_last)
+    except SparkpointError as exc:
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

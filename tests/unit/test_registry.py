@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,3 +106,21 @@ def test_a_malformed_trigger_record_is_reported(tmp_path, record):
     (Path(job.directory) / "triggers" / "t-0123abcd.json").write_text(record)
     with pytest.raises(CorruptRecordError, match="trigger record"):
         triggers.trigger_status(settings, job.id, "t-0123abcd")
+
+
+def test_a_triggered_savepoint_runs_in_a_process_of_its_own_without_the_cli(tmp_path):
+    """trigger_savepoint's background half is a core entry point: it records the outcome (here: the job is not
+    running) and exits with its code, and the trigger reads as failed with that code."""
+    settings = Settings(home=str(tmp_path))
+    job = new_job(Registry(settings.home))
+    (Path(job.directory) / "triggers").mkdir()
+    triggers._write_trigger(Path(job.directory) / "triggers" / "t-0123abcd.json",
+                            {"trigger_id": "t-0123abcd", "job_id": job.id, "status": "in_progress"})
+    done = subprocess.run([sys.executable, "-m", "sparkpoint.jobs.triggers", "--home", settings.home, job.id,
+                           "t-0123abcd"], capture_output=True, text=True, timeout=60)
+    record = triggers.trigger_status(settings, job.id, "t-0123abcd")
+    assert (done.returncode, record["status"], record["exit_code"]) == (12, "failed", 12)
+    assert record["error"].startswith(f"job {job.id} is not running") and done.stderr == ""
+    assert "sparkpoint.cli" not in subprocess.run(
+        [sys.executable, "-c", "import sys, sparkpoint.jobs.triggers; print(sorted(sys.modules))"],
+        capture_output=True, text=True, check=True).stdout

@@ -41,9 +41,8 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
 
     The savepoint is written to TARGET_DIR/<savepoint-id>, by default below the home's savepoints/<job>/.
     """
-    from sparkpoint.adapters.storage import basename, join, storage_for
     from sparkpoint.savepoints import catalog, savepoint
-    from sparkpoint.savepoints.create import create, created_summary, discover_queries
+    from sparkpoint.savepoints.create import savepoint_checkpoint
     from sparkpoint.jobs import savepoint as job_savepoint
     from sparkpoint.jobs import triggers
 
@@ -78,19 +77,9 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
         return
     if len(args) > 1:
         raise BadArgumentError("with --from-checkpoint, the only argument is TARGET_DIR")
-    source_storage, location = storage_for(checkpoint, settings.storage_options)
-    sources = discover_queries(source_storage, location, name)
-    job = job or name or basename(location)
-    parent = args[0] if args else join(settings.savepoints_dir(), job)
-    target_storage, parent = storage_for(parent, settings.storage_options)
-    result = create(
-        sources, source_storage, parent, target_storage,
-        job=job, batch_id=batch, origin={"kind": "checkpoint", "location": location},
-        workers=settings.transfer_workers, attempts=settings.savepoint_attempts, progress=app.progress(),
-    )
-    if keep_last is not None:
-        job_savepoint.prune_older_savepoints(settings, job, keep_last)
-    emit(output, created_summary(result), _render_created)
+    result = savepoint_checkpoint(settings, checkpoint, args[0] if args else None, name=name, job=job, batch_id=batch,
+                                  keep_last=keep_last, progress=app.progress())
+    emit(output, result, _render_created)
 
 
 def _render_created(data: dict) -> None:

@@ -35,15 +35,8 @@ def savepoint_job(settings: Settings, reference: str, target_dir: str | None = N
         raise JobNotRunningError(f"job {job.id} runs no streaming query yet")
     result = created_summary(create_savepoint(settings, job, job_sources(status["queries"]), target_dir, progress))
     if keep_last is not None:
-        result["pruned"] = prune_older_savepoints(settings, job.name, keep_last)
+        result["pruned"] = catalog.keep_newest(settings, job.name, keep_last)
     return result
-
-
-def prune_older_savepoints(settings: Settings, job_name: str, keep_last: int) -> list[dict[str, Any]]:
-    """After a new savepoint: keep the job's newest ``keep_last`` in the catalog; what was deleted."""
-    pruned = catalog.prune(join(settings.savepoints_dir(), job_name), keep_last=keep_last, max_age=None,
-                           job=job_name, storage_options=settings.storage_options)
-    return [entry.to_json() for entry in pruned.deleted]
 
 
 def create_savepoint(settings: Settings, job: Job, sources, target_dir: str | None, progress) -> dict[str, Any]:

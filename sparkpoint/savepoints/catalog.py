@@ -21,6 +21,7 @@ from typing import Any
 
 from sparkpoint.adapters.processes import pid_alive
 from sparkpoint.adapters.storage import Storage, is_url, join, storage_for, translate_errors
+from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, NotFoundError, SparkpointError
 from sparkpoint.results import Result
 from sparkpoint.savepoints import manifest as mf
@@ -232,6 +233,13 @@ def prune(
         deleted.append(entry)
     return Pruned(directory=directory, dry_run=dry_run, deleted=deleted, kept=keep,
                   freed_bytes=sum(e.bytes for e in deleted))
+
+
+def keep_newest(settings: Settings, job: str, keep_last: int) -> list[dict[str, Any]]:
+    """After a new savepoint: keep the job's newest ``keep_last`` in the catalog; the entries deleted."""
+    pruned = prune(join(settings.savepoints_dir(), job), keep_last=keep_last, max_age=None, job=job,
+                   storage_options=settings.storage_options)
+    return [entry.to_json() for entry in pruned.deleted]
 
 
 def resolve(ref: str, directory: str, storage_options: dict | None = None) -> str:

@@ -22,7 +22,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sparkpoint.adapters import transfer
-from sparkpoint.adapters.storage import HASH_ALGORITHM, Storage, basename, is_inside, join, translate_errors
+from sparkpoint.adapters.storage import (
+    HASH_ALGORITHM,
+    Storage,
+    basename,
+    is_inside,
+    join,
+    storage_for,
+    translate_errors,
+)
+from sparkpoint.config import Settings
 from sparkpoint.errors import (
     BadArgumentError,
     CutUnavailableError,
@@ -31,6 +40,7 @@ from sparkpoint.errors import (
     SavepointInvalidError,
     TargetNotEmptyError,
 )
+from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints.savepoint import discard
 from sparkpoint.spark.checkpoint import CheckpointReader, Plan, VanishedError, is_checkpoint
@@ -173,6 +183,27 @@ def _manifest(savepoint_id: str, job: str, created: float, completed: float, ori
         "file_count": sum(len(q["files"]) for q in queries),
         "queries": queries,
     }
+
+
+def savepoint_checkpoint(settings: Settings, checkpoint: str, target_dir: str | None = None, *,
+                         name: str | None = None, job: str | None = None, batch_id: int | None = None,
+                         keep_last: int | None = None, progress: transfer.Progress | None = None) -> dict[str, Any]:
+    """`savepoint --from-checkpoint`: a savepoint of a query's checkpoint (live or stopped) or of a root of
+    named query checkpoints, in the catalog below the job label (``job``; by default the query's name or the
+    directory's); with ``keep_last``, the label's older savepoints pruned (``pruned``)."""
+    source_storage, location = storage_for(checkpoint, settings.storage_options)
+    sources = discover_queries(source_storage, location, name)
+    job = job or name or basename(location)
+    target_storage, parent = storage_for(target_dir or join(settings.savepoints_dir(), job),
+                                         settings.storage_options)
+    result = created_summary(create(
+        sources, source_storage, parent, target_storage, job=job, batch_id=batch_id,
+        origin={"kind": "checkpoint", "location": location}, workers=settings.transfer_workers,
+        attempts=settings.savepoint_attempts, progress=progress,
+    ))
+    if keep_last is not None:
+        result["pruned"] = catalog.keep_newest(settings, job, keep_last)
+    return result
 
 
 def created_summary(result: dict[str, Any]) -> dict[str, Any]:

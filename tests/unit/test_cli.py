@@ -148,6 +148,13 @@ def test_restore_into_non_empty_target_and_tampered_savepoint(capsys, home, chec
     assert code == 6 and "escapes the savepoint directory" in err
 
 
+def test_a_checkpoint_savepoint_with_keep_last_reports_what_it_pruned(capsys, home, checkpoint):
+    first = run_json(capsys, "savepoint", "--from-checkpoint", str(checkpoint), "--keep-last", "1")
+    second = run_json(capsys, "savepoint", "--from-checkpoint", str(checkpoint), "--keep-last", "1")
+    assert first["pruned"] == [] and [entry["path"] for entry in second["pruned"]] == [first["path"]]
+    assert "pruned" not in run_json(capsys, "savepoint", "--from-checkpoint", str(checkpoint))
+
+
 def test_prune_cli_reports_what_it_deleted(capsys, home, checkpoint):
     for _ in range(3):
         run_json(capsys, "savepoint", "--from-checkpoint", str(checkpoint))

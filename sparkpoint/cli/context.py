@@ -101,6 +101,23 @@ class PathPart(click.ParamType):
 PATH_PART = PathPart()
 
 
+class SavepointRef(click.ParamType):
+    """A savepoint named by a path or URL, or an id (or unique id prefix) in the catalog, loaded: every
+    command that takes a SAVEPOINT finds it the same way."""
+
+    name = "savepoint"
+
+    def convert(self, value, param, ctx):
+        if not isinstance(value, str):
+            return value
+        from sparkpoint.savepoints import catalog
+
+        return catalog.load(ctx.find_object(AppContext).settings, value)
+
+
+SAVEPOINT = SavepointRef()
+
+
 class Seconds(click.FloatRange):
     """A number of seconds, at least 0 (or ``min``): nan and inf slip through FloatRange's comparisons and
     make waits fail (threading refuses an infinite timeout)."""

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sparkpoint.cli.context import PATH_PART, AppContext, echo, emit, human_bytes, output_option, text
+from sparkpoint.cli.context import PATH_PART, SAVEPOINT, AppContext, echo, emit, human_bytes, output_option, text
 from sparkpoint.cli.context import console as make_console
 from sparkpoint.errors import BadArgumentError, RecordedFailureError, SavepointInvalidError
 
@@ -102,7 +102,7 @@ def _render_disposed(disposed: Disposed) -> None:
 
 
 @click.command("restore")
-@click.argument("savepoint_ref", metavar="SAVEPOINT")
+@click.argument("loaded", metavar="SAVEPOINT", type=SAVEPOINT)
 @click.argument("checkpoint_dir")
 @click.option("--claim", is_flag=True, help="Hand the savepoint over: it is disposed of once the restore is verified.")
 @click.option("--mode", type=click.Choice(["auto", "copy", "link"]), default="auto", show_default=True,
@@ -110,19 +110,16 @@ def _render_disposed(disposed: Disposed) -> None:
 @click.option("--query", type=PATH_PART, help="Restore only this query, into CHECKPOINT_DIR itself.")
 @output_option
 @pass_app
-def restore_cmd(app, savepoint_ref, checkpoint_dir, claim, mode, query, output):
+def restore_cmd(app, loaded, checkpoint_dir, claim, mode, query, output):
     """Materialize SAVEPOINT as checkpoints for any launcher.
 
     Each query is restored to CHECKPOINT_DIR/<query name>, the location Spark uses with
     spark.sql.streaming.checkpointLocation=CHECKPOINT_DIR and .queryName(<query name>).
     The savepoint itself is never modified (unless --claim). The targets must be new or empty.
     """
-    from sparkpoint.savepoints import catalog, savepoint
     from sparkpoint.savepoints.restore import restore
 
     settings = app.settings
-    loaded = savepoint.load(catalog.resolve(savepoint_ref, settings.savepoints_dir(), settings.storage_options),
-                            settings.storage_options)
     result = restore(
         loaded, checkpoint_dir, mode="claim" if claim else mode, query=query,
         workers=settings.transfer_workers, progress=app.progress(), storage_options=settings.storage_options,
@@ -137,16 +134,14 @@ def _render_restored(restored: Restored) -> None:
 
 
 @click.command("verify")
-@click.argument("savepoint_ref", metavar="SAVEPOINT")
+@click.argument("loaded", metavar="SAVEPOINT", type=SAVEPOINT)
 @output_option
 @pass_app
-def verify_cmd(app, savepoint_ref, output):
+def verify_cmd(app, loaded, output):
     """Check that every file of SAVEPOINT is present and matches its checksum (exit 6 if not)."""
-    from sparkpoint.savepoints import catalog, savepoint
+    from sparkpoint.savepoints import savepoint
 
     settings = app.settings
-    loaded = savepoint.load(catalog.resolve(savepoint_ref, settings.savepoints_dir(), settings.storage_options),
-                            settings.storage_options)
     report = savepoint.verify(loaded, settings.transfer_workers, app.progress())
     emit(output, report, _render_verified)
     if not report.valid:
@@ -161,18 +156,13 @@ def _render_verified(report: Verification) -> None:
 
 
 @click.command("inspect")
-@click.argument("savepoint_ref", metavar="SAVEPOINT")
+@click.argument("loaded", metavar="SAVEPOINT", type=SAVEPOINT)
 @click.option("--state", "with_state", is_flag=True, help="Also read the state rows through Spark's state data source.")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="State rows shown per store.")
 @output_option
 @pass_app
-def inspect_cmd(app, savepoint_ref, with_state, limit, output):
+def inspect_cmd(app, loaded, with_state, limit, output):
     """Show a savepoint: its cut, source offsets, operators and sizes, optionally the state rows."""
-    from sparkpoint.savepoints import catalog, savepoint
-
-    settings = app.settings
-    loaded = savepoint.load(catalog.resolve(savepoint_ref, settings.savepoints_dir(), settings.storage_options),
-                            settings.storage_options)
     data = loaded.summary()
     if with_state:
         from sparkpoint.savepoints import state_rows

@@ -22,6 +22,7 @@ from sparkpoint.adapters.processes import is_pid, pid_alive, process_start
 from sparkpoint.adapters.standalone import DRIVER_STATES, StandaloneMaster
 from sparkpoint.errors import BadArgumentError, CorruptRecordError, JobNotRunningError, NotFoundError, SparkpointError
 from sparkpoint.jobs.protocol import read_agent_file
+from sparkpoint.lookup import by_id, the_one
 from sparkpoint.times import iso
 
 JOB_FILE = "job.json"
@@ -133,18 +134,18 @@ class Registry:
         """A job by its id, a unique id prefix, or the name of its one active run."""
         if (self.root / reference / JOB_FILE).is_file():
             return self.load(reference)
-        matches = self.all(id_prefix=reference)
+        # Ids are directory names: the prefix is matched before any entry is loaded (see all()).
+        matches = by_id(reference, self.all(id_prefix=reference), _job_id)
         if not matches:
             matches = [j for j in self.all() if j.name == reference and state_of(j) in ACTIVE_STATES]
-        if not matches:
-            raise NotFoundError(f"no job {reference!r}: see 'sparkpoint list --all'")
-        if len(matches) > 1:
-            ids = ", ".join(j.id for j in matches[:5])
-            raise BadArgumentError(f"{reference!r} matches {len(matches)} jobs ({ids}): give the job id")
-        return matches[0]
+        return the_one(reference, matches, _job_id, "jobs", f"no job {reference!r}: see 'sparkpoint list --all'")
 
     def token(self, job: Job) -> str:
         return (Path(job.directory) / TOKEN_FILE).read_text().strip()
+
+
+def _job_id(job: Job) -> str:
+    return job.id
 
 
 # What each key of job.json may hold (None: the key may also be null).

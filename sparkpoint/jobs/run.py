@@ -24,7 +24,7 @@ from sparkpoint.errors import BadArgumentError, NotFoundError
 from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start
 from sparkpoint.jobs.registry import Job, Registry, client_for
 from sparkpoint.jobs.replace import take_over
-from sparkpoint.savepoints import catalog, savepoint
+from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.times import iso
@@ -84,8 +84,7 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
         replaced = registry.resolve(request.replace)
         client_for(registry, replaced).status()  # exit 12 now, before a driver starts, if it does not run
     elif request.savepoint:
-        saved = savepoint.load(catalog.resolve(request.savepoint, settings.savepoints_dir(), settings.storage_options),
-                               settings.storage_options)
+        saved = catalog.load(settings, request.savepoint)
     job = registry.new_job(
         request.name or Path(app).stem.replace("_", "-"), app=app, app_args=request.app_args,
         master=request.master, submit_args=request.submit_args, detached=request.detach,

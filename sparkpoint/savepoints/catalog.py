@@ -22,6 +22,7 @@ from typing import Any
 from sparkpoint.adapters.processes import pid_alive
 from sparkpoint.adapters.storage import Storage, is_url, join, storage_for, translate_errors
 from sparkpoint.config import Settings
+from sparkpoint.lookup import by_id, the_one
 from sparkpoint.errors import BadArgumentError, NotFoundError, SparkpointError
 from sparkpoint.results import Result
 from sparkpoint.savepoints import manifest as mf
@@ -251,10 +252,14 @@ def resolve(ref: str, directory: str, storage_options: dict | None = None) -> st
     if "/" in ref or is_url(ref):
         raise NotFoundError(f"savepoint {ref} does not exist")
     entries = [e for e in scan(directory, storage_options) if e.status == "complete"]
-    matches = [e for e in entries if e.id == ref] or [e for e in entries if e.id.startswith(ref)]
-    if not matches:
-        raise NotFoundError(f"no savepoint {ref!r} at that path nor in the catalog {directory}")
-    if len(matches) > 1:
-        ids = ", ".join(e.id for e in matches[:5])
-        raise BadArgumentError(f"{ref!r} matches {len(matches)} savepoints ({ids}...): give more of the id")
-    return matches[0].path
+    return the_one(ref, by_id(ref, entries, _entry_id), _entry_id, "savepoints",
+                   f"no savepoint {ref!r} at that path nor in the catalog {directory}").path
+
+
+def load(settings: Settings, ref: str) -> sp.Savepoint:
+    """The savepoint a person named: a path or URL, or an id (or unique id prefix) in the catalog."""
+    return sp.load(resolve(ref, settings.savepoints_dir(), settings.storage_options), settings.storage_options)
+
+
+def _entry_id(entry: Entry) -> str:
+    return entry.id

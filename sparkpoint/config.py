@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from collections.abc import Mapping
 
 import yaml
 
 from sparkpoint.errors import ConfigError
+from sparkpoint.paths import is_url
 
 USER_CONFIG_PATH = Path("~/.config/sparkpoint/sparkpoint.yaml")
 
@@ -37,16 +38,22 @@ class Settings:
 
     def savepoints_dir(self) -> str:
         location = self.savepoints.replace("{home}", self.home_url())
-        return location if "://" in location else str(Path(location).expanduser())
+        return location if "://" in location else str(Path(location).expanduser())  # file:// URLs stay as given
 
     def home_url(self) -> str:
         """The home: the job registry and the live checkpoints. A path every driver can reach (a local
         disk, or a shared mount such as NFS): Spark writes checkpoints there through Hadoop's local file
         system, and the registry keeps owner-only tokens and process ids that object stores cannot."""
-        if "://" in self.home and not self.home.startswith("file://"):
-            raise ConfigError(f"home {self.home!r}: the home must be a path (a local disk or a shared mount); "
-                              "put savepoints on object storage with the 'savepoints' setting instead")
-        return str(Path(self.home.removeprefix("file://")).expanduser())
+        return local_home(self.home)
+
+
+
+def local_home(home: str) -> str:
+    """The home as a local path; a URL of a remote file system is refused (see Settings.home_url)."""
+    if is_url(home):
+        raise ConfigError(f"home {home!r}: the home must be a path (a local disk or a shared mount); "
+                          "put savepoints on object storage with the 'savepoints' setting instead")
+    return str(Path(home.removeprefix("file://")).expanduser())
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkpoint.adapters import http
-from sparkpoint.errors import JobNotRunningError, SparkpointError
+from sparkpoint.errors import JobNotRunningError
 
 
 class AgentClient:
@@ -22,7 +22,8 @@ class AgentClient:
         status, answer = http.call(self.session, method, self.base + path, json=body, timeout=timeout or self.timeout,
                                    unreachable=unreachable, what=f"the agent of job {self.job_id}")
         if status != 200:
-            raise SparkpointError(f"the agent of job {self.job_id} refused {path}: {status} {str(answer)[:200]}")
+            # A token that is not the job's (401), an agent of another version (404): this agent cannot be used.
+            raise JobNotRunningError(f"the agent of job {self.job_id} refused {path}: {status} {str(answer)[:200]}")
         return answer
 
     def status(self) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 from sparkpoint.adapters.spark_submit import spark_submit
 from sparkpoint.adapters.standalone import JWS_KEY, StandaloneMaster, read_properties
 from sparkpoint.times import poll_until
-from sparkpoint.errors import EnvironmentSetupError, SparkpointError
+from sparkpoint.errors import EnvironmentSetupError, SparkpointError, TargetNotEmptyError
 from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
 from sparkpoint.adapters.local_files import write_private
 
@@ -110,7 +110,7 @@ def start(directory: Path, ports: Ports = Ports(), cores: int = 2, memory: str =
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     if any(_read_pid(directory, role)[1] for role in ("master", "worker")):
-        raise SparkpointError(f"a cluster already runs from {directory}: 'sparkpoint cluster stop' first")
+        raise TargetNotEmptyError(f"a cluster already runs from {directory}: 'sparkpoint cluster stop' first")
     _write_conf(directory, ports)
     _spawn(directory, "master", "org.apache.spark.deploy.master.Master",
            ["--host", HOST, "--port", str(ports.master), "--webui-port", str(ports.master_ui)])

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from sparkpoint.adapters import http
-from sparkpoint.errors import JobNotRunningError, SparkpointError
+from sparkpoint.errors import JobNotRunningError, SparkFailureError
 
 _DESCRIPTION = re.compile(
     r"^(?P<name>[^\n]*)\nid = (?P<id>[0-9a-fA-F-]+)\nrunId = (?P<run_id>[0-9a-fA-F-]+)\nbatch = (?P<batch>\d+)"
@@ -46,7 +46,7 @@ def applications(ui_url: str, timeout: float = 5.0) -> list[dict[str, Any]]:
                                    unreachable=lambda reason: JobNotRunningError(f"no Spark UI answers at {ui_url}: "
                                                                                  f"{reason}"))
         if status != 200:
-            raise SparkpointError(f"the Spark UI at {ui_url} answered {status} for {url}")
+            raise SparkFailureError(f"the Spark UI at {ui_url} answered {status} for {url}")
         return answer
 
     return [

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping
 import xxhash
 
 from sparkpoint.errors import NotFoundError, StorageError, UnsafeFileError
+from sparkpoint.paths import is_url
 
 CHUNK = 4 << 20
 # The checksum detects corrupted and altered files. xxh3-128 keeps a copy-and-hash pass as fast as
@@ -75,10 +76,6 @@ def open_regular(path: str):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         raise unsafe(path, mode)
     return os.fdopen(fd, "rb")
-
-
-def is_url(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
 
 
 def is_inside(child: str, ancestor: str) -> bool:

@@ -6,14 +6,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sparkpoint.cli.context import PATH_PART, AppContext, echo, emit, human_bytes, output_option, text
+from sparkpoint.cli.context import PATH_PART, echo, emit, human_bytes, output_option, pass_app, text
 from sparkpoint.cli.context import console as make_console
 
 if TYPE_CHECKING:  # the core is imported inside each command, so that --help stays fast
     from sparkpoint.savepoints.catalog import Pruned
-
-pass_app = click.make_pass_decorator(AppContext)
-
 
 @click.command("savepoints")
 @click.option("--job", type=PATH_PART, help="Only this job's savepoints.")

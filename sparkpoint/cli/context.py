@@ -6,10 +6,10 @@ import json
 import math
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
-from collections.abc import Callable
 
 import click
 
@@ -35,6 +35,10 @@ class AppContext:
         from sparkpoint.cli.progress import RichProgress
 
         return RichProgress()
+
+
+# The command's AppContext (the group's --home, --config, --quiet), as its first argument.
+pass_app = click.make_pass_decorator(AppContext)
 
 
 def output_option(command: Callable) -> Callable:

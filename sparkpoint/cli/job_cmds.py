@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import click
 
-from sparkpoint.cli.context import PATH_PART, AppContext, Seconds, echo, emit, output_option, text
+from sparkpoint.cli.context import PATH_PART, Seconds, echo, emit, output_option, pass_app, text
 from sparkpoint.cli.context import console as make_console
-
-pass_app = click.make_pass_decorator(AppContext)
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

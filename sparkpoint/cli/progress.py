@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 
 from rich.console import Console
-from rich.status import Status
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+from rich.status import Status
 
 from sparkpoint.cli.context import literal, text
 

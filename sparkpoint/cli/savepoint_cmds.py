@@ -6,16 +6,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sparkpoint.cli.context import PATH_PART, SAVEPOINT, AppContext, echo, emit, human_bytes, output_option, text
+from sparkpoint.cli.context import PATH_PART, SAVEPOINT, echo, emit, human_bytes, output_option, pass_app, text
 from sparkpoint.cli.context import console as make_console
 from sparkpoint.errors import BadArgumentError, RecordedFailureError, SavepointInvalidError
 
 if TYPE_CHECKING:  # the core is imported inside each command, so that --help stays fast
     from sparkpoint.savepoints.restore import Restored
     from sparkpoint.savepoints.savepoint import Disposed, Verification
-
-pass_app = click.make_pass_decorator(AppContext)
-
 
 @click.command("savepoint")
 @click.argument("args", nargs=-1, metavar="[JOB] [TARGET_DIR]")
@@ -41,10 +38,10 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
 
     The savepoint is written to TARGET_DIR/<savepoint-id>, by default below the home's savepoints/<job>/.
     """
-    from sparkpoint.savepoints import catalog, savepoint
-    from sparkpoint.savepoints.create import savepoint_checkpoint
     from sparkpoint.jobs import savepoint as job_savepoint
     from sparkpoint.jobs import triggers
+    from sparkpoint.savepoints import catalog, savepoint
+    from sparkpoint.savepoints.create import savepoint_checkpoint
 
     settings = app.settings
     if checkpoint and dispose_path:

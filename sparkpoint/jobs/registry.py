@@ -20,7 +20,15 @@ from sparkpoint.adapters.agent_client import AgentClient
 from sparkpoint.adapters.local_files import write_json, write_private
 from sparkpoint.adapters.processes import is_pid, pid_alive, process_start
 from sparkpoint.adapters.standalone import DRIVER_STATES, StandaloneMaster
-from sparkpoint.errors import BadArgumentError, CorruptRecordError, JobNotRunningError, NotFoundError, SparkpointError
+from sparkpoint.config import local_home
+from sparkpoint.errors import (
+    BadArgumentError,
+    CorruptRecordError,
+    JobNotRunningError,
+    NotFoundError,
+    SparkpointError,
+    TargetNotEmptyError,
+)
 from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.lookup import by_id, the_one
 from sparkpoint.times import iso
@@ -72,9 +80,7 @@ class Registry:
     local or client-mode job writes its agent address there."""
 
     def __init__(self, home: str):
-        if "://" in home and not home.startswith("file://"):
-            raise SparkpointError(f"managed jobs need a local home directory, not {home}; set --home to a local path")
-        self.root = Path(home.removeprefix("file://")).expanduser() / "jobs"
+        self.root = Path(local_home(home)) / "jobs"
 
     def new_job(self, name: str, **fields: Any) -> Job:
         if not _NAME.fullmatch(name):
@@ -91,7 +97,7 @@ class Registry:
             except FileExistsError:
                 continue
         else:
-            raise SparkpointError(f"could not allocate a job id for {name!r}")
+            raise TargetNotEmptyError(f"could not allocate a job id for {name!r}: 20 ids taken in {self.root}")
         write_private(directory / TOKEN_FILE, secrets.token_urlsafe(32))
         job = Job(id=job_id, name=name, created_at=iso(), directory=str(directory), **fields)
         (directory / CHECKPOINTS_DIR).mkdir()

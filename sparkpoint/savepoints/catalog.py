@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkpoint.adapters.processes import pid_alive
-from sparkpoint.adapters.storage import Storage, is_url, join, storage_for, translate_errors
+from sparkpoint.adapters.storage import Storage, join, storage_for, translate_errors
 from sparkpoint.config import Settings
 from sparkpoint.lookup import by_id, the_one
+from sparkpoint.paths import is_url
 from sparkpoint.errors import BadArgumentError, NotFoundError, SparkpointError
 from sparkpoint.results import Result
 from sparkpoint.savepoints import manifest as mf

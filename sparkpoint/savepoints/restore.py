@@ -17,12 +17,12 @@ from sparkpoint.adapters.storage import (
     Storage,
     basename,
     is_inside,
-    is_url,
     join,
     parent,
     storage_for,
     translate_errors,
 )
+from sparkpoint.paths import is_url
 from sparkpoint.errors import BadArgumentError, NotFoundError, SavepointInvalidError, TargetNotEmptyError
 from sparkpoint.results import Result
 from sparkpoint.savepoints import manifest as mf

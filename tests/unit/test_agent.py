@@ -82,7 +82,7 @@ def test_oversized_bodies_foreign_hosts_and_unknown_paths_are_refused(agent):
 
 def test_client_errors_are_sparkpoint_errors(agent):
     running, registry, job = agent
-    with pytest.raises(SparkpointError, match="refused /v1/status: 401"):
+    with pytest.raises(JobNotRunningError, match="refused /v1/status: 401"):
         AgentClient(*running.address, job.id, "wrong").status()
     with pytest.raises(JobNotRunningError, match="does not answer"):
         AgentClient("127.0.0.1", closed_port(), job.id, "x", timeout=0.5).status()

@@ -1,0 +1,7 @@
+"""What a location a person gave is: a URL of a remote file system, or a local path (``file://`` is local)."""
+
+from __future__ import annotations
+
+
+def is_url(location: str) -> bool:
+    return "://" in location and not location.startswith("file://")

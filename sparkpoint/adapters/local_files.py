@@ -1,5 +1,6 @@
-"""sparkpoint's own records on the local disk (job records, agent addresses, trigger records, a cluster's
-configuration): written atomically and privately."""
+"""Files on the local disk written whole or not at all: the one atomic writer, for savepoint manifests and
+markers (through Storage) and for sparkpoint's own records (job records, agent addresses, trigger records,
+a cluster's configuration), which are private as well."""
 
 from __future__ import annotations
 
@@ -10,20 +11,24 @@ from pathlib import Path
 from typing import Any
 
 
-def write_private(path: Path, text: str, mode: int = 0o600) -> None:
+def write_atomic(path: Path, data: bytes, mode: int = 0o666) -> None:
     """Readers see the old file or the new one whole, on disk: a temp file of a random name, created
     exclusively (a file or link planted there is refused, not written through), synced, then renamed."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_private(path: Path, text: str, mode: int = 0o600) -> None:
+    write_atomic(path, text.encode(), mode)
 
 
 def write_json(path: Path, data: dict[str, Any], mode: int = 0o600) -> None:

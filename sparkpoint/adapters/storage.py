@@ -16,13 +16,14 @@ import os
 import shutil
 import stat
 import threading
-import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from collections.abc import Iterator, Mapping
 
 import xxhash
 
+from sparkpoint.adapters.local_files import write_atomic
 from sparkpoint.errors import NotFoundError, StorageError, UnsafeFileError
 from sparkpoint.paths import is_url
 
@@ -225,16 +226,7 @@ class Storage:
         """Readers see the old state or the whole new file, never a part of it."""
         if self.local:
             self.makedirs(parent(path))
-            tmp = join(parent(path), f".{basename(path)}.{uuid.uuid4().hex}.tmp")
-            try:
-                with open(tmp, "wb") as handle:
-                    handle.write(data)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.replace(tmp, path)
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
+            write_atomic(Path(path), data)
         else:
             # An object store's single PUT is atomic: the object appears whole or not at all.
             self.fs.pipe_file(path, data)

@@ -14,13 +14,17 @@ DEFAULT_DIR = ".sparkpoint-cluster"
 def _directory_option(command):
     return click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_DIR,
                         show_default=True, envvar="SPARKPOINT_CLUSTER_DIR",
-                        help="Holds conf/ (secrets, 0600), logs/, pids/ and the worker's work/ [env SPARKPOINT_CLUSTER_DIR].")(command)
+                        help="Holds conf/ (secrets, 0600), logs/, pids/ and the worker's work/ "
+                             "[env SPARKPOINT_CLUSTER_DIR].")(command)
 
 
 def _ports_options(command):
-    for name, default in (("--rest-port", 6066), ("--worker-ui-port", 8081), ("--master-ui-port", 8080),
-                          ("--master-port", 7077)):
-        command = click.option(name, type=click.IntRange(1, 65535), default=default, show_default=True)(command)
+    for name, default, what in (("--rest-port", 6066, "the master's REST submission server (--deploy-mode cluster)"),
+                                ("--worker-ui-port", 8081, "the worker's web UI"),
+                                ("--master-ui-port", 8080, "the master's web UI and its JSON status page"),
+                                ("--master-port", 7077, "the master's RPC (spark://127.0.0.1:PORT)")):
+        command = click.option(name, type=click.IntRange(1, 65535), default=default, show_default=True,
+                               help=f"Port of {what}, on 127.0.0.1.")(command)
     return command
 
 

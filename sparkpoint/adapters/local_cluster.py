@@ -2,9 +2,9 @@
 sparkpoint against a real cluster, and for its tests.
 
 Everything lives under one directory: ``conf/spark-defaults.conf`` (mode 0600: the RPC secret and the
-JWS key that the master's REST server and web UIs require), ``logs/``, ``pids/`` (each process's pid and start time, so that a pid reused since is not taken for
-it) and the worker's
-``work/`` (drivers and executors write their output there). Clients point SPARK_CONF_DIR at ``conf``.
+JWS key that the master's REST server and web UIs require), ``logs/``, ``pids/`` (each process's pid and
+start time, so that a pid reused since is not taken for it) and the worker's ``work/`` (drivers and
+executors write their output there). Clients point SPARK_CONF_DIR at ``conf``.
 Every port listens on 127.0.0.1 only.
 """
 

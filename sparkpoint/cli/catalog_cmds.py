@@ -38,7 +38,8 @@ def _render_list(rows: list[dict]) -> None:
     table.add_column("id", overflow="fold")
     for row in rows:
         queries = ", ".join(f"{q['name']}@{q['batch_id']}" for q in row["queries"]) or "-"
-        status = text(row["status"]) if row["status"] == "complete" else text(f"{row['status']}: {row['problem']}", "red")
+        status = (text(row["status"]) if row["status"] == "complete"
+                  else text(f"{row['status']}: {row['problem']}", "red"))
         table.add_row(text(row["job"] or "-"), text(row["created_at"] or "-"), text(queries), human_bytes(row["bytes"]),
                       status, text(row["id"]))
     make_console().print(table)

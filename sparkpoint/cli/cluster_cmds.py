@@ -89,7 +89,8 @@ def _render_status(info: dict) -> None:
     echo(f"cluster {info['master_url']}: {'up' if up else 'down'} (master pid {info['master_pid'] or '-'}, "
                f"worker pid {info['worker_pid'] or '-'}, {info['workers_alive']} worker(s) registered)")
     echo(f"  REST {info['rest_url']}; export SPARK_CONF_DIR={info['conf_dir']}")
-    echo(f"  applications: {', '.join(info['active_apps']) or '-'}; drivers: {', '.join(info['active_drivers']) or '-'}")
+    echo(f"  applications: {', '.join(info['active_apps']) or '-'}; "
+         f"drivers: {', '.join(info['active_drivers']) or '-'}")
 
 
 COMMANDS = (cluster_group,)

@@ -19,7 +19,8 @@ from sparkpoint.cli.context import console as make_console
 @click.option("--replace", metavar="JOB", type=PATH_PART,
               help="Upgrade a running job: start this application, then stop JOB with a savepoint and continue "
                    "from it (JOB runs on until the new driver is up).")
-@click.option("--savepoint-path", metavar="DIR", help="With --replace: where JOB's savepoint goes [default: the catalog].")
+@click.option("--savepoint-path", metavar="DIR",
+              help="With --replace: where JOB's savepoint goes [default: the catalog].")
 @click.option("--stop-timeout", type=Seconds(min=0), default=60.0, show_default=True,
               help="With --replace: seconds to let JOB's batch in flight commit before interrupting it.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
@@ -28,7 +29,8 @@ from sparkpoint.cli.context import console as make_console
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Spark configuration (repeatable).")
 @click.option("--detach", is_flag=True, help="Return once the job runs; its output goes to the job's driver.log.")
 @output_option
-@click.argument("args", nargs=-1, type=click.UNPROCESSED, required=True, metavar="[SPARK_SUBMIT_OPTIONS] APP.py [APP_ARGS]")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, required=True,
+                metavar="[SPARK_SUBMIT_OPTIONS] APP.py [APP_ARGS]")
 @pass_app
 def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, restore_grace, replace, savepoint_path,
             stop_timeout, master, deploy_mode, confs, detach, output, args):
@@ -106,7 +108,8 @@ def _render_jobs(jobs: list[dict]) -> None:
         for index, query in enumerate(queries):
             first = index == 0
             cells = (
-                (job["id"] or f"{job['name']} (ui)") if first else "", job["state"] if first else "", (job["app_id"] or "-") if first else "",
+                (job["id"] or f"{job['name']} (ui)") if first else "", job["state"] if first else "",
+                (job["app_id"] or "-") if first else "",
                 query.get("name") or "-", _plain(query.get("batch_id")), _rate(query.get("input_rate")),
                 _rate(query.get("processing_rate")), _plain(query.get("state_rows")),
                 (job["last_savepoint"] or "-").rsplit("/", 1)[-1] if first else "",

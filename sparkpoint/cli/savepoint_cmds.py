@@ -19,7 +19,8 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
 @click.option("--from-checkpoint", "checkpoint", metavar="CHECKPOINT_DIR",
               help="A query's checkpoint (live or stopped), or a root of named query checkpoints.")
 @click.option("--dispose", "dispose_path", metavar="SAVEPOINT", help="Delete this savepoint (path or id).")
-@click.option("--name", type=PATH_PART, help="Query name (uid) for a single query's checkpoint [default: its directory name].")
+@click.option("--name", type=PATH_PART,
+              help="Query name (uid) for a single query's checkpoint [default: its directory name].")
 @click.option("--job", type=PATH_PART, help="Job label in the catalog [default: the checkpoint directory name].")
 @click.option("--batch", type=click.IntRange(min=0), help="Cut at this committed batch [default: the latest].")
 @click.option("--keep-last", type=click.IntRange(min=0), help="After success, prune the job's older savepoints.")
@@ -82,7 +83,8 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
 def _render_created(data: dict) -> None:
     echo(f"Savepoint {data['id']} completed: {data['path']}")
     for q in data["queries"]:
-        replay = f", batch {q['planned_batch_id']} planned (replayed on restore)" if q["planned_batch_id"] is not None else ""
+        planned = q["planned_batch_id"]
+        replay = f", batch {planned} planned (replayed on restore)" if planned is not None else ""
         echo(f"  {q['name']}: cut at batch {q['batch_id']}{replay}, {human_bytes(q['bytes'])}")
 
 
@@ -186,12 +188,13 @@ def _render_inspected(data: dict) -> None:
             console.print(text(f"  source {index}: {offset}"), highlight=False)
         table = Table("operator", "name", "stores", "partitions", "size")
         for op in q.get("operators") or []:
-            table.add_row(text(op["id"]), text(op["name"] or "?"), text(", ".join(op["stores"])), text(op["partitions"]),
-                          human_bytes(op["bytes"]))
+            table.add_row(text(op["id"]), text(op["name"] or "?"), text(", ".join(op["stores"])),
+                          text(op["partitions"]), human_bytes(op["bytes"]))
         if q.get("operators"):
             console.print(table)
     for store in data.get("state", []):
-        table = Table(title=text(f"{store['query']} operator {store['operator']} {store['store']} ({store['rows']} rows)"))
+        title = f"{store['query']} operator {store['operator']} {store['store']} ({store['rows']} rows)"
+        table = Table(title=text(title))
         for column in store["columns"]:
             table.add_column(text(column))
         for row in store["sample"]:

@@ -156,7 +156,8 @@ def _job_id(job: Job) -> str:
 
 # What each key of job.json may hold (None: the key may also be null).
 _RECORD_TYPES: dict[str, tuple[Callable[[Any], bool], bool]] = {
-    **{key: (lambda v: isinstance(v, str), False) for key in ("id", "name", "app", "master", "created_at", "directory")},
+    **{key: (lambda v: isinstance(v, str), False)
+       for key in ("id", "name", "app", "master", "created_at", "directory")},
     **{key: (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v), False)
        for key in ("app_args", "submit_args")},
     "pid": (is_pid, True),

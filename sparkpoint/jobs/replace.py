@@ -18,7 +18,8 @@ from sparkpoint.times import iso, poll_until
 
 
 def take_over(settings: Settings, registry: Registry, job: Job, process: subprocess.Popen, replaced: Job,
-              savepoint_path: str | None, stop_timeout: float, progress, sleep, clock, timeout: float) -> dict[str, Any]:
+              savepoint_path: str | None, stop_timeout: float, progress, sleep, clock,
+              timeout: float) -> dict[str, Any]:
     """Stop ``replaced`` with a savepoint and restore it into ``job``, whose driver is already up and waiting:
     the new JVM's start-up overlaps the old job's last batch, and the old one runs on until the new
     one is ready. If anything fails before the hand-over, the new driver is told to give up."""

@@ -24,7 +24,8 @@ STOP_REPORT_GRACE = 30.0  # beyond the stop's own timeout, for an agent to repor
 
 def stop_job(settings: Settings, reference: str, target_dir: str | None = None, timeout: float = 60.0,
              progress: Progress | None = None, cancelled: bool = False,
-             sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+             sleep: Callable[[float], None] = time.sleep,
+             clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
     """Stop every query at its next micro-batch boundary (interrupted after ``timeout``), savepoint the
     checkpoints while the driver exits, and return once both are done."""
     registry = Registry(settings.home_url())

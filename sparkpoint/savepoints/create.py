@@ -247,7 +247,8 @@ def _purged_too_fast(source: QuerySource, batch_id: int | None, attempts: int, v
             "savepoint a newer batch, or omit --batch for the latest"
         )
     return CutUnavailableError(
-        f"{source.name}: Spark kept purging files faster than they were copied ({attempts} attempts, last: {vanished}); "
+        f"{source.name}: Spark kept purging files faster than they were copied ({attempts} attempts, "
+        f"last: {vanished}); "
         "raise spark.sql.streaming.minBatchesToRetain or the transfer workers, or stop the query first"
     )
 
@@ -305,7 +306,8 @@ def _query_entry(source: QuerySource, plan: Plan, results: list[transfer.Result]
         "operators": [op.to_json() for op in plan.operators],
         "bytes": plan.bytes,
         "files": [
-            {"path": prefix + f.path, "size": r.size, "digest": r.digest} for f, r in zip(plan.files, results, strict=True)
+            {"path": prefix + f.path, "size": r.size, "digest": r.digest}
+            for f, r in zip(plan.files, results, strict=True)
         ],
         "relocate": [prefix + rel for rel in plan.relocate],
     }

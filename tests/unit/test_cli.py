@@ -136,7 +136,8 @@ def test_restore_into_non_empty_target_and_tampered_savepoint(capsys, home, chec
         handle.write(b" ")
     code, out, err = run(capsys, "verify", created["path"], "--output", "json")
     assert code == 6
-    assert json.loads(out)["problems"] == [f"size differs: queries/alarms/commits/3 ({size + 1} bytes, manifest says {size})"]
+    assert json.loads(out)["problems"] == [
+        f"size differs: queries/alarms/commits/3 ({size + 1} bytes, manifest says {size})"]
     code, _, err = run(capsys, "restore", created["path"], str(tmp_path / "fresh-target"), "--mode", "copy")
     assert code == 6 and "corrupted" in err and not (tmp_path / "fresh-target").exists()
 
@@ -194,7 +195,8 @@ def test_ambiguous_job_prefixes_and_drivers_that_do_not_answer(capsys, home, tmp
     job = jobs[0]
     job.pid, job.pid_start = os.getpid(), process_start(os.getpid())
     registry.save(job)
-    write_agent_file(job.directory, {"state": "running", "host": "127.0.0.1", "port": closed_port(), "pid": os.getpid()})
+    write_agent_file(job.directory,
+                     {"state": "running", "host": "127.0.0.1", "port": closed_port(), "pid": os.getpid()})
     for command in ("savepoint", "stop"):
         code, _, err = run(capsys, command, job.id)
         assert code == 12 and "does not answer" in err and len(err.strip().splitlines()) == 1, err
@@ -354,7 +356,8 @@ def test_names_that_would_become_path_parts_are_one_plain_component(capsys, home
             assert sorted(os.walk(tmp_path)) == before
     for args in (["stop", "../x"], ["cancel", "a/b"], ["savepoint", "../../x"], ["savepoint", "--status", "j", "../t"],
                  ["run", "--name", "a\nb", "app.py"], ["run", "--replace", "../j", "app.py"],
-                 ["restore", "sp", str(tmp_path / "out"), "--query", "../q"], ["prune", "--keep-last", "1", "--job", "../j"]):
+                 ["restore", "sp", str(tmp_path / "out"), "--query", "../q"],
+                 ["prune", "--keep-last", "1", "--job", "../j"]):
         code, _, err = run(capsys, *args)
         assert code == 2 and "use letters, digits" in err, (args, err)
 

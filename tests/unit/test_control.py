@@ -39,7 +39,8 @@ def test_cancel_without_an_agent_ends_the_process_group_at_once(tmp_path):
     job = registry.new_job("stuck", app="app.py", app_args=[], master="local[2]", submit_args=[])
     # A 'driver' with a child, in its own process group, as spark-submit's JVM and its Python are.
     driver = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
-                               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"],
+                               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+                               "time.sleep(600)"],
                               start_new_session=True)
     job.pid, job.pid_start = driver.pid, process_start(driver.pid)
     registry.save(job)
@@ -183,7 +184,8 @@ def test_the_wait_for_the_boundary_shows_what_it_waits_for(tmp_path):
     agent = StopReports(waiting(0.2), waiting(1.4), waiting(12.0, batch=42), DONE)
     queries = stop._await_boundary(agent, stop_job_for_test(tmp_path), 60, shown, sleep, clock)
     assert queries == DONE["queries"] and agent.timeout == 60
-    assert shown.lines == ["waiting for batch 41 of counts to commit, 0 s", "waiting for batch 41 of counts to commit, 1 s",
+    assert shown.lines == ["waiting for batch 41 of counts to commit, 0 s",
+                           "waiting for batch 41 of counts to commit, 1 s",
                            "waiting for batch 42 of counts to commit, 12 s"]
     assert shown.finished == 1
 

@@ -144,7 +144,8 @@ def test_a_directory_named_manifest_json(capsys, saved, tmp_path):
 @given(field=st.sampled_from(["id", "job", "created_at", "bytes", "file_count", "origin", "restored_from",
                               "name", "query_id", "batch_id", "state_version", "offsets", "operators", "provider"]),
        value=st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-                          lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                          lambda inner: (st.lists(inner, max_size=3)
+                                         | st.dictionaries(st.text(max_size=4), inner, max_size=3)),
                           max_leaves=6))
 def test_any_manifest_value_in_any_field(capsys, saved, tmp_path, field, value):
     path, raw = saved
@@ -216,7 +217,8 @@ def test_a_configuration_file_of_the_wrong_types(capsys, home, tmp_path, text):
     assert code == 3, err
 
 
-@pytest.mark.parametrize("variable,value", [("SPARKPOINT_TRANSFER_WORKERS", "inf"), ("SPARKPOINT_TRANSFER_WORKERS", "0"),
+@pytest.mark.parametrize("variable,value", [("SPARKPOINT_TRANSFER_WORKERS", "inf"),
+                                            ("SPARKPOINT_TRANSFER_WORKERS", "0"),
                                             ("SPARKPOINT_SAVEPOINT_ATTEMPTS", "1e999")])
 def test_an_environment_override_of_the_wrong_type(capsys, home, tmp_path, monkeypatch, variable, value):
     monkeypatch.setenv(variable, value)
@@ -227,14 +229,17 @@ def test_an_environment_override_of_the_wrong_type(capsys, home, tmp_path, monke
 # --- option values out of range ------------------------------------------------------------------------------
 
 BAD_OPTIONS = [
-    ("stop", "alarms", "--timeout", "nan"), ("stop", "alarms", "--timeout", "inf"), ("stop", "alarms", "--timeout", "-1"),
+    ("stop", "alarms", "--timeout", "nan"), ("stop", "alarms", "--timeout", "inf"),
+    ("stop", "alarms", "--timeout", "-1"),
     ("cancel", "alarms", "--with-savepoint", "--timeout", "nan"),
     ("run", "--stop-timeout", "nan", "{tmp}/app.py"), ("run", "--restore-grace", "inf", "{tmp}/app.py"),
     ("prune", "--keep-last", "-1"), ("prune", "--max-age", ""),
     ("prune", "--max-age", "1e300w"), ("savepoint", "--from-checkpoint", "{tmp}/ckpt", "--keep-last", "-1"),
     ("inspect", "x", "--limit", "0"),
-    ("savepoint", "--from-checkpoint", "{tmp}/ckpt", "--job", ""), ("savepoint", "--from-checkpoint", "{tmp}/ckpt", "--name", ""),
-    ("cluster", "start", "--cores", "0"), ("cluster", "start", "--cores", "-4"), ("cluster", "start", "--master-port", "0"),
+    ("savepoint", "--from-checkpoint", "{tmp}/ckpt", "--job", ""),
+    ("savepoint", "--from-checkpoint", "{tmp}/ckpt", "--name", ""),
+    ("cluster", "start", "--cores", "0"), ("cluster", "start", "--cores", "-4"),
+    ("cluster", "start", "--master-port", "0"),
     ("cluster", "start", "--rest-port", "99999"), ("cluster", "status", "--master-port", "nan"),
     ("stop", ""), ("cancel", ""), ("savepoint", ""), ("run", "--name", "", "{tmp}/app.py"),
 ]
@@ -251,7 +256,8 @@ def test_an_option_value_out_of_range_is_a_usage_error(capsys, home, tmp_path, a
 EMPTY_ARGUMENTS = [("inspect", ""), ("verify", ""), ("restore", "", ""), ("savepoint", "--dispose", ""),
                    ("savepoint", "--from-checkpoint", ""), ("--home", "", "list"), ("--config", "", "savepoints"),
                    ("savepoints", "--dir", ""), ("prune", "--keep-last", "1", "--dir", ""),
-                   ("prune", "--keep-last", "9" * 30), ("savepoint", "--from-checkpoint", "{tmp}/ckpt", "--batch", "9" * 30)]
+                   ("prune", "--keep-last", "9" * 30),
+                   ("savepoint", "--from-checkpoint", "{tmp}/ckpt", "--batch", "9" * 30)]
 
 
 @pytest.mark.parametrize("args", EMPTY_ARGUMENTS, ids=" ".join)
@@ -271,7 +277,8 @@ def test_a_cluster_directory_with_garbage_pid_files(capsys, tmp_path, command, p
         (cluster / "pids" / f"{role}.pid").write_text(pid)
     # Ports nobody listens on: the master's status page does not answer.
     check(capsys, tmp_path, "cluster", command, "--dir", cluster,
-          *(["--master-port", str(closed_port()), "--master-ui-port", str(closed_port())] if command == "status" else []),
+          *(["--master-port", str(closed_port()), "--master-ui-port", str(closed_port())]
+            if command == "status" else []),
           may_write=(cluster,))
 
 
@@ -282,7 +289,8 @@ def test_real_processes_answer_hostile_inputs_in_one_line(home, tmp_path):
     (tmp_path / "bad.yaml").write_text("transfer_workers: [1]")
     (tmp_path / "sp").mkdir()
     (tmp_path / "sp" / "manifest.json").write_bytes(b'{"format": "sparkpoint-savepoint", "job": "\xff"}')
-    for args, code in ((["inspect", str(tmp_path / "sp")], 6), (["--config", str(tmp_path / "bad.yaml"), "savepoints"], 3),
+    for args, code in ((["inspect", str(tmp_path / "sp")], 6),
+                       (["--config", str(tmp_path / "bad.yaml"), "savepoints"], 3),
                        (["savepoint", "--from-checkpoint", str(checkpoint), "--job", "../../outside"], 2),
                        (["stop", "a\nb"], 2), (["prune", "--max-age", "9" * 400 + "w"], 2), (["list", "--bogus"], 2)):
         done = subprocess.run([sys.executable, "-m", "sparkpoint", *args], capture_output=True, text=True,

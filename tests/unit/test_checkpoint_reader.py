@@ -455,6 +455,8 @@ def retyped_json(raw: bytes, data) -> bytes:
     stack = [document]
     while stack:
         node = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue  # a document an earlier corruption made a scalar: only the whole of it can be replaced
         for key in (sorted(node) if isinstance(node, dict) else range(len(node))):
             slots.append((node, key))
             if isinstance(node[key], (dict, list)):

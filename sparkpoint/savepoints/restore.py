@@ -44,7 +44,10 @@ def restore(
 ) -> Restored:
     """Materialize the savepoint as checkpoints below ``target`` (``target/<query>``), or, with
     ``query``, that one query's checkpoint at ``target`` itself. The savepoint is untouched
-    unless ``mode='claim'``, which disposes of it once the restored copy is verified."""
+    unless ``mode='claim'``, which disposes of it once the restored copy is verified.
+
+    Its length is one try block on purpose: whatever fails between the first placement and the last
+    commit undoes every placement of this restore, and only those."""
     if mode not in RESTORE_MODES:
         raise BadArgumentError(f"restore mode must be one of {', '.join(RESTORE_MODES)}, not {mode!r}")
     progress = progress or transfer.NullProgress()

@@ -87,7 +87,7 @@ def _render_stopped(result: dict) -> None:
 def _render_status(info: dict) -> None:
     up = info["master_pid"] and info["worker_pid"]
     echo(f"cluster {info['master_url']}: {'up' if up else 'down'} (master pid {info['master_pid'] or '-'}, "
-               f"worker pid {info['worker_pid'] or '-'}, {info['workers_alive']} worker(s) registered)")
+         f"worker pid {info['worker_pid'] or '-'}, {info['workers_alive']} worker(s) registered)")
     echo(f"  REST {info['rest_url']}; export SPARK_CONF_DIR={info['conf_dir']}")
     echo(f"  applications: {', '.join(info['active_apps']) or '-'}; "
          f"drivers: {', '.join(info['active_drivers']) or '-'}")

@@ -86,6 +86,9 @@ def _render_created(data: dict) -> None:
         planned = q["planned_batch_id"]
         replay = f", batch {planned} planned (replayed on restore)" if planned is not None else ""
         echo(f"  {q['name']}: cut at batch {q['batch_id']}{replay}, {human_bytes(q['bytes'])}")
+    if "pruned" in data:  # --keep-last
+        pruned = ", ".join(entry["id"] for entry in data["pruned"]) or "none"
+        echo(f"  pruned older savepoints: {pruned}")
 
 
 def _render_trigger(record: dict) -> None:

@@ -1,0 +1,94 @@
+"""One exact rendering per renderer that test_cli does not pin whole: what an operator reads, character for
+character (stdout is not a terminal here, so tables are 200 columns wide and never wrapped)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from sparkpoint.cli.catalog_cmds import _render_list
+from sparkpoint.cli.cluster_cmds import _render_status
+from sparkpoint.cli.job_cmds import _render_jobs, _render_stopped
+from sparkpoint.cli.savepoint_cmds import _render_created
+
+CREATED = {
+    "path": "/h/savepoints/alarms/sp-1", "id": "sp-1", "job": "alarms", "created_at": "2026-11-22T10:15:00.000Z",
+    "bytes": 2150, "file_count": 9,
+    "queries": [{"name": "alarms", "query_id": "q1", "batch_id": 41, "planned_batch_id": 42, "bytes": 2000},
+                {"name": "counts", "query_id": "q2", "batch_id": 7, "planned_batch_id": None, "bytes": 150}],
+}
+
+
+def shown(capsys, render, data) -> str:
+    render(data)
+    out, err = capsys.readouterr()
+    assert err == ""
+    return out
+
+
+def test_the_savepoints_table(capsys):
+    rows = [{"id": "savepoint-alarms-20261122-101500-1a2b3c", "path": "/h/x", "status": "complete", "job": "alarms",
+             "created_at": "2026-11-22T10:15:00.000Z", "bytes": 2150, "problem": None,
+             "queries": [{"name": "alarms", "batch_id": 41}, {"name": "counts", "batch_id": 7}]},
+            {"id": "savepoint-alarms-20261122-101000-ffffff", "path": "/h/y", "status": "incomplete", "job": "alarms",
+             "created_at": None, "bytes": 0, "queries": [], "problem": "no manifest"}]
+    assert shown(capsys, _render_list, rows) == textwrap.dedent("""\
+        ┏━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓
+        ┃ job    ┃ created                  ┃ queries @ batch     ┃ size    ┃ status                  ┃ id                                      ┃
+        ┡━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩
+        │ alarms │ 2026-11-22T10:15:00.000Z │ alarms@41, counts@7 │ 2.1 KiB │ complete                │ savepoint-alarms-20261122-101500-1a2b3c │
+        │ alarms │ -                        │ -                   │ 0 B     │ incomplete: no manifest │ savepoint-alarms-20261122-101000-ffffff │
+        └────────┴──────────────────────────┴─────────────────────┴─────────┴─────────────────────────┴─────────────────────────────────────────┘
+        """)
+
+
+def test_the_jobs_table(capsys):
+    jobs = [{"id": "alarms-3f9c", "name": "alarms", "state": "running", "app_id": "local-1795000000",
+             "last_savepoint": "/h/savepoints/alarms/sp-1",
+             "queries": [{"name": "alarms", "batch_id": 41, "input_rate": 1234.5, "processing_rate": 2000.0,
+                          "state_rows": 1200},
+                         {"name": "counts", "batch_id": 7, "input_rate": None, "processing_rate": 0.75,
+                          "state_rows": None}]},
+            {"id": None, "name": "adhoc", "state": "running", "app_id": "app-20261122", "queries": [],
+             "last_savepoint": None}]
+    assert shown(capsys, _render_jobs, jobs) == textwrap.dedent("""\
+        ┏━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┳━━━━━━━━┳━━━━━━━┳━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━┓
+        ┃ job         ┃ state   ┃ application      ┃ query  ┃ batch ┃ input    ┃ processed ┃ state rows ┃ last savepoint ┃
+        ┡━━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━━━━━╇━━━━━━━━╇━━━━━━━╇━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━┩
+        │ alarms-3f9c │ running │ local-1795000000 │ alarms │ 41    │ 1234.5/s │ 2000.0/s  │ 1200       │ sp-1           │
+        │             │         │                  │ counts │ 7     │ -        │ 0.8/s     │ -          │                │
+        │ adhoc (ui)  │ running │ app-20261122     │ -      │ -     │ -        │ -         │ -          │ -              │
+        └─────────────┴─────────┴──────────────────┴────────┴───────┴──────────┴───────────┴────────────┴────────────────┘
+        """)
+
+
+def test_a_new_savepoint_with_what_keep_last_pruned(capsys):
+    assert shown(capsys, _render_created, {**CREATED, "pruned": [{"id": "sp-0"}]}) == textwrap.dedent("""\
+        Savepoint sp-1 completed: /h/savepoints/alarms/sp-1
+          alarms: cut at batch 41, batch 42 planned (replayed on restore), 2.0 KiB
+          counts: cut at batch 7, 150 B
+          pruned older savepoints: sp-0
+        """)
+
+
+def test_a_stop(capsys):
+    stopped = {**CREATED, "phases": {"boundary": 0.41, "savepoint": 0.2, "driver_exit": 1.3},
+               "queries": [{**CREATED["queries"][0], "at_boundary": False, "replayed_batch_id": 42},
+                           {**CREATED["queries"][1], "at_boundary": True, "replayed_batch_id": None}],
+               "job": {"id": "alarms-3f9c", "name": "alarms", "state": "finished", "error": None}}
+    assert shown(capsys, _render_stopped, stopped) == textwrap.dedent("""\
+        Job alarms-3f9c stopped (finished); savepoint /h/savepoints/alarms/sp-1
+          boundary 0.4 s, savepoint 0.2 s, driver exit 1.3 s (from the boundary, alongside the savepoint)
+          alarms: stopped without a boundary (interrupted), cut at batch 41; batch 42 is replayed on restore
+          counts: stopped at a batch boundary, cut at batch 7; no batch is replayed
+        """)
+
+
+def test_the_cluster_status(capsys):
+    info = {"master_url": "spark://127.0.0.1:7077", "master_pid": 101, "worker_pid": None, "workers_alive": 0,
+            "rest_url": "http://127.0.0.1:6066", "conf_dir": "/c/conf", "active_apps": ["app-1", "app-2"],
+            "active_drivers": []}
+    assert shown(capsys, _render_status, info) == textwrap.dedent("""\
+        cluster spark://127.0.0.1:7077: down (master pid 101, worker pid -, 0 worker(s) registered)
+          REST http://127.0.0.1:6066; export SPARK_CONF_DIR=/c/conf
+          applications: app-1, app-2; drivers: -
+        """)

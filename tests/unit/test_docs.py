@@ -14,6 +14,8 @@ from checkpoints import hdfs_checkpoint
 
 from sparkpoint import errors
 from sparkpoint.cli.main import cli, main
+from sparkpoint.jobs.protocol import write_agent_file
+from sparkpoint.jobs.registry import Registry
 
 README = (Path(__file__).parents[2] / "README.md").read_text()
 
@@ -62,13 +64,29 @@ def json_rows() -> dict[str, str]:
 
 
 def keys_in(cell: str) -> tuple[set[str], set[str]]:
-    """(the top-level keys a row lists before its first ':', every key it names anywhere). Values and
+    """(the top-level keys a row lists before its first ':' or ';', every key it names anywhere). Values and
     options in parentheses, such as (`link` or `copy`), are not keys."""
     def names(text: str) -> set[str]:
         return {name.removesuffix("[]") for name in re.findall(r"`([a-z_]+(?:\[\])?)`", text)}
 
-    top = re.sub(r"\([^)]*\)", "", cell.split(":", 1)[0])
+    top = re.split(r"[:;]", re.sub(r"\([^)]*\)", "", cell), maxsplit=1)[0]
     return names(top.removeprefix("list of ")), names(cell)
+
+
+def with_referred(command: str, rows: dict[str, str]) -> tuple[set[str], set[str]]:
+    """A row's keys, with those of the rows it refers to: "the `run` keys plus ..." lists run's top-level
+    keys, "entries as in `savepoints`" names their keys."""
+    top, named = keys_in(rows[command])
+    for other, cell in rows.items():
+        if other == command:
+            continue
+        for name in re.findall(r"`([^`]+)`", other):
+            if f"the `{name}` keys" in rows[command]:
+                top = (top - {name}) | keys_in(cell)[0]
+                named |= keys_in(cell)[1]
+            elif f"`{name}`" in rows[command]:
+                named |= keys_in(cell)[1]
+    return top, named
 
 
 def emitted(value, nested: set[str] | None = None) -> set[str]:
@@ -93,7 +111,10 @@ def outputs(capsys, home, tmp_path):
 
     created = run("savepoint", "--from-checkpoint", str(checkpoint))
     second = run("savepoint", "--from-checkpoint", str(checkpoint), "--keep-last", "2")
+    ended = Registry(str(home)).new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    write_agent_file(ended.directory, {"state": "finished", "app_id": "local-1"})
     return {
+        "`list`": run("list", "--all")[0],
         "`savepoint`": created,
         "`savepoints`": run("savepoints")[0],
         "`verify`": run("verify", created["id"]),
@@ -106,11 +127,7 @@ def outputs(capsys, home, tmp_path):
 def test_the_json_table_lists_the_keys_the_commands_print(outputs):
     rows = json_rows()
     for command, output in outputs.items():
-        top, named = keys_in(rows[command])
-        # A row may refer to another's entries ("entries as in `savepoints`"): their keys are named there.
-        for other, cell in rows.items():
-            if other != command and other in rows[command]:
-                named |= keys_in(cell)[1]
+        top, named = with_referred(command, rows)
         assert set(output) == top, command
         assert emitted(output) - named == set(), command
 

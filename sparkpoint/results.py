@@ -7,12 +7,16 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+# Field metadata of a key printed only when it has a value (`pruned` only with --keep-last).
+WHEN_SET = {"when_set": True}
+
 
 @dataclass(frozen=True)
 class Result:
     def to_json(self) -> dict[str, Any]:
         """The fields in declaration order, nested results and lists of them as JSON objects."""
-        return {f.name: as_json(getattr(self, f.name)) for f in fields(self)}
+        return {f.name: as_json(getattr(self, f.name)) for f in fields(self)
+                if not (f.metadata.get("when_set") and getattr(self, f.name) is None)}
 
 
 def as_json(value: Any) -> Any:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from sparkpoint.cli.context import PATH_PART, Seconds, echo, emit, output_option, pass_app, text
 from sparkpoint.cli.context import console as make_console
+
+if TYPE_CHECKING:  # the core is imported inside each command, so that --help stays fast
+    from sparkpoint.jobs.stop import Stopped
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -138,16 +143,16 @@ def stop_cmd(app, job_ref, savepoint_path, timeout, output):
     emit(output, result, _render_stopped)
 
 
-def _render_stopped(result: dict) -> None:
-    echo(f"Job {result['job']['id']} stopped ({result['job']['state']}); savepoint {result['path']}")
-    phases = result["phases"]
+def _render_stopped(stopped: Stopped) -> None:
+    echo(f"Job {stopped.job['id']} stopped ({stopped.job['state']}); savepoint {stopped.path}")
+    phases = stopped.phases
     echo(f"  boundary {phases['boundary']:.1f} s, savepoint {phases['savepoint']:.1f} s, driver exit "
-               f"{phases['driver_exit']:.1f} s (from the boundary, alongside the savepoint)")
-    for q in result["queries"]:
-        where = "at a batch boundary" if q["at_boundary"] else "without a boundary (interrupted)"
-        replay = (f"; batch {q['replayed_batch_id']} is replayed on restore" if q["replayed_batch_id"] is not None
+         f"{phases['driver_exit']:.1f} s (from the boundary, alongside the savepoint)")
+    for q in stopped.queries:
+        where = "at a batch boundary" if q.at_boundary else "without a boundary (interrupted)"
+        replay = (f"; batch {q.replayed_batch_id} is replayed on restore" if q.replayed_batch_id is not None
                   else "; no batch is replayed")
-        echo(f"  {q['name']}: stopped {where}, cut at batch {q['batch_id']}{replay}")
+        echo(f"  {q.name}: stopped {where}, cut at batch {q.batch_id}{replay}")
 
 
 @click.command("cancel")

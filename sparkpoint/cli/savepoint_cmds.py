@@ -11,6 +11,7 @@ from sparkpoint.cli.context import console as make_console
 from sparkpoint.errors import BadArgumentError, RecordedFailureError, SavepointInvalidError
 
 if TYPE_CHECKING:  # the core is imported inside each command, so that --help stays fast
+    from sparkpoint.savepoints.create import Created
     from sparkpoint.savepoints.restore import Restored
     from sparkpoint.savepoints.savepoint import Disposed, Verification
 
@@ -80,15 +81,13 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
     emit(output, result, _render_created)
 
 
-def _render_created(data: dict) -> None:
-    echo(f"Savepoint {data['id']} completed: {data['path']}")
-    for q in data["queries"]:
-        planned = q["planned_batch_id"]
-        replay = f", batch {planned} planned (replayed on restore)" if planned is not None else ""
-        echo(f"  {q['name']}: cut at batch {q['batch_id']}{replay}, {human_bytes(q['bytes'])}")
-    if "pruned" in data:  # --keep-last
-        pruned = ", ".join(entry["id"] for entry in data["pruned"]) or "none"
-        echo(f"  pruned older savepoints: {pruned}")
+def _render_created(created: Created) -> None:
+    echo(f"Savepoint {created.id} completed: {created.path}")
+    for q in created.queries:
+        replay = f", batch {q.planned_batch_id} planned (replayed on restore)" if q.planned_batch_id is not None else ""
+        echo(f"  {q.name}: cut at batch {q.batch_id}{replay}, {human_bytes(q.bytes)}")
+    if created.pruned is not None:  # --keep-last
+        echo(f"  pruned older savepoints: {', '.join(entry['id'] for entry in created.pruned) or 'none'}")
 
 
 def _render_trigger(record: dict) -> None:

@@ -3,15 +3,16 @@ one restores it and takes over."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import subprocess
-from typing import Any
 
 from sparkpoint.config import Settings
 from sparkpoint.errors import JobFailedError
 from sparkpoint.jobs.drivers import await_end, end_driver
 from sparkpoint.jobs.protocol import answer_handover, handover_waiting
 from sparkpoint.jobs.registry import Job, Registry
-from sparkpoint.jobs.stop import record_stopped, stop_with_savepoint
+from sparkpoint.jobs.stop import Stopped, record_stopped, stop_with_savepoint
 from sparkpoint.savepoints import savepoint
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.times import iso, poll_until
@@ -19,7 +20,7 @@ from sparkpoint.times import iso, poll_until
 
 def take_over(settings: Settings, registry: Registry, job: Job, process: subprocess.Popen, replaced: Job,
               savepoint_path: str | None, stop_timeout: float, progress, sleep, clock,
-              timeout: float) -> dict[str, Any]:
+              timeout: float) -> Stopped:
     """Stop ``replaced`` with a savepoint and restore it into ``job``, whose driver is already up and waiting:
     the new JVM's start-up overlaps the old job's last batch, and the old one runs on until the new
     one is ready. If anything fails before the hand-over, the new driver is told to give up."""
@@ -27,7 +28,7 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
         _await_handover_waiting(registry, job, process, replaced, sleep, clock, timeout)
         stopped, exiting = stop_with_savepoint(settings, registry, replaced, savepoint_path,
                                                 stop_timeout, progress, sleep, clock)
-        saved = savepoint.load(stopped["path"], settings.storage_options)
+        saved = savepoint.load(stopped.path, settings.storage_options)
         restore(saved, job.checkpoint_root, mode="auto", workers=settings.transfer_workers,
                 progress=progress)
     except BaseException as exc:
@@ -41,8 +42,7 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
     registry.save(job)
     answer_handover(job.directory, {"expected_queries": [q["name"] for q in saved.queries]})
     # Only now wait for the old driver's exit: the new one is already restoring and starting its queries.
-    stopped["job"] = record_stopped(registry, replaced, False, exiting, stopped["phases"])
-    return stopped
+    return replace(stopped, job=record_stopped(registry, replaced, False, exiting, stopped.phases))
 
 
 def _await_handover_waiting(registry: Registry, job: Job, process: subprocess.Popen, replaced: Job, sleep, clock,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from typing import Any
 
 from sparkpoint.adapters.storage import join, storage_for
@@ -10,7 +12,7 @@ from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, JobNotRunningError
 from sparkpoint.jobs.registry import Job, Registry, client_for
 from sparkpoint.savepoints import catalog
-from sparkpoint.savepoints.create import QuerySource, create, created_summary
+from sparkpoint.savepoints.create import Created, QuerySource, create, created_summary
 
 
 def job_sources(queries: list[dict[str, Any]]) -> list[QuerySource]:
@@ -26,7 +28,7 @@ def job_sources(queries: list[dict[str, Any]]) -> list[QuerySource]:
 
 
 def savepoint_job(settings: Settings, reference: str, target_dir: str | None = None, keep_last: int | None = None,
-                  progress: Progress | None = None) -> dict[str, Any]:
+                  progress: Progress | None = None) -> Created:
     """A savepoint of every query of a running job, without pausing it."""
     registry = Registry(settings.home_url())
     job = registry.resolve(reference)
@@ -35,7 +37,7 @@ def savepoint_job(settings: Settings, reference: str, target_dir: str | None = N
         raise JobNotRunningError(f"job {job.id} runs no streaming query yet")
     result = created_summary(create_savepoint(settings, job, job_sources(status["queries"]), target_dir, progress))
     if keep_last is not None:
-        result["pruned"] = catalog.keep_newest(settings, job.name, keep_last)
+        result = replace(result, pruned=catalog.keep_newest(settings, job.name, keep_last))
     return result
 
 

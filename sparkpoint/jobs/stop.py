@@ -4,6 +4,8 @@ Waiting is done with the ``sleep`` and ``clock`` given, so tests need not wait f
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,7 +18,8 @@ from sparkpoint.jobs.drivers import DriverExit, end_driver
 from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, client_for, describe_job, state_of
 from sparkpoint.jobs.savepoint import create_savepoint, job_sources
-from sparkpoint.savepoints.create import created_summary
+from sparkpoint.results import Result
+from sparkpoint.savepoints.create import SavedQuery, created_summary
 from sparkpoint.times import iso, poll_until
 
 STOP_REPORT_GRACE = 30.0  # beyond the stop's own timeout, for an agent to report its queries' end
@@ -25,18 +28,17 @@ STOP_REPORT_GRACE = 30.0  # beyond the stop's own timeout, for an agent to repor
 def stop_job(settings: Settings, reference: str, target_dir: str | None = None, timeout: float = 60.0,
              progress: Progress | None = None, cancelled: bool = False,
              sleep: Callable[[float], None] = time.sleep,
-             clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+             clock: Callable[[], float] = time.monotonic) -> Stopped:
     """Stop every query at its next micro-batch boundary (interrupted after ``timeout``), savepoint the
     checkpoints while the driver exits, and return once both are done."""
     registry = Registry(settings.home_url())
     job = registry.resolve(reference)
     result, exiting = stop_with_savepoint(settings, registry, job, target_dir, timeout, progress, sleep, clock)
-    result["job"] = record_stopped(registry, job, cancelled, exiting, result["phases"])
-    return result
+    return replace(result, job=record_stopped(registry, job, cancelled, exiting, result.phases))
 
 
 def stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target_dir: str | None, timeout: float,
-                         progress: Progress | None, sleep, clock) -> tuple[dict[str, Any], DriverExit]:
+                         progress: Progress | None, sleep, clock) -> tuple[Stopped, DriverExit]:
     """The savepoint at the boundary, and the driver's exit, already under way (the savepoint reads only
     the stopped queries' checkpoints, so the two overlap)."""
     started = clock()
@@ -45,14 +47,34 @@ def stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target
         raise JobNotRunningError(f"job {job.id} runs no streaming query to stop")
     boundary = clock()
     exiting = DriverExit(job, sleep, clock)
-    result = created_summary(create_savepoint(settings, job, job_sources(stopped), target_dir, progress))
-    result["phases"] = {"boundary": round(boundary - started, 3), "savepoint": round(clock() - boundary, 3)}
+    created = created_summary(create_savepoint(settings, job, job_sources(stopped), target_dir, progress))
     outcome = {q["name"]: q for q in stopped}
-    for query in result["queries"]:
-        # The checkpoint has the last word: a planned batch without its commit was interrupted.
-        query["at_boundary"] = bool(outcome[query["name"]]["at_boundary"]) and query["planned_batch_id"] is None
-        query["replayed_batch_id"] = query["planned_batch_id"]
-    return result, exiting
+    # The checkpoint has the last word: a planned batch without its commit was interrupted.
+    queries = [StoppedQuery(**vars(q), at_boundary=bool(outcome[q.name]["at_boundary"]) and q.planned_batch_id is None,
+                            replayed_batch_id=q.planned_batch_id) for q in created.queries]
+    phases = {"boundary": round(boundary - started, 3), "savepoint": round(clock() - boundary, 3)}
+    return Stopped(path=created.path, id=created.id, job=created.job, created_at=created.created_at,
+                   bytes=created.bytes, file_count=created.file_count, queries=queries, phases=phases), exiting
+
+
+@dataclass(frozen=True)
+class StoppedQuery(SavedQuery):
+    at_boundary: bool  # ended at a batch boundary; false: interrupted at the timeout
+    replayed_batch_id: int | None  # the batch the restored query runs again
+
+
+@dataclass(frozen=True)
+class Stopped(Result):
+    """A savepoint at the stop (as Created), and once the driver has exited, the job as `run` shows it."""
+
+    path: str
+    id: str
+    job: str | dict[str, Any]  # the savepoint's job label, until the stopped job's record replaces it
+    created_at: str
+    bytes: int
+    file_count: int
+    queries: list[StoppedQuery]
+    phases: dict[str, float]  # seconds: boundary, savepoint, driver_exit
 
 
 def _await_boundary(client, job: Job, timeout: float, progress: Progress, sleep, clock) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from sparkpoint.config import Settings, load_settings
 from sparkpoint.errors import BadArgumentError, CorruptRecordError, NotFoundError, SparkpointError
 from sparkpoint.jobs.registry import Job, Registry, client_for
 from sparkpoint.jobs.savepoint import savepoint_job
+from sparkpoint.savepoints.create import Created
 from sparkpoint.times import iso
 
 TRIGGERS_DIR = "triggers"
@@ -48,7 +49,7 @@ def trigger_savepoint(settings: Settings, reference: str, target_dir: str | None
 
 
 def run_trigger(settings: Settings, reference: str, trigger_id: str, target_dir: str | None,
-                keep_last: int | None) -> dict[str, Any]:
+                keep_last: int | None) -> Created:
     """The background half of trigger_savepoint: take the savepoint and record how it went."""
     job = Registry(settings.home_url()).resolve(reference)
     path = _trigger_path(job, trigger_id)
@@ -59,7 +60,7 @@ def run_trigger(settings: Settings, reference: str, trigger_id: str, target_dir:
         _write_trigger(path, {**record, "status": "failed", "error": str(exc), "exit_code": exc.exit_code,
                               "ended_at": iso()})
         raise
-    _write_trigger(path, {**record, "status": "completed", "savepoint": result, "ended_at": iso()})
+    _write_trigger(path, {**record, "status": "completed", "savepoint": result.to_json(), "ended_at": iso()})
     return result
 
 

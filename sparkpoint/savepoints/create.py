@@ -17,7 +17,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,6 +40,7 @@ from sparkpoint.errors import (
     SavepointInvalidError,
     TargetNotEmptyError,
 )
+from sparkpoint.results import WHEN_SET, Result
 from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints.savepoint import discard
@@ -187,7 +188,7 @@ def _manifest(savepoint_id: str, job: str, created: float, completed: float, ori
 
 def savepoint_checkpoint(settings: Settings, checkpoint: str, target_dir: str | None = None, *,
                          name: str | None = None, job: str | None = None, batch_id: int | None = None,
-                         keep_last: int | None = None, progress: transfer.Progress | None = None) -> dict[str, Any]:
+                         keep_last: int | None = None, progress: transfer.Progress | None = None) -> Created:
     """`savepoint --from-checkpoint`: a savepoint of a query's checkpoint (live or stopped) or of a root of
     named query checkpoints, in the catalog below the job label (``job``; by default the query's name or the
     directory's); with ``keep_last``, the label's older savepoints pruned (``pruned``)."""
@@ -202,25 +203,40 @@ def savepoint_checkpoint(settings: Settings, checkpoint: str, target_dir: str | 
         attempts=settings.savepoint_attempts, progress=progress,
     ))
     if keep_last is not None:
-        result["pruned"] = catalog.keep_newest(settings, job, keep_last)
+        result = replace(result, pruned=catalog.keep_newest(settings, job, keep_last))
     return result
 
 
-def created_summary(result: dict[str, Any]) -> dict[str, Any]:
-    """What commands report of a new savepoint (its manifest without the file lists)."""
-    return {
-        "path": result["path"],
-        "id": result["id"],
-        "job": result["job"],
-        "created_at": result["created_at"],
-        "bytes": result["bytes"],
-        "file_count": result["file_count"],
-        "queries": [
-            {"name": q["name"], "query_id": q["query_id"], "batch_id": q["batch_id"],
-             "planned_batch_id": q["planned_batch_id"], "bytes": q["bytes"]}
-            for q in result["queries"]
-        ],
-    }
+@dataclass(frozen=True)
+class SavedQuery(Result):
+    name: str
+    query_id: str
+    batch_id: int  # the cut: the last committed batch
+    planned_batch_id: int | None  # planned, not committed at the cut: replayed on restore
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Created(Result):
+    """What commands report of a new savepoint: its manifest without the file lists."""
+
+    path: str
+    id: str
+    job: str
+    created_at: str
+    bytes: int
+    file_count: int
+    queries: list[SavedQuery]
+    pruned: list[dict[str, Any]] | None = field(default=None, metadata=WHEN_SET)  # with --keep-last
+
+
+def created_summary(result: dict[str, Any]) -> Created:
+    return Created(
+        path=result["path"], id=result["id"], job=result["job"], created_at=result["created_at"],
+        bytes=result["bytes"], file_count=result["file_count"],
+        queries=[SavedQuery(q["name"], q["query_id"], q["batch_id"], q["planned_batch_id"], q["bytes"])
+                 for q in result["queries"]],
+    )
 
 
 def _owner_marker(now: float) -> bytes:

@@ -205,16 +205,24 @@ def test_ambiguous_job_prefixes_and_drivers_that_do_not_answer(capsys, home, tmp
 def test_a_stop_is_rendered_with_its_cut_and_phases(capsys):
     from sparkpoint.cli.job_cmds import _render_stopped
 
-    _render_stopped({"path": "/sp/counts/sp-1", "job": {"id": "counts-3f9c", "state": "finished"},
-                     "phases": {"boundary": 0.84, "savepoint": 0.61, "driver_exit": 1.2},
-                     "queries": [{"name": "counts", "at_boundary": True, "batch_id": 41, "replayed_batch_id": None},
-                                 {"name": "slow", "at_boundary": False, "batch_id": 6, "replayed_batch_id": 7}]})
+    _render_stopped(stopped_result("/sp/counts/sp-1", {"id": "counts-3f9c", "state": "finished"},
+                                   {"boundary": 0.84, "savepoint": 0.61, "driver_exit": 1.2},
+                                   [("counts", True, 41, None), ("slow", False, 6, 7)]))
     assert capsys.readouterr().out.splitlines() == [
         "Job counts-3f9c stopped (finished); savepoint /sp/counts/sp-1",
         "  boundary 0.8 s, savepoint 0.6 s, driver exit 1.2 s (from the boundary, alongside the savepoint)",
         "  counts: stopped at a batch boundary, cut at batch 41; no batch is replayed",
         "  slow: stopped without a boundary (interrupted), cut at batch 6; batch 7 is replayed on restore",
     ]
+
+
+def stopped_result(path, job, phases, queries):
+    """A stop's result: queries as (name, at_boundary, batch_id, replayed_batch_id)."""
+    from sparkpoint.jobs.stop import Stopped, StoppedQuery
+
+    return Stopped(path=path, id="sp-1", job=job, created_at="2026-11-22T10:15:00.000Z", bytes=1, file_count=1,
+                   phases=phases, queries=[StoppedQuery(name, "q", batch, replayed, 1, at_boundary, replayed)
+                                           for name, at_boundary, batch, replayed in queries])
 
 
 # What a manifest, job record or agent reply may hold: markup, a screen clear, a carriage return, a newline.
@@ -236,9 +244,8 @@ def test_the_stop_and_run_renderers_print_names_literally(capsys):
            "log": HOSTILE}
     assert rendered(capsys, _render_job, job) == [
         f"Job {SHOWN} ({SHOWN}): running — {SHOWN}", f"  restored from {SHOWN}", f"  driver log: {SHOWN}"]
-    stopped = {"path": HOSTILE, "job": {"id": HOSTILE, "state": "finished"},
-               "phases": {"boundary": 1, "savepoint": 1, "driver_exit": 1},
-               "queries": [{"name": HOSTILE, "at_boundary": True, "batch_id": 4, "replayed_batch_id": None}]}
+    stopped = stopped_result(HOSTILE, {"id": HOSTILE, "state": "finished"},
+                             {"boundary": 1, "savepoint": 1, "driver_exit": 1}, [(HOSTILE, True, 4, None)])
     lines = rendered(capsys, _render_stopped, stopped)
     assert lines[0] == f"Job {SHOWN} stopped (finished); savepoint {SHOWN}"
     assert lines[2] == f"  {SHOWN}: stopped at a batch boundary, cut at batch 4; no batch is replayed"
@@ -246,11 +253,12 @@ def test_the_stop_and_run_renderers_print_names_literally(capsys):
 
 def test_the_savepoint_renderers_print_names_and_paths_literally(capsys):
     from sparkpoint.cli import savepoint_cmds as cmds
+    from sparkpoint.savepoints.create import Created, SavedQuery
     from sparkpoint.savepoints.restore import Restored, RestoredQuery
     from sparkpoint.savepoints.savepoint import Disposed, Verification
 
-    created = {"id": HOSTILE, "path": HOSTILE,
-               "queries": [{"name": HOSTILE, "batch_id": 3, "planned_batch_id": None, "bytes": 1}]}
+    created = Created(path=HOSTILE, id=HOSTILE, job=HOSTILE, created_at=HOSTILE, bytes=1, file_count=1,
+                      queries=[SavedQuery(HOSTILE, HOSTILE, 3, None, 1)])
     assert rendered(capsys, cmds._render_created, created) == [
         f"Savepoint {SHOWN} completed: {SHOWN}", f"  {SHOWN}: cut at batch 3, 1 B"]
     trigger = {"trigger_id": HOSTILE, "job_id": HOSTILE, "status": "failed", "savepoint": {"path": HOSTILE},

@@ -1,21 +1,20 @@
-"""One exact rendering per renderer that test_cli does not pin whole: what an operator reads, character for
+"""One exact rendering per renderer that test_cli does not pin whole (a stop is pinned there): what an operator reads, character for
 character (stdout is not a terminal here, so tables are 200 columns wide and never wrapped)."""
 
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 
 from sparkpoint.cli.catalog_cmds import _render_list
 from sparkpoint.cli.cluster_cmds import _render_status
-from sparkpoint.cli.job_cmds import _render_jobs, _render_stopped
+from sparkpoint.cli.job_cmds import _render_jobs
 from sparkpoint.cli.savepoint_cmds import _render_created
+from sparkpoint.savepoints.create import Created, SavedQuery
 
-CREATED = {
-    "path": "/h/savepoints/alarms/sp-1", "id": "sp-1", "job": "alarms", "created_at": "2026-11-22T10:15:00.000Z",
-    "bytes": 2150, "file_count": 9,
-    "queries": [{"name": "alarms", "query_id": "q1", "batch_id": 41, "planned_batch_id": 42, "bytes": 2000},
-                {"name": "counts", "query_id": "q2", "batch_id": 7, "planned_batch_id": None, "bytes": 150}],
-}
+CREATED = Created(path="/h/savepoints/alarms/sp-1", id="sp-1", job="alarms", created_at="2026-11-22T10:15:00.000Z",
+                  bytes=2150, file_count=9, queries=[SavedQuery("alarms", "q1", 41, 42, 2000),
+                                                     SavedQuery("counts", "q2", 7, None, 150)])
 
 
 def shown(capsys, render, data) -> str:
@@ -62,24 +61,11 @@ def test_the_jobs_table(capsys):
 
 
 def test_a_new_savepoint_with_what_keep_last_pruned(capsys):
-    assert shown(capsys, _render_created, {**CREATED, "pruned": [{"id": "sp-0"}]}) == textwrap.dedent("""\
+    assert shown(capsys, _render_created, replace(CREATED, pruned=[{"id": "sp-0"}])) == textwrap.dedent("""\
         Savepoint sp-1 completed: /h/savepoints/alarms/sp-1
           alarms: cut at batch 41, batch 42 planned (replayed on restore), 2.0 KiB
           counts: cut at batch 7, 150 B
           pruned older savepoints: sp-0
-        """)
-
-
-def test_a_stop(capsys):
-    stopped = {**CREATED, "phases": {"boundary": 0.41, "savepoint": 0.2, "driver_exit": 1.3},
-               "queries": [{**CREATED["queries"][0], "at_boundary": False, "replayed_batch_id": 42},
-                           {**CREATED["queries"][1], "at_boundary": True, "replayed_batch_id": None}],
-               "job": {"id": "alarms-3f9c", "name": "alarms", "state": "finished", "error": None}}
-    assert shown(capsys, _render_stopped, stopped) == textwrap.dedent("""\
-        Job alarms-3f9c stopped (finished); savepoint /h/savepoints/alarms/sp-1
-          boundary 0.4 s, savepoint 0.2 s, driver exit 1.3 s (from the boundary, alongside the savepoint)
-          alarms: stopped without a boundary (interrupted), cut at batch 41; batch 42 is replayed on restore
-          counts: stopped at a batch boundary, cut at batch 7; no batch is replayed
         """)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import time
+from collections.abc import Callable
 from typing import Any
 
 from sparkpoint.times import poll_until
@@ -79,9 +81,11 @@ def signal_group(pid: int | None, start: str | None, sig: int) -> bool:
     return True
 
 
-def terminate_group(pid: int, start: str | None, grace: float = 10.0) -> None:
-    """SIGTERM a process group, then SIGKILL it once its leader is gone or ``grace`` is over."""
+def terminate_group(pid: int, start: str | None, grace: float = 10.0, sleep: Callable[[float], None] = time.sleep,
+                    clock: Callable[[], float] = time.monotonic) -> None:
+    """SIGTERM a process group, then SIGKILL it once its leader is gone or ``grace`` is over (waiting with the
+    ``sleep`` and ``clock`` given)."""
     if not signal_group(pid, start, signal.SIGTERM):
         return
-    poll_until(lambda: not pid_alive(pid, start), grace, 0.1)
+    poll_until(lambda: not pid_alive(pid, start), grace, 0.1, clock=clock, sleep=sleep)
     signal_group(pid, start, signal.SIGKILL)

@@ -111,6 +111,6 @@ def _await_exit(job: Job, grace: float, sleep: Callable[[float], None], clock: C
     start = driver_start(job)
     poll_until(lambda: start is None or not pid_alive(job.pid, start), grace, 0.2, clock=clock, sleep=sleep)
     if start is not None and pid_alive(job.pid, start):
-        terminate_group(job.pid, start)
+        terminate_group(job.pid, start, sleep=sleep, clock=clock)
     else:
         signal_group(job.pid, start, signal.SIGKILL)  # leftovers of the group (a Python driver outliving its JVM)

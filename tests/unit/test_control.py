@@ -33,7 +33,7 @@ def sleeper(*popen_args, **popen_kwargs) -> subprocess.Popen:
                             start_new_session=True, **popen_kwargs)
 
 
-def test_cancel_without_an_agent_ends_the_process_group_at_once(tmp_path):
+def test_cancel_without_an_agent_ends_the_process_group_at_once(tmp_path, monkeypatch):
     settings = Settings(home=str(tmp_path))
     registry = Registry(settings.home)
     job = registry.new_job("stuck", app="app.py", app_args=[], master="local[2]", submit_args=[])
@@ -46,14 +46,33 @@ def test_cancel_without_an_agent_ends_the_process_group_at_once(tmp_path):
     registry.save(job)
     assert state_of(registry.load(job.id)) == "starting"
 
-    waits = []
-    result = stop.cancel_job(settings, job.id, sleep=waits.append)
-    assert result["state"] == "cancelled" and waits == []  # no agent: no grace is given, the group is ended
+    # No agent: no grace is given, the group is signalled before any wait (the waits after are for it to end).
+    events = []
+    killpg = os.killpg
+    monkeypatch.setattr(os, "killpg", lambda pid, sig: (events.append(sig), killpg(pid, sig)))
+    result = stop.cancel_job(settings, job.id, sleep=lambda seconds: events.append("wait"))
+    assert result["state"] == "cancelled" and events[0] == signal.SIGTERM
     assert driver.wait(timeout=30) == -signal.SIGTERM
     leftovers = subprocess.run(["pgrep", "-g", str(driver.pid)], capture_output=True, text=True).stdout.split()
     assert leftovers == []
     with pytest.raises(JobNotRunningError, match="already cancelled"):
         stop.cancel_job(settings, job.id)
+
+
+def test_a_driver_that_ignores_sigterm_is_killed_once_the_grace_is_over(tmp_path):
+    settings = Settings(home=str(tmp_path))
+    registry = Registry(settings.home)
+    job = registry.new_job("deaf", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    app = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(600)"
+    driver = subprocess.Popen([sys.executable, "-c", app], start_new_session=True, stdout=subprocess.PIPE, text=True)
+    assert driver.stdout.readline() == "up\n"
+    job.pid, job.pid_start = driver.pid, process_start(driver.pid)
+    registry.save(job)
+
+    clock, sleep = fake_time()
+    assert stop.cancel_job(settings, job.id, sleep=sleep, clock=clock)["state"] == "cancelled"
+    assert driver.wait(timeout=30) == -signal.SIGKILL
+    assert clock() >= 10  # terminate_group's grace, counted on the clock given: no real wait
 
 
 def test_cancel_of_a_lost_job_leaves_the_process_that_reuses_its_pid_alone(tmp_path):

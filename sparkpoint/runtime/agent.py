@@ -78,8 +78,9 @@ def _checkpoint(query) -> str:
 class Stop:
     """Every query of the application ended at its own next batch boundary, each on a thread of its own."""
 
-    def __init__(self, queries: list, timeout: float, jvm, clock: Callable[[], float] = time.monotonic):
-        self._clock = clock
+    def __init__(self, queries: list, timeout: float, jvm, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self._clock, self._sleep = clock, sleep
         self.started = clock()
         self.deadline = self.started + timeout
         self.delivered = threading.Event()  # the final report has been read by the caller
@@ -95,8 +96,9 @@ class Stop:
     def _stop_one(self, query, record: dict[str, Any], jvm) -> None:
         try:
             stream = stream_thread(query, jvm)
-            outcome = (stop_at_next_boundary(stream, self.deadline) if stream is not None
-                       else stop_when_idle(query, self.deadline))
+            # The deadline is on this stop's clock: the waits for it must be too.
+            outcome = (stop_at_next_boundary(stream, self.deadline, self._clock, self._sleep) if stream is not None
+                       else stop_when_idle(query, self.deadline, self._clock, self._sleep))
             record.update(at_boundary=outcome.at_boundary, how=outcome.how)
         except Exception as exc:  # noqa: BLE001 - py4j, or the JVM going away: the query must stop all the same
             record.update(at_boundary=False, how=f"error: {type(exc).__name__}")
@@ -110,6 +112,7 @@ class Stop:
 
     def join(self, seconds: float) -> None:
         """Until every query's outcome is recorded, for at most ``seconds``."""
+        # Real time, not the stop's clock: a join's timeout is real seconds, and no poll (it ends as the threads do).
         ends_by = time.monotonic() + seconds
         for thread in self._threads:
             thread.join(max(0.0, ends_by - time.monotonic()))

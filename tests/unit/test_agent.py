@@ -254,6 +254,32 @@ def test_a_second_stop_request_joins_the_stop_under_way(tmp_path):
         running.finish(0, None)
 
 
+def test_a_stop_waits_for_a_busy_query_on_the_clock_it_is_given():
+    from types import SimpleNamespace
+
+    from sparkpoint.runtime.agent import Stop
+
+    now = [0.0]
+
+    class BusyQuery:  # no stream thread to lock (no py4j gateway): the fallback waits for its trigger's end
+        name, id, lastProgress, stops = "alarms", "q-1", {"batchId": 40}, 0
+        _jsq = SimpleNamespace(streamingQuery=lambda: SimpleNamespace(resolvedCheckpointRoot=lambda: "file:/c"))
+
+        @property
+        def status(self):
+            return {"isTriggerActive": now[0] < 20.0}
+
+        def stop(self):
+            self.stops += 1
+
+    query = BusyQuery()
+    stop = Stop([query], 30.0, None, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    stop.join(30)
+    (outcome,) = stop.report()["queries"]
+    assert (outcome["at_boundary"], outcome["how"], query.stops) == (True, "fallback", 1)
+    assert 20.0 <= outcome["seconds"] < 20.1
+
+
 def test_a_stop_before_the_queries_start_does_not_stick_and_a_failing_stop_still_stops(tmp_path):
     import time
     from types import SimpleNamespace

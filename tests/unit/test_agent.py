@@ -15,7 +15,8 @@ from sparkpoint.adapters.agent_client import AgentClient
 from sparkpoint.jobs.registry import Registry
 from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.errors import JobNotRunningError, SparkpointError
-from sparkpoint.runtime.agent import Agent, spark_error_line
+from sparkpoint.runtime.agent import Agent, Stop, spark_error_line
+from sparkpoint.times import poll_until
 
 
 @pytest.fixture
@@ -181,7 +182,6 @@ def test_a_stop_that_ends_the_application_still_gets_its_outcome(tmp_path):
     """Stopping the queries lets the application end, and the bootstrap then finishes the agent: it must
     keep answering until the caller has read the stop's final report (and write that report in its record)."""
     import threading
-    import time
     from types import SimpleNamespace
 
     registry = Registry(str(tmp_path))
@@ -204,10 +204,7 @@ def test_a_stop_that_ends_the_application_still_gets_its_outcome(tmp_path):
     running, client = started_agent(registry, job, [EndingQuery()])
     assert client.request_stop(5)["done"] is False
     answered.set()
-    deadline = time.monotonic() + 10
-    while "stop" not in read_agent_file(job.directory):  # the final record, with the stop's outcome
-        assert time.monotonic() < deadline, "the agent never wrote its final record"
-        time.sleep(0.02)
+    assert poll_until(lambda: "stop" in read_agent_file(job.directory), 10, 0.02), "no final record with the stop"
     assert read_agent_file(job.directory)["stop"]["done"] is True
     # Nobody has read the final report yet: finish() waits, and the driver with it.
     assert not finished.wait(0.5)
@@ -220,7 +217,6 @@ def test_a_stop_that_ends_the_application_still_gets_its_outcome(tmp_path):
 
 
 def test_a_second_stop_request_joins_the_stop_under_way(tmp_path):
-    import time
     from types import SimpleNamespace
 
     registry = Registry(str(tmp_path))
@@ -245,10 +241,7 @@ def test_a_second_stop_request_joins_the_stop_under_way(tmp_path):
         assert not first["done"] and first["queries"][0]["batch_id"] == 41  # waiting for the batch after 40
         second = client.request_stop(5)
         assert not second["done"] and second["seconds"] >= first["seconds"]
-        deadline = time.monotonic() + 10
-        while not client.stop_report()["done"]:
-            assert time.monotonic() < deadline, "the stop never ended"
-            time.sleep(0.02)
+        assert poll_until(lambda: client.stop_report()["done"], 10, 0.02), "the stop never ended"
         assert query.stops == 1  # one stop, not two
     finally:
         running.finish(0, None)
@@ -256,8 +249,6 @@ def test_a_second_stop_request_joins_the_stop_under_way(tmp_path):
 
 def test_a_stop_waits_for_a_busy_query_on_the_clock_it_is_given():
     from types import SimpleNamespace
-
-    from sparkpoint.runtime.agent import Stop
 
     now = [0.0]
 
@@ -281,7 +272,6 @@ def test_a_stop_waits_for_a_busy_query_on_the_clock_it_is_given():
 
 
 def test_a_stop_before_the_queries_start_does_not_stick_and_a_failing_stop_still_stops(tmp_path):
-    import time
     from types import SimpleNamespace
 
     registry = Registry(str(tmp_path))
@@ -304,12 +294,9 @@ def test_a_stop_before_the_queries_start_does_not_stick_and_a_failing_stop_still
                 self.stopped = True
 
         active.append(BrokenQuery())  # the application starts its query after the first stop
-        report = client.request_stop(5)
-        deadline = time.monotonic() + 10
-        while not report["done"]:
-            assert time.monotonic() < deadline, "the stop never ended"
-            time.sleep(0.02)
-            report = client.stop_report()
+        client.request_stop(5)
+        report = poll_until(lambda: (answer := client.stop_report())["done"] and answer, 10, 0.02)
+        assert report, "the stop never ended"
         (query,) = report["queries"]
         assert (query["name"], query["state"], query["at_boundary"], query["how"]) == (
             "alarms", "stopped", False, "error: RuntimeError")

@@ -6,13 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from sparkpoint.adapters.standalone import StandaloneMaster, read_properties, submission_properties
 from sparkpoint.adapters.processes import pid_alive
 from sparkpoint.errors import BadArgumentError, UnreachableError
+from sparkpoint.times import poll_until
 
 
 def test_spark_submit_options_become_submission_properties():
@@ -54,7 +54,4 @@ def test_the_python_driver_ends_when_its_jvm_goes():
     assert pid_alive(driver_pid)
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait()
-    deadline = time.monotonic() + 10
-    while pid_alive(driver_pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not pid_alive(driver_pid)
+    assert poll_until(lambda: not pid_alive(driver_pid), 10, 0.1)

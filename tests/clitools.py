@@ -7,8 +7,9 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from sparkpoint.times import poll_until
 
 
 def cli(home, *args, timeout=300, env=None, prefix=()):
@@ -28,13 +29,10 @@ def cli_json(home, command, *args):
 
 
 def wait_for(predicate, timeout=120.0, what="condition", interval=0.3):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
+    value = poll_until(predicate, timeout, interval)
+    if not value:
+        raise AssertionError(f"timed out waiting for {what}")
+    return value
 
 
 def process_gone(pid: int) -> bool:

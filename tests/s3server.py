@@ -10,8 +10,9 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from sparkpoint.times import poll_until
 
 BUCKET = "sparkpoint-tests"
 _SETUP_ACTIONS = 4
@@ -36,15 +37,16 @@ class S3Server:
         self.env = self._set_up()
 
     def _await_port(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def listening() -> bool:
             with socket.socket() as probe:
                 if probe.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
+                    return True
             if self.process.poll() is not None:
                 raise RuntimeError("moto_server exited at start")
-            time.sleep(0.1)
-        raise RuntimeError(f"moto_server did not listen on {self.port}")
+            return False
+
+        if not poll_until(listening, timeout, 0.1):
+            raise RuntimeError(f"moto_server did not listen on {self.port}")
 
     def _set_up(self) -> dict[str, str]:
         import boto3

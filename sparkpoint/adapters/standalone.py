@@ -109,6 +109,8 @@ class StandaloneMaster:
         if status in (401, 403):
             raise ConfigError(f"the master refused sparkpoint's token ({status}): "
                               "is SPARK_CONF_DIR the cluster's client configuration?")
+        if not isinstance(answer, dict):  # an error page (a master still starting): no answer to read
+            raise SparkFailureError(f"the master answered {url} with status {status}: {str(answer)[:200]}")
         return answer
 
     def create(self, app_resource: str, app_args: list[str], spark_properties: dict[str, str],

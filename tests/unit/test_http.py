@@ -105,3 +105,21 @@ def test_an_answer_that_is_not_json(status):
                 401, "<html>please log in</html>")
     finally:
         server.shutdown()
+
+
+@pytest.mark.parametrize("status", [503, 200])
+def test_a_master_answering_an_error_page_is_a_spark_failure(status):
+    """A master still starting answers its JSON page with an HTML error: cluster start polls through it
+    (status() suppresses sparkpoint's errors) instead of dying on a string where a JSON object belongs."""
+    from sparkpoint.adapters.standalone import StandaloneMaster
+
+    server = HTTPServer(("127.0.0.1", 0), Plain)
+    server.status = status
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        master = StandaloneMaster("spark://127.0.0.1:7077", {"spark.master.ui.port": str(port)}, timeout=2)
+        with pytest.raises(SparkFailureError, match=f"answered http://127.0.0.1:{port}/json/ with status {status}"):
+            master.overview()
+    finally:
+        server.shutdown()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from sparkpoint.adapters.processes import pid_alive
 from sparkpoint.times import poll_until
 
 
@@ -36,11 +36,7 @@ def wait_for(predicate, timeout=120.0, what="condition", interval=0.3):
 
 
 def process_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    return not pid_alive(pid)
 
 
 def processes_mentioning(text: str) -> list[int]:

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from sparkpoint.errors import ConfigError
-from sparkpoint.paths import is_url
+from sparkpoint.paths import is_url, local_path
 
 USER_CONFIG_PATH = Path("~/.config/sparkpoint/sparkpoint.yaml")
 
@@ -53,7 +53,7 @@ def local_home(home: str) -> str:
     if is_url(home):
         raise ConfigError(f"home {home!r}: the home must be a path (a local disk or a shared mount); "
                           "put savepoints on object storage with the 'savepoints' setting instead")
-    return str(Path(home.removeprefix("file://")).expanduser())
+    return str(Path(local_path(home)).expanduser())
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}

@@ -5,3 +5,8 @@ from __future__ import annotations
 
 def is_url(location: str) -> bool:
     return "://" in location and not location.startswith("file://")
+
+
+def local_path(location: str) -> str:
+    """A location that is not a URL (see :func:`is_url`), as a path of the local file system."""
+    return location.removeprefix("file://")

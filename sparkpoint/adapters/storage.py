@@ -25,7 +25,7 @@ import xxhash
 
 from sparkpoint.adapters.local_files import write_atomic
 from sparkpoint.errors import NotFoundError, StorageError, UnsafeFileError
-from sparkpoint.paths import is_url
+from sparkpoint.paths import is_url, local_path
 
 CHUNK = 4 << 20
 # The checksum detects corrupted and altered files. xxh3-128 keeps a copy-and-hash pass as fast as
@@ -293,9 +293,8 @@ def existing_ancestor(path: str) -> str:
 def storage_for(path: str, options: Mapping[str, Any] | None = None) -> tuple[Storage, str]:
     """The storage holding ``path`` and the path in that storage's terms."""
     if not is_url(path):
-        local = path[len("file://"):] if path.startswith("file://") else path
         # Local disks go through os directly: no fsspec import (~90 ms) on the CLI's fast paths.
-        return Storage(None, local=True), os.path.abspath(os.path.expanduser(local))
+        return Storage(None, local=True), os.path.abspath(os.path.expanduser(local_path(path)))
     import fsspec
 
     protocol = path.split("://", 1)[0]

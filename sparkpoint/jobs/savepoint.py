@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from typing import Any
 
-from sparkpoint.adapters.storage import join, storage_for
+from sparkpoint.adapters.storage import storage_for
 from sparkpoint.adapters.transfer import Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, JobNotRunningError
 from sparkpoint.jobs.registry import Job, Registry, client_for
-from sparkpoint.savepoints import catalog
-from sparkpoint.savepoints.create import Created, QuerySource, create, created_summary
+from sparkpoint.savepoints.create import Created, QuerySource, take
 
 
 def job_sources(queries: list[dict[str, Any]]) -> list[QuerySource]:
@@ -35,17 +32,11 @@ def savepoint_job(settings: Settings, reference: str, target_dir: str | None = N
     status = client_for(registry, job).status()
     if not status["queries"]:
         raise JobNotRunningError(f"job {job.id} runs no streaming query yet")
-    result = created_summary(create_savepoint(settings, job, job_sources(status["queries"]), target_dir, progress))
-    if keep_last is not None:
-        result = replace(result, pruned=catalog.keep_newest(settings, job.name, keep_last))
-    return result
+    return create_savepoint(settings, job, job_sources(status["queries"]), target_dir, progress, keep_last)
 
 
-def create_savepoint(settings: Settings, job: Job, sources, target_dir: str | None, progress) -> dict[str, Any]:
+def create_savepoint(settings: Settings, job: Job, sources: list[QuerySource], target_dir: str | None,
+                     progress: Progress | None, keep_last: int | None = None) -> Created:
     source_storage, _ = storage_for(job.checkpoint_root)
-    target_storage, parent = storage_for(target_dir or join(settings.savepoints_dir(), job.name),
-                                         settings.storage_options)
-    return create(sources, source_storage, parent, target_storage, job=job.name,
-                  origin={"kind": "job", "job_id": job.id}, restored_from=job.restored_from,
-                  workers=settings.transfer_workers, attempts=settings.savepoint_attempts,
-                  progress=progress)
+    return take(settings, job.name, sources, source_storage, target_dir, origin={"kind": "job", "job_id": job.id},
+                restored_from=job.restored_from, keep_last=keep_last, progress=progress)

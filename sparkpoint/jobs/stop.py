@@ -19,7 +19,7 @@ from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, client_for, describe_job, state_of
 from sparkpoint.jobs.savepoint import create_savepoint, job_sources
 from sparkpoint.results import Result
-from sparkpoint.savepoints.create import SavedQuery, created_summary
+from sparkpoint.savepoints.create import SavedQuery
 from sparkpoint.times import iso, poll_until
 
 STOP_REPORT_GRACE = 30.0  # beyond the stop's own timeout, for an agent to report its queries' end
@@ -47,7 +47,7 @@ def stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target
         raise JobNotRunningError(f"job {job.id} runs no streaming query to stop")
     boundary = clock()
     exiting = DriverExit(job, sleep, clock)
-    created = created_summary(create_savepoint(settings, job, job_sources(stopped), target_dir, progress))
+    created = create_savepoint(settings, job, job_sources(stopped), target_dir, progress)
     outcome = {q["name"]: q for q in stopped}
     # The checkpoint has the last word: a planned batch without its commit was interrupted.
     queries = [StoppedQuery(**vars(q), at_boundary=bool(outcome[q.name]["at_boundary"]) and q.planned_batch_id is None,

@@ -190,17 +190,26 @@ def savepoint_checkpoint(settings: Settings, checkpoint: str, target_dir: str | 
                          name: str | None = None, job: str | None = None, batch_id: int | None = None,
                          keep_last: int | None = None, progress: transfer.Progress | None = None) -> Created:
     """`savepoint --from-checkpoint`: a savepoint of a query's checkpoint (live or stopped) or of a root of
-    named query checkpoints, in the catalog below the job label (``job``; by default the query's name or the
-    directory's); with ``keep_last``, the label's older savepoints pruned (``pruned``)."""
+    named query checkpoints, below the job label ``job`` (by default the query's name or the directory's)."""
     source_storage, location = storage_for(checkpoint, settings.storage_options)
     sources = discover_queries(source_storage, location, name)
-    job = job or name or basename(location)
+    return take(settings, job or name or basename(location), sources, source_storage, target_dir,
+                origin={"kind": "checkpoint", "location": location}, batch_id=batch_id, keep_last=keep_last,
+                progress=progress)
+
+
+def take(settings: Settings, job: str, sources: Sequence[QuerySource], source_storage: Storage,
+         target_dir: str | None, *, origin: dict[str, Any], restored_from: str | None = None,
+         batch_id: int | None = None, keep_last: int | None = None,
+         progress: transfer.Progress | None = None) -> Created:
+    """A savepoint as the settings ask (workers, attempts), in ``target_dir`` or by default in the catalog
+    below the job label; with ``keep_last``, the label's older savepoints pruned (``pruned``)."""
     target_storage, parent = storage_for(target_dir or join(settings.savepoints_dir(), job),
                                          settings.storage_options)
-    result = created_summary(create(
-        sources, source_storage, parent, target_storage, job=job, batch_id=batch_id,
-        origin={"kind": "checkpoint", "location": location}, workers=settings.transfer_workers,
-        attempts=settings.savepoint_attempts, progress=progress,
+    result = _created_summary(create(
+        sources, source_storage, parent, target_storage, job=job, batch_id=batch_id, origin=origin,
+        restored_from=restored_from, workers=settings.transfer_workers, attempts=settings.savepoint_attempts,
+        progress=progress,
     ))
     if keep_last is not None:
         result = replace(result, pruned=catalog.keep_newest(settings, job, keep_last))
@@ -230,7 +239,7 @@ class Created(Result):
     pruned: list[dict[str, Any]] | None = field(default=None, metadata=WHEN_SET)  # with --keep-last
 
 
-def created_summary(result: dict[str, Any]) -> Created:
+def _created_summary(result: dict[str, Any]) -> Created:
     return Created(
         path=result["path"], id=result["id"], job=result["job"], created_at=result["created_at"],
         bytes=result["bytes"], file_count=result["file_count"],

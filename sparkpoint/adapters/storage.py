@@ -61,15 +61,21 @@ def unsafe(path: str, mode: int) -> UnsafeFileError:
     )
 
 
-def open_regular(path: str):
-    """A local file opened for reading, if it is a regular file. A symbolic link could lead to another
-    owner's file, a FIFO would block for ever, a device never ends: each is refused by name."""
+def open_no_link(path: str, flags: int = 0) -> int:
+    """A local file or directory opened for reading (with ``flags``); a symbolic link in its place is
+    refused by name, not followed: it could lead to another owner's file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | flags)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise unsafe(path, stat.S_IFLNK) from None
         raise
+
+
+def open_regular(path: str):
+    """A local file opened for reading, if it is a regular file: a FIFO would block for ever, a device
+    never ends, a link (see open_no_link) could be anyone's: each is refused by name."""
+    fd = open_no_link(path, os.O_NONBLOCK)
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)

@@ -7,15 +7,13 @@ Create, restore and the catalog build on this: see create.py, restore.py, catalo
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
-import stat
 from dataclasses import dataclass
 from typing import Any
 
 from sparkpoint.adapters import transfer
-from sparkpoint.adapters.storage import Storage, basename, digest_of, join, storage_for, translate_errors, unsafe
+from sparkpoint.adapters.storage import Storage, basename, digest_of, join, open_no_link, storage_for, translate_errors
 from sparkpoint.errors import NotFoundError, SavepointInvalidError, StorageError
 from sparkpoint.results import Result
 from sparkpoint.savepoints import manifest as mf
@@ -182,13 +180,9 @@ def _disposal_lock(storage: Storage, path: str):
         yield
         return
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_no_link(path)
     except FileNotFoundError:
         raise NotFoundError(f"savepoint {path} does not exist") from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise unsafe(path, stat.S_IFLNK) from None
-        raise
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

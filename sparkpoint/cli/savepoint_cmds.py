@@ -195,8 +195,10 @@ def _render_inspected(data: dict) -> None:
         if q.get("operators"):
             console.print(table)
     for store in data.get("state", []):
-        title = f"{store['query']} operator {store['operator']} {store['store']} ({store['rows']} rows)"
-        table = Table(title=text(title))
+        # A line of its own: as a table title it would wrap to the width of a narrow table of samples.
+        console.print()
+        console.print(text(f"{store['query']} operator {store['operator']} {store['store']} ({store['rows']} rows)"))
+        table = Table()
         for column in store["columns"]:
             table.add_column(text(column))
         for row in store["sample"]:

@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
+import pkgutil
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 
 import click
 import pytest
 from checkpoints import hdfs_checkpoint
 
+import sparkpoint
 from sparkpoint import errors
+from sparkpoint.adapters.processes import process_start
 from sparkpoint.cli.main import cli, main
-from sparkpoint.jobs.protocol import write_agent_file
+from sparkpoint.jobs.protocol import read_agent_file, write_agent_file
 from sparkpoint.jobs.registry import Registry
+from sparkpoint.times import poll_until
 
-README = (Path(__file__).parents[2] / "README.md").read_text()
+ROOT = Path(__file__).parents[2]
+README = (ROOT / "README.md").read_text()
+PARENTHESES = re.compile(r"\([^)]*\)")
 
 
 def section(title: str) -> str:
@@ -26,35 +36,72 @@ def section(title: str) -> str:
 
 
 def commands(group: click.Group = cli, path: tuple[str, ...] = ()):
-    """Every command and subcommand, with its path below `sparkpoint`."""
+    """The group itself, then every command and subcommand below it, with its path below `sparkpoint`."""
+    yield path, group
     for name, command in group.commands.items():
-        yield (*path, name), command
         if isinstance(command, click.Group):
             yield from commands(command, (*path, name))
+        else:
+            yield (*path, name), command
 
 
 def test_every_command_subcommand_and_option_has_help(capsys):
     seen = []
     for path, command in commands():
-        assert main([*path, "--help"]) == 0 and f"Usage: sparkpoint {' '.join(path)}" in capsys.readouterr().out
-        assert command.help, path
+        assert main([*path, "--help"]) == 0, path
+        assert capsys.readouterr().out.startswith(f"Usage: {' '.join(('sparkpoint', *path))} "), path
+        assert command.help and command.help.strip(), path
         undocumented = [p.opts for p in command.params if isinstance(p, click.Option) and not p.hidden and not p.help]
         assert undocumented == [], path
         seen.append(" ".join(path))
-    assert {"cluster start", "cluster status", "cluster stop", "savepoint", "run"} <= set(seen)
+    assert {"", "cluster", "cluster start", "cluster status", "cluster stop", "savepoint", "run"} <= set(seen)
 
 
-def test_every_command_is_shown_in_the_readme():
-    shown = set(re.findall(r"^sparkpoint ([a-z]+)", README, re.MULTILINE))
+def test_every_command_is_shown_in_the_commands_section():
+    lines = re.findall(r"^sparkpoint (.*)$", section("Commands"), re.MULTILINE)
+    shown = {line.split()[0] for line in lines}
     assert set(cli.commands) - shown == set()
+    for name, group in cli.commands.items():
+        if isinstance(group, click.Group):
+            words = {word for line in lines if line.startswith(f"{name} ") for word in re.findall(r"[a-z]+", line)}
+            assert set(group.commands) - words == set(), name
+
+
+def error_classes() -> set[type]:
+    """Every subclass of the root, wherever it is defined: a core module may derive its own (VanishedError).
+    The runtime is left out: it imports pyspark, and it reports to the agent, not through an exit status."""
+    for module in pkgutil.walk_packages(sparkpoint.__path__, "sparkpoint."):
+        if not module.name.startswith(("sparkpoint.runtime", "sparkpoint.__main__")):
+            importlib.import_module(module.name)
+
+    def below(cls: type) -> set[type]:
+        return {cls} | {sub for child in cls.__subclasses__() for sub in below(child)}
+
+    return below(errors.SparkpointError)
 
 
 def test_the_exit_code_table_is_the_error_classes_codes():
     documented = {int(code) for code in re.findall(r"^\| (\d+) \|", section("Exit codes"), re.MULTILINE)}
-    classes = {cls.exit_code for cls in vars(errors).values()
-               if isinstance(cls, type) and issubclass(cls, errors.SparkpointError)}
-    # 0 success, 1 the root (a bug), 2 Click's usage errors as well as BadArgumentError, 130 Ctrl-C (cli.main).
-    assert documented == classes | {0, 1, 2, 130}
+    classes = error_classes()
+    assert "VanishedError" in {cls.__name__ for cls in classes}  # the walk reaches beyond errors.py
+    # 0 success, 1 the root (a bug), 2 Click's usage errors besides BadArgumentError, 130 Ctrl-C: from cli.main,
+    # as the next test shows.
+    assert documented == {cls.exit_code for cls in classes} | {0, 1, 2, 130}
+
+
+def test_the_codes_no_error_class_carries_come_from_main(capsys, home, monkeypatch):
+    assert main(["savepoints"]) == 0
+    assert main(["savepoints", "--no-such-flag"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith("sparkpoint: error: No such option '--no-such-flag'")
+    # Click ends the line the terminal's ^C is on before the message.
+    for raised, code, line in ((KeyboardInterrupt, 130, "\nsparkpoint: interrupted\n"),
+                               (RuntimeError, 1, "sparkpoint: internal error, a bug")):
+        def scan(*args, raised=raised, **kwargs):
+            raise raised()
+
+        monkeypatch.setattr("sparkpoint.savepoints.catalog.scan", scan)
+        assert main(["savepoints"]) == code
+        assert capsys.readouterr().err.startswith(line)
 
 
 def json_rows() -> dict[str, str]:
@@ -63,25 +110,35 @@ def json_rows() -> dict[str, str]:
     return {command: keys for command, keys in rows}
 
 
-def keys_in(cell: str) -> tuple[set[str], set[str]]:
+def names(text: str, top: bool = False) -> set[str]:
+    """The keys `text` names: `queries[]` is queries, `queries[].file_count` is file_count (a nested key, so
+    not one of the top level's)."""
+    found = re.findall(r"`([a-z_]+(?:\[\])?(?:\.[a-z_]+)?)`", text)
+    return {name.removesuffix("[]").rsplit(".", 1)[-1] for name in found if not (top and "." in name)}
+
+
+def keys_in(cell: str, condition: str | None = None) -> tuple[set[str], set[str]]:
     """(the top-level keys a row lists before its first ':' or ';', every key it names anywhere). Values and
-    options in parentheses, such as (`link` or `copy`), are not keys."""
-    def names(text: str) -> set[str]:
-        return {name.removesuffix("[]") for name in re.findall(r"`([a-z_]+(?:\[\])?)`", text)}
+    options in parentheses, such as (`link` or `copy`), are not keys. With a condition ("with `--keep-last`",
+    "once completed"), the keys of the part of the row that names it are top-level too."""
+    parts = re.split(r";", PARENTHESES.sub("", cell))
+    top = names(re.split(r":", parts[0], maxsplit=1)[0].removeprefix("list of "), top=True)
+    if condition is not None:
+        part = next(p for p in parts[1:] if condition in p)
+        top |= names(part.replace(condition, ""), top=True)
+    return top, names(cell)
 
-    top = re.split(r"[:;]", re.sub(r"\([^)]*\)", "", cell), maxsplit=1)[0]
-    return names(top.removeprefix("list of ")), names(cell)
 
-
-def with_referred(command: str, rows: dict[str, str]) -> tuple[set[str], set[str]]:
-    """A row's keys, with those of the rows it refers to: "the `run` keys plus ..." lists run's top-level
-    keys, "entries as in `savepoints`" names their keys."""
-    top, named = keys_in(rows[command])
+def with_referred(command: str, rows: dict[str, str], condition: str | None = None) -> tuple[set[str], set[str]]:
+    """A row's keys, with those of the rows it refers to: "the `run` keys plus ..." and "as `savepoint`" list
+    that row's top-level keys; "entries as in `savepoints`" names their keys."""
+    top, named = keys_in(rows[command], condition)
+    outside = PARENTHESES.sub("", rows[command])
     for other, cell in rows.items():
         if other == command:
             continue
         for name in re.findall(r"`([^`]+)`", other):
-            if f"the `{name}` keys" in rows[command]:
+            if re.search(rf"the `{re.escape(name)}` keys|^as `{re.escape(name)}`", outside):
                 top = (top - {name}) | keys_in(cell)[0]
                 named |= keys_in(cell)[1]
             elif f"`{name}`" in rows[command]:
@@ -100,54 +157,171 @@ def emitted(value, nested: set[str] | None = None) -> set[str]:
     return nested
 
 
+def disagreements(command: str, output: dict, condition: str | None = None) -> dict[str, set[str]]:
+    top, named = with_referred(command, json_rows(), condition)
+    return {"printed, not in the README": (set(output) - top) | (emitted(output) - named),
+            "in the README, not printed": top - set(output)}
+
+
+class FakeQuery:
+    """What the agent reads of a running query (pyspark's StreamingQuery), over a checkpoint written here."""
+
+    def __init__(self, checkpoint: Path):
+        self.name, self.id, self.runId = "alarms", "6a1b0c5e-query-id", "6a1b0c5e-run-id"
+        self.lastProgress = {"batchId": 3, "inputRowsPerSecond": 12.5, "processedRowsPerSecond": 40.0,
+                             "stateOperators": [{"numRowsTotal": 7, "memoryUsedBytes": 2048}]}
+        self.status = {"isTriggerActive": False}
+        self._jsq = SimpleNamespace(streamingQuery=lambda: SimpleNamespace(
+            resolvedCheckpointRoot=lambda: f"file:{checkpoint}"))
+
+
 @pytest.fixture
-def outputs(capsys, home, tmp_path):
-    """What the commands that need no Spark print with --output json, by their README row."""
+def running_job(home, tmp_path):
+    """A registered job whose driver is this process and whose agent (the real one) runs a fake query: list,
+    savepoint JOB and savepoint --detached need no Spark behind it."""
+    from sparkpoint.runtime.agent import Agent
+
+    registry = Registry(str(home))
+    job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    job.pid, job.pid_start = os.getpid(), process_start(os.getpid())
+    registry.save(job)
+    query = FakeQuery(hdfs_checkpoint(tmp_path / "live" / "alarms", committed=3, planned=True))
+    session = SimpleNamespace(streams=SimpleNamespace(active=[query], addListener=lambda listener: None),
+                              sparkContext=SimpleNamespace(applicationId="local-1795000000"))
+    agent = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: session)
+    agent.start()
+    assert poll_until(lambda: read_agent_file(job.directory).get("state") == "running", 30, 0.02)
+    yield job
+    agent.finish(0, None)
+
+
+@pytest.fixture
+def outputs(capsys, home, tmp_path, running_job):
+    """What the commands that need no Spark print with --output json: (README row, condition, output).
+    run needs spark-submit, inspect --state Spark's state data source, stop a driver that exits: the Spark
+    tests run those."""
     checkpoint = hdfs_checkpoint(tmp_path / "alarms", committed=3, planned=True)
 
     def run(*args):
-        assert main([*args, "--output", "json"]) == 0
+        assert main([*args, "--output", "json"]) == 0, capsys.readouterr().err
         return json.loads(capsys.readouterr().out)
 
+    run("savepoint", "--from-checkpoint", str(checkpoint))  # the one --keep-last 2 prunes
     created = run("savepoint", "--from-checkpoint", str(checkpoint))
-    second = run("savepoint", "--from-checkpoint", str(checkpoint), "--keep-last", "2")
-    ended = Registry(str(home)).new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    pruning = run("savepoint", "--from-checkpoint", str(checkpoint), "--keep-last", "2")
+    live = run("savepoint", running_job.id)
+    trigger = run("savepoint", "--detached", running_job.id)
+
+    def ended_trigger():
+        record = run("savepoint", "--status", running_job.id, trigger["trigger_id"])
+        return record if record["status"] != "in_progress" else None
+
+    polled = poll_until(ended_trigger, 60, 0.05)
+    assert polled and polled["status"] == "completed", polled
+    ended = Registry(str(home)).new_job("ended", app="app.py", app_args=[], master="local[2]", submit_args=[])
     write_agent_file(ended.directory, {"state": "finished", "app_id": "local-1"})
-    return {
-        "`list`": run("list", "--all")[0],
-        "`savepoint`": created,
-        "`savepoints`": run("savepoints")[0],
-        "`verify`": run("verify", created["id"]),
-        "`restore`": run("restore", created["id"], str(tmp_path / "restored")),
-        "`prune`": run("prune", "--keep-last", "1", "--dry-run"),
-        "`savepoint --dispose`": run("savepoint", "--dispose", second["id"]),
-    }
+    lost = Registry(str(home)).new_job("lost", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    cluster = str(tmp_path / "no-cluster")  # nothing runs there: status and stop need no Spark
+    return [
+        ("`list`", None, run("list")[0]),
+        ("`list`", None, next(job for job in run("list", "--all") if job["id"] == ended.id)),
+        ("`savepoint`", None, created),
+        ("`savepoint`", "with `--keep-last`", pruning),
+        ("`savepoint JOB`", None, live),
+        ("`savepoint --detached`, `savepoint --status`", None, trigger),
+        ("`savepoint --detached`, `savepoint --status`", "once completed", polled),
+        ("`savepoints`", None, run("savepoints")[0]),
+        ("`verify`", None, run("verify", created["id"])),
+        ("`restore`", None, run("restore", created["id"], str(tmp_path / "restored"))),
+        ("`prune`", None, run("prune", "--keep-last", "1", "--dry-run")),
+        ("`savepoint --dispose`", None, run("savepoint", "--dispose", pruning["id"])),
+        ("`run`, `cancel`", None, run("cancel", lost.id)),
+        ("`cluster start`, `cluster status`", None, run("cluster", "status", "--dir", cluster)),
+        ("`cluster stop`", None, run("cluster", "stop", "--dir", cluster)),
+    ]
 
 
 def test_the_json_table_lists_the_keys_the_commands_print(outputs):
-    rows = json_rows()
-    for command, output in outputs.items():
-        top, named = with_referred(command, rows)
-        assert set(output) == top, command
-        assert emitted(output) - named == set(), command
-
-
-def test_the_keys_table_reader_sees_a_renamed_key(outputs):
-    renamed = {**outputs["`verify`"], "is_valid": True}
+    assert outputs[0][2]["queries"], "a running job's queries are what the list row's queries[] names"
+    assert outputs[3][1] == "with `--keep-last`" and outputs[3][2]["pruned"]
+    for command, condition, output in outputs:
+        assert disagreements(command, output, condition) == {"printed, not in the README": set(),
+                                                             "in the README, not printed": set()}, command
+    # The comparison sees a renamed key, both ways.
+    renamed = {**next(output for command, _, output in outputs if command == "`verify`"), "is_valid": True}
     del renamed["valid"]
-    top, _ = keys_in(json_rows()["`verify`"])
-    assert set(renamed) != top
+    assert disagreements("`verify`", renamed) == {"printed, not in the README": {"is_valid"},
+                                                  "in the README, not printed": {"valid"}}
 
 
-def test_shell_completion_is_clicks_and_light():
-    env = {"_SPARKPOINT_COMPLETE": "bash_source", "PATH": str(Path(sys.executable).parent)}
-    script = subprocess.run([sys.executable, "-m", "sparkpoint"], env=env, capture_output=True, text=True)
-    assert script.returncode == 0 and "complete -o nosort -F _sparkpoint_completion sparkpoint" in script.stdout
-    env = {"_SPARKPOINT_COMPLETE": "bash_complete", "COMP_WORDS": "sparkpoint sav", "COMP_CWORD": "1"}
-    words = subprocess.run([sys.executable, "-c", "from sparkpoint.cli.main import run; run()"], env=env,
-                           capture_output=True, text=True)
-    assert words.stdout.split() == ["plain,savepoint", "plain,savepoints"]
-    assert "_SPARKPOINT_COMPLETE=bash_source sparkpoint" in section("Commands")
-    probe = "import sys; from sparkpoint.cli.main import run\ntry:\n    run()\nexcept SystemExit:\n    pass\n" \
-            "heavy = {'pyspark', 'requests'} & set(sys.modules); assert not heavy, heavy"
-    assert subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True).returncode == 0
+def manifest_keys() -> dict[str, set[str]]:
+    """The keys the README's "The manifest" paragraph says a manifest records, by level."""
+    start = README.index("**The manifest**")
+    text = README[start:README.index("\n\n", start)]
+    head, per_query = text.split(" per query ", 1)
+    per_query = per_query.split(". Every path")[0]
+
+    def listed(key: str) -> set[str]:  # `operators` (id, name, ..., state variables)
+        inside = re.search(rf"`{key}` \(([^)]*)\)", per_query).group(1)
+        return {word.strip().replace(" ", "_") for word in inside.replace("\n", " ").split(",")}
+
+    return {"top": set(re.findall(r"`([a-z_]+): ", head)) | names(PARENTHESES.sub("", head.split("records:")[1])),
+            "query": names(PARENTHESES.sub("", per_query)), "operator": listed("operators"), "file": listed("files")}
+
+
+def test_the_manifest_and_inspect_hold_the_keys_the_readme_names(capsys, home, tmp_path):
+    checkpoint = hdfs_checkpoint(tmp_path / "alarms", committed=3, planned=True)
+    assert main(["savepoint", "--from-checkpoint", str(checkpoint), "-o", "json"]) == 0
+    created = json.loads(capsys.readouterr().out)
+    documented = manifest_keys()
+    manifest = json.loads((Path(created["path"]) / "manifest.json").read_text())
+    query = manifest["queries"][0]
+    assert {level: keys for level, keys in [("top", set(manifest)), ("query", set(query)),
+                                            ("operator", set(query["operators"][0])),
+                                            ("file", set(query["files"][0]))]} == documented
+
+    row = json_rows()["`inspect`"].split(";")[0]
+    without, plus = row.split("without", 1)[1].split("plus", 1)
+    assert main(["inspect", created["id"], "-o", "json"]) == 0
+    inspected = json.loads(capsys.readouterr().out)
+    assert set(inspected) == documented["top"] | names(plus, top=True)
+    assert set(inspected["queries"][0]) == (documented["query"] - names(without)) | (names(plus) - names(plus, True))
+    assert set(inspected["queries"][0]["operators"][0]) == documented["operator"]
+
+
+ENTRY_POINT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["sparkpoint"]
+
+
+def installed_command(**env: str) -> subprocess.CompletedProcess:
+    """`sparkpoint` as its console script runs it (pyproject's entry point), with this environment plus ``env``."""
+    module, function = ENTRY_POINT.split(":")
+    return subprocess.run([sys.executable, "-c", f"from {module} import {function}; {function}()"],
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("shell,marker", [("bash", "complete -o nosort -F _sparkpoint_completion sparkpoint"),
+                                          ("zsh", "#compdef sparkpoint"),
+                                          ("fish", "complete --no-files --command sparkpoint")])
+def test_shell_completion_scripts_as_the_readme_shows_them(shell, marker):
+    script = installed_command(_SPARKPOINT_COMPLETE=f"{shell}_source")
+    assert script.returncode == 0 and marker in script.stdout, script.stderr
+    assert f"_SPARKPOINT_COMPLETE={shell}_source sparkpoint" in section("Commands")
+
+
+@pytest.mark.parametrize("words,expected", [("sparkpoint sav", ["savepoint", "savepoints"]),
+                                            ("sparkpoint cluster st", ["start", "status", "stop"]),
+                                            ("sparkpoint prune --k", ["--keep-last"])])
+def test_shell_completion_completes_commands_and_options(words, expected):
+    answer = installed_command(_SPARKPOINT_COMPLETE="bash_complete", COMP_WORDS=words,
+                               COMP_CWORD=str(len(words.split()) - 1))
+    assert answer.returncode == 0, answer.stderr
+    assert answer.stdout.split() == [f"plain,{word}" for word in expected]
+
+
+def test_shell_completion_is_light():
+    probe = ("import sys; from sparkpoint.cli.main import run\ntry:\n    run()\nexcept SystemExit:\n    pass\n"
+             "heavy = {'pyspark', 'requests'} & set(sys.modules); assert not heavy, heavy")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "_SPARKPOINT_COMPLETE": "bash_complete", "COMP_WORDS": "sparkpoint sav",
+                               "COMP_CWORD": "1"})
+    assert done.returncode == 0 and done.stdout.split() == ["plain,savepoint", "plain,savepoints"], done.stderr

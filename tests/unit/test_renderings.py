@@ -6,15 +6,25 @@ from __future__ import annotations
 import textwrap
 from dataclasses import replace
 
+import pytest
+
 from sparkpoint.cli.catalog_cmds import _render_list
 from sparkpoint.cli.cluster_cmds import _render_status
 from sparkpoint.cli.job_cmds import _render_jobs
-from sparkpoint.cli.savepoint_cmds import _render_created
+from sparkpoint.cli.savepoint_cmds import _render_created, _render_inspected, _render_verified
 from sparkpoint.savepoints.create import Created, SavedQuery
+from sparkpoint.savepoints.savepoint import Verification
 
 CREATED = Created(path="/h/savepoints/alarms/sp-1", id="sp-1", job="alarms", created_at="2026-11-22T10:15:00.000Z",
                   bytes=2150, file_count=9, queries=[SavedQuery("alarms", "q1", 41, 42, 2000),
                                                      SavedQuery("counts", "q2", 7, None, 150)])
+
+
+@pytest.fixture(autouse=True)
+def plain_terminal(monkeypatch):
+    """What an operator's environment may set that changes rich's output (colour codes in a pipe, the width)."""
+    for name in ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS", "LINES"):
+        monkeypatch.delenv(name, raising=False)
 
 
 def shown(capsys, render, data) -> str:
@@ -77,4 +87,43 @@ def test_the_cluster_status(capsys):
         cluster spark://127.0.0.1:7077: down (master pid 101, worker pid -, 0 worker(s) registered)
           REST http://127.0.0.1:6066; export SPARK_CONF_DIR=/c/conf
           applications: app-1, app-2; drivers: -
+        """)
+
+
+def test_a_valid_savepoint(capsys):
+    verified = Verification(path="/h/sp-1", id="sp-1", valid=True, files=9, bytes=2150, problems=[])
+    assert shown(capsys, _render_verified, verified) == "Savepoint sp-1 is valid: 9 files, 2.1 KiB verified\n"
+
+
+def test_inspect_with_state_rows(capsys):
+    query = {"name": "alarms", "query_id": "6a1b0c5e", "batch_id": 41, "planned_batch_id": 42, "state_version": 42,
+             "provider": "rocksdb", "offsets": [{"logOffset": 41}],
+             "operators": [{"id": 0, "name": "stateStoreSave", "stores": ["default"], "partitions": 2, "bytes": 2150},
+                           {"id": 1, "name": None, "stores": ["left-keyToNumValues", "right-keyToNumValues"],
+                            "partitions": 2, "bytes": 0}]}
+    data = {"id": "sp-1", "job": "alarms", "created_at": "2026-11-22T10:15:00.000Z", "bytes": 2150, "file_count": 9,
+            "path": "/h/savepoints/alarms/sp-1", "restored_from": "/h/savepoints/alarms/sp-0", "queries": [query],
+            "state": [{"query": "alarms", "operator": 0, "store": "default", "rows": 2, "columns": ["key", "value"],
+                       "sample": [["door", "3"], ["window", "1"]]}]}
+    assert shown(capsys, _render_inspected, data) == textwrap.dedent("""\
+        sp-1  job alarms  created 2026-11-22T10:15:00.000Z  2.1 KiB in 9 files
+        path: /h/savepoints/alarms/sp-1
+        restored from: /h/savepoints/alarms/sp-0
+
+        alarms  query id 6a1b0c5e  batch 41 (batch 42 planned)  state v42  rocksdb
+          source 0: {'logOffset': 41}
+        ┏━━━━━━━━━━┳━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━┓
+        ┃ operator ┃ name           ┃ stores                                    ┃ partitions ┃ size    ┃
+        ┡━━━━━━━━━━╇━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━┩
+        │ 0        │ stateStoreSave │ default                                   │ 2          │ 2.1 KiB │
+        │ 1        │ ?              │ left-keyToNumValues, right-keyToNumValues │ 2          │ 0 B     │
+        └──────────┴────────────────┴───────────────────────────────────────────┴────────────┴─────────┘
+
+        alarms operator 0 default (2 rows)
+        ┏━━━━━━━━┳━━━━━━━┓
+        ┃ key    ┃ value ┃
+        ┡━━━━━━━━╇━━━━━━━┩
+        │ door   │ 3     │
+        │ window │ 1     │
+        └────────┴───────┘
         """)

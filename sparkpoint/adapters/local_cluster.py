@@ -22,6 +22,7 @@ from typing import Any
 
 from sparkpoint.adapters.spark_submit import spark_submit
 from sparkpoint.adapters.standalone import JWS_KEY, StandaloneMaster, read_properties
+from sparkpoint.results import Result
 from sparkpoint.times import poll_until
 from sparkpoint.errors import EnvironmentSetupError, SparkpointError, TargetNotEmptyError
 from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
@@ -37,6 +38,29 @@ class Ports:
     master_ui: int = 8080
     rest: int = 6066
     worker_ui: int = 8081
+
+
+@dataclass(frozen=True)
+class ClusterStatus(Result):
+    directory: str
+    master_url: str
+    rest_url: str
+    conf_dir: str
+    master_pid: int | None  # None: not running (no pid file, or its process is gone)
+    worker_pid: int | None
+    workers_alive: int  # as the master counts them
+    active_apps: list[str]
+    active_drivers: list[str]
+
+    @property
+    def up(self) -> bool:
+        return bool(self.master_pid and self.worker_pid)
+
+
+@dataclass(frozen=True)
+class ClusterStopped(Result):
+    directory: str
+    stopped: list[str]  # worker, master: the processes that were running and were ended
 
 
 def conf_dir(directory: Path) -> Path:
@@ -106,7 +130,7 @@ def master_url(ports: Ports = Ports()) -> str:
 
 
 def start(directory: Path, ports: Ports = Ports(), cores: int = 2, memory: str = "4g", timeout: float = 90.0
-          ) -> dict[str, Any]:
+          ) -> ClusterStatus:
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     if any(_read_pid(directory, role)[1] for role in ("master", "worker")):
@@ -117,19 +141,19 @@ def start(directory: Path, ports: Ports = Ports(), cores: int = 2, memory: str =
     _spawn(directory, "worker", "org.apache.spark.deploy.worker.Worker",
            ["--host", HOST, "--webui-port", str(ports.worker_ui), "--cores", str(cores), "--memory", memory,
             "--work-dir", str(directory / "work"), master_url(ports)])
-    def settled() -> dict[str, Any] | None:
+    def settled() -> ClusterStatus | None:
         info = status(directory, ports)
         # Up, or never: a master or worker process that has ended will not come up.
-        return info if info["workers_alive"] or not (info["master_pid"] and info["worker_pid"]) else None
+        return info if info.workers_alive or not info.up else None
 
     info = poll_until(settled, timeout, 0.5)
-    if info and info["workers_alive"]:
+    if info and info.workers_alive:
         return info
     stop(directory)
     raise EnvironmentSetupError(f"the cluster did not come up within {timeout:g} s; see {directory / 'logs'}")
 
 
-def status(directory: Path, ports: Ports = Ports()) -> dict[str, Any]:
+def status(directory: Path, ports: Ports = Ports()) -> ClusterStatus:
     directory = directory.resolve()
     pids = {role: _read_pid(directory, role) for role in ("master", "worker")}
     alive = {role: pid if start else None for role, (pid, start) in pids.items()}
@@ -138,20 +162,20 @@ def status(directory: Path, ports: Ports = Ports()) -> dict[str, Any]:
         with contextlib.suppress(SparkpointError):
             overview = StandaloneMaster(master_url(ports), read_properties(_conf_file(directory)),
                                         timeout=2.0).overview()
-    return {
-        "directory": str(directory),
-        "master_url": master_url(ports),
-        "rest_url": f"http://{HOST}:{ports.rest}",
-        "conf_dir": str(conf_dir(directory)),
-        "master_pid": alive["master"],
-        "worker_pid": alive["worker"],
-        "workers_alive": sum(1 for w in overview.get("workers", []) if w.get("state") == "ALIVE"),
-        "active_apps": [a.get("id") for a in overview.get("activeapps", [])],
-        "active_drivers": [d.get("id") for d in overview.get("activedrivers", [])],
-    }
+    return ClusterStatus(
+        directory=str(directory),
+        master_url=master_url(ports),
+        rest_url=f"http://{HOST}:{ports.rest}",
+        conf_dir=str(conf_dir(directory)),
+        master_pid=alive["master"],
+        worker_pid=alive["worker"],
+        workers_alive=sum(1 for w in overview.get("workers", []) if w.get("state") == "ALIVE"),
+        active_apps=[a.get("id") for a in overview.get("activeapps", [])],
+        active_drivers=[d.get("id") for d in overview.get("activedrivers", [])],
+    )
 
 
-def stop(directory: Path, grace: float = 10.0) -> dict[str, Any]:
+def stop(directory: Path, grace: float = 10.0) -> ClusterStopped:
     """End the worker (and the drivers and executors it runs), then the master."""
     directory = directory.resolve()
     stopped = []
@@ -161,4 +185,4 @@ def stop(directory: Path, grace: float = 10.0) -> dict[str, Any]:
             terminate_group(pid, start, grace)
             stopped.append(role)
         _pid_file(directory, role).unlink(missing_ok=True)
-    return {"directory": str(directory), "stopped": stopped}
+    return ClusterStopped(directory=str(directory), stopped=stopped)

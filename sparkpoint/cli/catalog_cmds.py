@@ -10,7 +10,7 @@ from sparkpoint.cli.context import PATH_PART, echo, emit, human_bytes, output_op
 from sparkpoint.cli.context import console as make_console
 
 if TYPE_CHECKING:  # the core is imported inside each command, so that --help stays fast
-    from sparkpoint.savepoints.catalog import Pruned
+    from sparkpoint.savepoints.catalog import Entry, Pruned
 
 @click.command("savepoints")
 @click.option("--job", type=PATH_PART, help="Only this job's savepoints.")
@@ -23,25 +23,24 @@ def savepoints_cmd(app, job, directory, output):
 
     settings = app.settings
     entries = catalog.scan(directory or settings.savepoints_dir(), settings.storage_options)
-    rows = [e.to_json() for e in entries if job is None or e.job == job]
-    emit(output, rows, _render_list)
+    emit(output, [e for e in entries if job is None or e.job == job], _render_list)
 
 
-def _render_list(rows: list[dict]) -> None:
+def _render_list(entries: list[Entry]) -> None:
     from rich.table import Table
 
-    if not rows:
+    if not entries:
         click.echo("No savepoints.", err=True)
         return
     table = Table("job", "created", "queries @ batch", "size", "status")
     # Ids are what operators copy into the next command: never truncate them.
     table.add_column("id", overflow="fold")
-    for row in rows:
-        queries = ", ".join(f"{q['name']}@{q['batch_id']}" for q in row["queries"]) or "-"
-        status = (text(row["status"]) if row["status"] == "complete"
-                  else text(f"{row['status']}: {row['problem']}", "red"))
-        table.add_row(text(row["job"] or "-"), text(row["created_at"] or "-"), text(queries), human_bytes(row["bytes"]),
-                      status, text(row["id"]))
+    for entry in entries:
+        queries = ", ".join(f"{q['name']}@{q['batch_id']}" for q in entry.queries) or "-"
+        status = (text(entry.status) if entry.status == "complete"
+                  else text(f"{entry.status}: {entry.problem}", "red"))
+        table.add_row(text(entry.job or "-"), text(entry.created_at or "-"), text(queries), human_bytes(entry.bytes),
+                      status, text(entry.id))
     make_console().print(table)
 
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from sparkpoint.cli.context import echo, emit, output_option
+
+if TYPE_CHECKING:  # the adapter is imported inside each command, so that --help stays fast
+    from sparkpoint.adapters.local_cluster import ClusterStatus, ClusterStopped
 
 DEFAULT_DIR = ".sparkpoint-cluster"
 
@@ -80,17 +84,16 @@ def stop_cmd(directory, output):
     emit(output, result, _render_stopped)
 
 
-def _render_stopped(result: dict) -> None:
-    echo(f"stopped: {', '.join(result['stopped']) or 'nothing was running'}")
+def _render_stopped(result: ClusterStopped) -> None:
+    echo(f"stopped: {', '.join(result.stopped) or 'nothing was running'}")
 
 
-def _render_status(info: dict) -> None:
-    up = info["master_pid"] and info["worker_pid"]
-    echo(f"cluster {info['master_url']}: {'up' if up else 'down'} (master pid {info['master_pid'] or '-'}, "
-         f"worker pid {info['worker_pid'] or '-'}, {info['workers_alive']} worker(s) registered)")
-    echo(f"  REST {info['rest_url']}; export SPARK_CONF_DIR={info['conf_dir']}")
-    echo(f"  applications: {', '.join(info['active_apps']) or '-'}; "
-         f"drivers: {', '.join(info['active_drivers']) or '-'}")
+def _render_status(info: ClusterStatus) -> None:
+    echo(f"cluster {info.master_url}: {'up' if info.up else 'down'} (master pid {info.master_pid or '-'}, "
+         f"worker pid {info.worker_pid or '-'}, {info.workers_alive} worker(s) registered)")
+    echo(f"  REST {info.rest_url}; export SPARK_CONF_DIR={info.conf_dir}")
+    echo(f"  applications: {', '.join(map(str, info.active_apps)) or '-'}; "
+         f"drivers: {', '.join(map(str, info.active_drivers)) or '-'}")
 
 
 COMMANDS = (cluster_group,)

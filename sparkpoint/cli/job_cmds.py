@@ -10,6 +10,8 @@ from sparkpoint.cli.context import PATH_PART, Seconds, echo, emit, output_option
 from sparkpoint.cli.context import console as make_console
 
 if TYPE_CHECKING:  # the core is imported inside each command, so that --help stays fast
+    from sparkpoint.jobs.listing import ListedJob
+    from sparkpoint.jobs.registry import JobView
     from sparkpoint.jobs.stop import Stopped
 
 
@@ -66,14 +68,14 @@ RUN_OPTIONS = frozenset(opt for param in run_cmd.params if isinstance(param, cli
                         for opt in (*param.opts, *param.secondary_opts))
 
 
-def _render_job(job: dict) -> None:
-    echo(f"Job {job['id']} ({job['name']}): {job['state']}" + (f" — {job['error']}" if job["error"] else ""))
-    if job.get("replaced"):
-        _render_stopped(job["replaced"])
-    if job.get("restored_from"):
-        echo(f"  restored from {job['restored_from']}")
-    if job.get("log"):
-        echo(f"  driver log: {job['log']}")
+def _render_job(job: JobView) -> None:
+    echo(f"Job {job.id} ({job.name}): {job.state}" + (f" — {job.error}" if job.error else ""))
+    if job.replaced:
+        _render_stopped(job.replaced)
+    if job.restored_from:
+        echo(f"  restored from {job.restored_from}")
+    if job.log:
+        echo(f"  driver log: {job.log}")
 
 
 @click.command("list")
@@ -100,7 +102,7 @@ def _plain(value) -> str:
     return "-" if value is None else str(value)
 
 
-def _render_jobs(jobs: list[dict]) -> None:
+def _render_jobs(jobs: list[ListedJob]) -> None:
     from rich.table import Table
 
     if not jobs:
@@ -109,15 +111,14 @@ def _render_jobs(jobs: list[dict]) -> None:
     table = Table("job", "state", "application", "query", "batch", "input", "processed", "state rows",
                   "last savepoint")
     for job in jobs:
-        queries = job["queries"] or [{}]
-        for index, query in enumerate(queries):
+        for index, query in enumerate(job.queries or [None]):
             first = index == 0
             cells = (
-                (job["id"] or f"{job['name']} (ui)") if first else "", job["state"] if first else "",
-                (job["app_id"] or "-") if first else "",
-                query.get("name") or "-", _plain(query.get("batch_id")), _rate(query.get("input_rate")),
-                _rate(query.get("processing_rate")), _plain(query.get("state_rows")),
-                (job["last_savepoint"] or "-").rsplit("/", 1)[-1] if first else "",
+                (job.id or f"{job.name} (ui)") if first else "", job.state if first else "",
+                (job.app_id or "-") if first else "",
+                *((query.name or "-", _plain(query.batch_id), _rate(query.input_rate), _rate(query.processing_rate),
+                   _plain(query.state_rows)) if query else ("-", "-", "-", "-", "-")),
+                (job.last_savepoint or "-").rsplit("/", 1)[-1] if first else "",
             )
             table.add_row(*map(text, cells))
     make_console().print(table)
@@ -144,7 +145,7 @@ def stop_cmd(app, job_ref, savepoint_path, timeout, output):
 
 
 def _render_stopped(stopped: Stopped) -> None:
-    echo(f"Job {stopped.job['id']} stopped ({stopped.job['state']}); savepoint {stopped.path}")
+    echo(f"Job {stopped.job.id} stopped ({stopped.job.state}); savepoint {stopped.path}")
     phases = stopped.phases
     echo(f"  boundary {phases['boundary']:.1f} s, savepoint {phases['savepoint']:.1f} s, driver exit "
          f"{phases['driver_exit']:.1f} s (from the boundary, alongside the savepoint)")

@@ -11,7 +11,9 @@ from sparkpoint.cli.context import console as make_console
 from sparkpoint.errors import BadArgumentError, RecordedFailureError, SavepointInvalidError
 
 if TYPE_CHECKING:  # the core is imported inside each command, so that --help stays fast
+    from sparkpoint.jobs.triggers import TriggerRecord
     from sparkpoint.savepoints.create import Created
+    from sparkpoint.savepoints.inspect import Inspected
     from sparkpoint.savepoints.restore import Restored
     from sparkpoint.savepoints.savepoint import Disposed, Verification
 
@@ -59,8 +61,8 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
             raise BadArgumentError("--status takes JOB TRIGGER_ID")
         record = triggers.trigger_status(settings, *(PATH_PART.convert(arg, None, None) for arg in args))
         emit(output, record, _render_trigger)
-        if record["status"] == "failed":
-            raise RecordedFailureError(record.get("error", "failed"), record.get("exit_code"))
+        if record.status == "failed":
+            raise RecordedFailureError(record.error or "failed", record.exit_code)
         return
     if not checkpoint:
         if not args or len(args) > 2:
@@ -87,15 +89,15 @@ def _render_created(created: Created) -> None:
         replay = f", batch {q.planned_batch_id} planned (replayed on restore)" if q.planned_batch_id is not None else ""
         echo(f"  {q.name}: cut at batch {q.batch_id}{replay}, {human_bytes(q.bytes)}")
     if created.pruned is not None:  # --keep-last
-        echo(f"  pruned older savepoints: {', '.join(entry['id'] for entry in created.pruned) or 'none'}")
+        echo(f"  pruned older savepoints: {', '.join(entry.id for entry in created.pruned) or 'none'}")
 
 
-def _render_trigger(record: dict) -> None:
-    echo(f"Savepoint trigger {record['trigger_id']} of job {record['job_id']}: {record['status']}")
-    if record.get("savepoint"):
-        echo(f"  savepoint {record['savepoint']['path']}")
-    if record.get("error"):
-        echo(f"  {record['error']}")
+def _render_trigger(record: TriggerRecord) -> None:
+    echo(f"Savepoint trigger {record.trigger_id} of job {record.job_id}: {record.status}")
+    if record.savepoint:
+        echo(f"  savepoint {record.savepoint['path']}")
+    if record.error:
+        echo(f"  {record.error}")
 
 
 def _render_disposed(disposed: Disposed) -> None:
@@ -164,24 +166,23 @@ def _render_verified(report: Verification) -> None:
 @pass_app
 def inspect_cmd(app, loaded, with_state, limit, output):
     """Show a savepoint: its cut, source offsets, operators and sizes, optionally the state rows."""
-    data = loaded.summary()
-    if with_state:
-        from sparkpoint.savepoints import state_rows
+    from sparkpoint.savepoints.inspect import inspect
 
-        data["state"] = state_rows.read(loaded, limit=limit)
-    emit(output, data, _render_inspected)
+    emit(output, inspect(loaded, limit if with_state else None), _render_inspected)
 
 
-def _render_inspected(data: dict) -> None:
+def _render_inspected(inspected: Inspected) -> None:
     from rich.table import Table
 
     console = make_console()
-    console.print(text(data["id"], "bold") + text(f"  job {data['job']}  created {data['created_at']}  "
-                                                  f"{human_bytes(data['bytes'])} in {data['file_count']} files"))
-    console.print(text(f"path: {data['path']}"))
-    if data.get("restored_from"):
-        console.print(text(f"restored from: {data['restored_from']}"))
-    for q in data["queries"]:
+    manifest = inspected.manifest
+    console.print(text(manifest["id"], "bold") + text(f"  job {manifest['job']}  created {manifest['created_at']}  "
+                                                      f"{human_bytes(manifest['bytes'])} in {manifest['file_count']} "
+                                                      "files"))
+    console.print(text(f"path: {inspected.path}"))
+    if manifest.get("restored_from"):
+        console.print(text(f"restored from: {manifest['restored_from']}"))
+    for q in inspected.queries:
         planned = f" (batch {q['planned_batch_id']} planned)" if q.get("planned_batch_id") is not None else ""
         console.print()
         console.print(text(q["name"], "bold") + text(f"  query id {q['query_id']}  batch {q['batch_id']}{planned}  "
@@ -194,14 +195,14 @@ def _render_inspected(data: dict) -> None:
                           text(op["partitions"]), human_bytes(op["bytes"]))
         if q.get("operators"):
             console.print(table)
-    for store in data.get("state", []):
+    for store in inspected.state or []:
         # A line of its own: as a table title it would wrap to the width of a narrow table of samples.
         console.print()
-        console.print(text(f"{store['query']} operator {store['operator']} {store['store']} ({store['rows']} rows)"))
+        console.print(text(f"{store.query} operator {store.operator} {store.store} ({store.rows} rows)"))
         table = Table()
-        for column in store["columns"]:
+        for column in store.columns:
             table.add_column(text(column))
-        for row in store["sample"]:
+        for row in store.sample:
             table.add_row(*map(text, row))
         console.print(table)
 

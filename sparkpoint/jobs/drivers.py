@@ -13,11 +13,11 @@ from sparkpoint.adapters.processes import pid_alive, signal_group, terminate_gro
 from sparkpoint.adapters.standalone import DRIVER_STATES, StandaloneMaster
 from sparkpoint.errors import JobFailedError
 from sparkpoint.jobs.protocol import read_agent_file
-from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, describe_job, driver_start, state_of
+from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, describe_job, driver_start, state_of
 from sparkpoint.times import iso, poll_until
 
 
-def await_cluster_driver(registry: Registry, job: Job, detach: bool, sleep, clock, timeout: float) -> dict:
+def await_cluster_driver(registry: Registry, job: Job, detach: bool, sleep, clock, timeout: float) -> JobView:
     """Until the agent runs (detached) or the driver ended (foreground), as the master and the agent tell."""
     def settled() -> tuple[Job, str] | None:
         latest = registry.load(job.id)
@@ -30,12 +30,12 @@ def await_cluster_driver(registry: Registry, job: Job, detach: bool, sleep, cloc
     state = found[1] if found else state_of(job)
     info = describe_job(job, state=state)
     if state in ("failed", "lost"):
-        reason = info["error"] or f"the master reports the driver {job.driver.get('driverState', 'unknown')}"
+        reason = info.error or f"the master reports the driver {job.driver.get('driverState', 'unknown')}"
         raise JobFailedError(f"job {job.id} failed: {reason}")
     return info
 
 
-def await_start(registry: Registry, job: Job, process: subprocess.Popen, sleep, clock, timeout: float) -> dict:
+def await_start(registry: Registry, job: Job, process: subprocess.Popen, sleep, clock, timeout: float) -> JobView:
     poll_until(lambda: process.poll() is not None or read_agent_file(job.directory).get("state") == "running",
                timeout, 0.2, clock=clock, sleep=sleep)
     if process.poll() is not None:
@@ -43,7 +43,7 @@ def await_start(registry: Registry, job: Job, process: subprocess.Popen, sleep, 
     return describe_job(registry.load(job.id))
 
 
-def await_end(registry: Registry, job: Job, process: subprocess.Popen) -> dict:
+def await_end(registry: Registry, job: Job, process: subprocess.Popen) -> JobView:
     try:
         code = process.wait()
     except KeyboardInterrupt:
@@ -58,8 +58,8 @@ def await_end(registry: Registry, job: Job, process: subprocess.Popen) -> dict:
                      "error": f"spark-submit exited with status {code}; see the output above"}
         registry.save(job)
     info = describe_job(job)
-    if info["state"] == "failed":
-        raise JobFailedError(f"job {job.id} failed: {info['error']}")
+    if info.state == "failed":
+        raise JobFailedError(f"job {job.id} failed: {info.error}")
     return info
 
 

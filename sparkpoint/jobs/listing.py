@@ -3,66 +3,82 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
 
 from sparkpoint.adapters.standalone import StandaloneMaster
 from sparkpoint.adapters.storage import join, storage_for
 from sparkpoint.config import Settings
 from sparkpoint.errors import SparkpointError
-from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, client_for, describe_job, state_of
+from sparkpoint.jobs.registry import (
+    ACTIVE_STATES,
+    Job,
+    JobView,
+    LiveQuery,
+    Registry,
+    client_for,
+    describe_job,
+    state_of,
+)
+from sparkpoint.results import WHEN_SET
 
 # The savepoint commit marker (sparkpoint.savepoints.manifest.MANIFEST); not imported, to keep `list` light.
 MANIFEST = "manifest.json"
 
 
-def ui_entries(ui_url: str) -> list[dict[str, Any]]:
+@dataclass(frozen=True, kw_only=True)
+class ListedJob(JobView):
+    last_savepoint: str | None  # the newest complete savepoint of the job's name
+    app_state: str | None  # what a standalone master says of the application (RUNNING, FINISHED, KILLED)
+    ui: str | None = field(default=None, metadata=WHEN_SET)  # list --ui: the driver UI it was found through
+
+
+def ui_entries(ui_url: str) -> list[ListedJob]:
     """Applications found through a driver UI, shaped like registered jobs (``source: ui``)."""
     from sparkpoint.adapters.spark_ui import applications
 
     return [
-        {"source": "ui", "id": None, "name": app["app_name"], "state": "running", "app_id": app["app_id"],
-         "pid": None, "created_at": None, "app": None, "checkpoint_root": None, "restored_from": None, "log": None,
-         "error": None, "queries": app["queries"], "last_savepoint": None, "ui": ui_url,
-         "master": None, "submission_id": None, "driver_state": None, "app_state": None}
+        ListedJob(source="ui", id=None, name=app["app_name"], state="running", app_id=app["app_id"], pid=None,
+                  created_at=None, app=None, checkpoint_root=None, restored_from=None, log=None, error=None,
+                  queries=[LiveQuery.from_report(q) for q in app["queries"]], master=None, submission_id=None,
+                  driver_state=None, last_savepoint=None, app_state=None, ui=ui_url)
         for app in applications(ui_url)
     ]
 
 
-def list_jobs(settings: Settings, include_all: bool = False) -> list[dict[str, Any]]:
+def list_jobs(settings: Settings, include_all: bool = False) -> list[ListedJob]:
     registry = Registry(settings.home_url())
     # A job's state costs process checks: derived once per job, then handed on.
     states = [(job, state_of(job)) for job in registry.all()]
 
-    def live(job: Job, state: str) -> dict[str, Any]:
+    def live(job: Job, state: str) -> ListedJob:
         status = None
         if state == "running":
             try:
                 status = client_for(registry, job, timeout=1.0).status()
             except SparkpointError:
                 status = None
-        info = describe_job(job, status, state)
-        info["last_savepoint"] = last_savepoint(settings, job.name)
-        return info
+        view = describe_job(job, status, state)
+        return ListedJob(**{f.name: getattr(view, f.name) for f in fields(view)},
+                         last_savepoint=last_savepoint(settings, job.name), app_state=None)
 
     shown = [(job, state) for job, state in states if include_all or state in ACTIVE_STATES]
     with ThreadPoolExecutor(max_workers=8) as pool:
         entries = list(pool.map(lambda pair: live(*pair), shown))
-    _add_application_states(entries)
-    return entries
+    applications = _application_states({entry.master for entry in entries})
+    return [replace(entry, app_state=applications.get(entry.master, {}).get(entry.app_id)) for entry in entries]
 
 
-def _add_application_states(entries: list[dict[str, Any]]) -> None:
-    """What each standalone master says of its applications (one request per master)."""
+def _application_states(masters: set[str | None]) -> dict[str, dict[str, str]]:
+    """What each standalone master says of its applications (one request per master), by application id."""
     applications: dict[str, dict[str, str]] = {}
-    for master in {e["master"] for e in entries if (e["master"] or "").startswith("spark://")}:
+    for master in {m for m in masters if (m or "").startswith("spark://")}:
         try:
             overview = StandaloneMaster(master, timeout=2.0).overview()
         except SparkpointError:
             continue
         applications[master] = {a.get("id"): a.get("state")
                                 for a in [*overview.get("activeapps", []), *overview.get("completedapps", [])]}
-    for entry in entries:
-        entry["app_state"] = applications.get(entry["master"], {}).get(entry["app_id"])
+    return applications
 
 
 def last_savepoint(settings: Settings, job_name: str) -> str | None:

@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkpoint.adapters.agent_client import AgentClient
 from sparkpoint.adapters.local_files import write_json, write_private
@@ -31,7 +31,11 @@ from sparkpoint.errors import (
 )
 from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.lookup import by_id, the_one
+from sparkpoint.results import WHEN_SET, Result
 from sparkpoint.times import iso
+
+if TYPE_CHECKING:  # a stop's result names the job it stopped: the type only, not a cycle at import
+    from sparkpoint.jobs.stop import Stopped
 
 JOB_FILE = "job.json"
 TOKEN_FILE = "token"
@@ -223,26 +227,77 @@ def driver_status(job: Job) -> dict[str, Any]:
         return {"driverState": "UNKNOWN", "message": str(exc)}
 
 
-def describe_job(job: Job, status: dict[str, Any] | None = None, state: str | None = None) -> dict[str, Any]:
-    state = state or state_of(job)
-    return {
-        "source": "registry",
-        "id": job.id,
-        "name": job.name,
-        "state": state,
-        "app_id": (status or {}).get("app_id") or job.agent.get("app_id"),
-        "pid": job.pid,
-        "created_at": job.created_at,
-        "app": job.app,
-        "checkpoint_root": job.checkpoint_root,
-        "restored_from": job.restored_from,
-        "log": job.log_path if job.detached and not job.submission_id else None,
-        "error": job.agent.get("error") or job.agent.get("restore_error") or (job.ended or {}).get("error"),
-        "queries": (status or {}).get("queries", []),
-        "master": job.master,
-        "submission_id": job.submission_id,
-        "driver_state": job.driver.get("driverState"),
-    }
+def _number(value: Any) -> float | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class LiveQuery(Result):
+    """A query as its driver reports it now: the agent's account, or a driver UI's (name, ids and batch only)."""
+
+    name: str | None
+    id: str | None
+    run_id: str | None
+    batch_id: int | None
+    input_rate: float | None
+    processing_rate: float | None
+    state_rows: int | None
+    state_bytes: int | None
+    trigger_active: bool | None
+    checkpoint: str | None
+
+    @classmethod
+    def from_report(cls, report: Any) -> LiveQuery:
+        report = report if isinstance(report, dict) else {}
+        values = {f.name: report.get(f.name) for f in fields(cls)}
+        # An agent's report is JSON from another process: a count or rate that is not a number shows as none.
+        for name in ("batch_id", "input_rate", "processing_rate", "state_rows", "state_bytes"):
+            values[name] = _number(values[name])
+        return cls(**values)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobView(Result):
+    """A job as run, cancel and list show it: its record, its state, and what its driver reports."""
+
+    source: str = "registry"  # list --ui: "ui", an application sparkpoint did not launch
+    id: str | None
+    name: str | None
+    state: str
+    app_id: str | None
+    pid: int | None
+    created_at: str | None
+    app: str | None
+    checkpoint_root: str | None
+    restored_from: str | None
+    log: str | None
+    error: str | None
+    queries: list[LiveQuery]
+    master: str | None
+    submission_id: str | None
+    driver_state: str | None
+    replaced: Stopped | None = field(default=None, metadata=WHEN_SET)  # run --replace: the old job's stop
+
+
+def describe_job(job: Job, status: dict[str, Any] | None = None, state: str | None = None) -> JobView:
+    reported = (status or {}).get("queries")
+    return JobView(
+        id=job.id,
+        name=job.name,
+        state=state or state_of(job),
+        app_id=(status or {}).get("app_id") or job.agent.get("app_id"),
+        pid=job.pid,
+        created_at=job.created_at,
+        app=job.app,
+        checkpoint_root=job.checkpoint_root,
+        restored_from=job.restored_from,
+        log=job.log_path if job.detached and not job.submission_id else None,
+        error=job.agent.get("error") or job.agent.get("restore_error") or (job.ended or {}).get("error"),
+        queries=[LiveQuery.from_report(q) for q in reported] if isinstance(reported, list) else [],
+        master=job.master,
+        submission_id=job.submission_id,
+        driver_state=job.driver.get("driverState"),
+    )
 
 
 def client_for(registry: Registry, job: Job, timeout: float = 5.0) -> AgentClient:

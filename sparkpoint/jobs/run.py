@@ -11,9 +11,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from sparkpoint.adapters import spark_submit
 from sparkpoint.adapters.processes import process_start
@@ -22,7 +21,7 @@ from sparkpoint.adapters.transfer import Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, NotFoundError
 from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start
-from sparkpoint.jobs.registry import Job, Registry, client_for
+from sparkpoint.jobs.registry import Job, JobView, Registry, client_for
 from sparkpoint.jobs.replace import take_over
 from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints.restore import restore
@@ -65,7 +64,7 @@ def _parse_confs(confs: list[str]) -> list[str]:
 
 def run_job(settings: Settings, request: RunRequest, progress: Progress | None = None,
             sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-            start_timeout: float = 180.0) -> dict[str, Any]:
+            start_timeout: float = 180.0) -> JobView:
     """Launch the application under spark-submit, restored from a savepoint when asked."""
     app = os.path.abspath(request.app)
     if not os.path.isfile(app):
@@ -107,7 +106,7 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
         info = await_start(registry, job, process, sleep, clock, start_timeout)
     else:
         info = await_end(registry, job, process)
-    return {**info, "replaced": handover} if handover else info
+    return replace(info, replaced=handover) if handover else info
 
 
 def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_args: list[str],

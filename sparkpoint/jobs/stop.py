@@ -16,7 +16,7 @@ from sparkpoint.config import Settings
 from sparkpoint.errors import JobFailedError, JobNotRunningError, SparkpointError, StopInterruptedError
 from sparkpoint.jobs.drivers import DriverExit, end_driver
 from sparkpoint.jobs.protocol import read_agent_file
-from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, client_for, describe_job, state_of
+from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, client_for, describe_job, state_of
 from sparkpoint.jobs.savepoint import create_savepoint, job_sources
 from sparkpoint.results import Result
 from sparkpoint.savepoints.create import SavedQuery
@@ -69,7 +69,7 @@ class Stopped(Result):
 
     path: str
     id: str
-    job: str | dict[str, Any]  # the savepoint's job label, until the stopped job's record replaces it
+    job: str | JobView  # the savepoint's job label, until the stopped job's view replaces it
     created_at: str
     bytes: int
     file_count: int
@@ -135,7 +135,7 @@ def _waiting_message(report: dict[str, Any]) -> str:
 
 
 def record_stopped(registry: Registry, job: Job, cancelled: bool, exiting: DriverExit,
-                    phases: dict[str, float]) -> dict[str, Any]:
+                    phases: dict[str, float]) -> JobView:
     """Once the stopped driver has exited: record how the job ended (and how long that took)."""
     phases["driver_exit"] = exiting.wait()
     job = registry.load(job.id)
@@ -147,7 +147,7 @@ def record_stopped(registry: Registry, job: Job, cancelled: bool, exiting: Drive
 
 
 def cancel_job(settings: Settings, reference: str, sleep: Callable[[float], None] = time.sleep,
-               clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+               clock: Callable[[], float] = time.monotonic) -> JobView:
     """Stop without savepoint. Works without the agent: the process group is ended."""
     registry = Registry(settings.home_url())
     job = registry.resolve(reference)

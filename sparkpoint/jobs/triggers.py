@@ -9,6 +9,7 @@ import re
 import secrets
 import subprocess
 import sys
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from sparkpoint.config import Settings, load_settings
 from sparkpoint.errors import BadArgumentError, CorruptRecordError, NotFoundError, SparkpointError
 from sparkpoint.jobs.registry import Job, Registry, client_for
 from sparkpoint.jobs.savepoint import savepoint_job
+from sparkpoint.results import WHEN_SET, Result
 from sparkpoint.savepoints.create import Created
 from sparkpoint.times import iso
 
@@ -27,8 +29,45 @@ TRIGGERS_DIR = "triggers"
 _TRIGGER_ID = re.compile(r"t-[0-9a-f]{8}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class TriggerRecord(Result):
+    """A detached savepoint's record (triggers/<id>.json), as written and as `--status` reports it."""
+
+    trigger_id: str
+    job_id: str
+    status: str  # in_progress, completed, failed
+    started_at: str
+    pid: int | None = field(default=None, metadata=WHEN_SET)  # the background process, once started
+    pid_start: str | None = field(default=None, metadata=WHEN_SET)
+    ended_at: str | None = field(default=None, metadata=WHEN_SET)
+    savepoint: dict[str, Any] | None = field(default=None, metadata=WHEN_SET)  # completed: as `savepoint` prints
+    error: str | None = field(default=None, metadata=WHEN_SET)  # failed
+    exit_code: int | None = field(default=None, metadata=WHEN_SET)  # failed, unless its process died first
+
+    @classmethod
+    def from_record(cls, data: Any, path: Path) -> TriggerRecord:
+        """A record read back: every field of its type (what a renderer or script indexes), others ignored."""
+        if not isinstance(data, dict):
+            raise CorruptRecordError(f"the savepoint trigger record {path} is malformed (not an object)")
+        values = {}
+        for f in fields(cls):
+            value, kind = data.get(f.name), _FIELD_TYPES[f.name]
+            required = f.default is MISSING
+            if (value is None and required) or (value is not None and (
+                    not isinstance(value, kind) or isinstance(value, bool))):
+                raise CorruptRecordError(f"the savepoint trigger record {path} is malformed ({f.name!r})")
+            values[f.name] = value
+        if values["savepoint"] is not None and not isinstance(values["savepoint"].get("path"), str):
+            raise CorruptRecordError(f"the savepoint trigger record {path} is malformed (its savepoint has no path)")
+        return cls(**values)
+
+
+_FIELD_TYPES = {"trigger_id": str, "job_id": str, "status": str, "started_at": str, "pid": int, "pid_start": str,
+                "ended_at": str, "savepoint": dict, "error": str, "exit_code": int}
+
+
 def trigger_savepoint(settings: Settings, reference: str, target_dir: str | None, keep_last: int | None,
-                      config_path: str | None = None) -> dict[str, Any]:
+                      config_path: str | None = None) -> TriggerRecord:
     """Start a savepoint in the background (Flink's trigger-then-poll); return its trigger id at once."""
     registry = Registry(settings.home_url())
     job = registry.resolve(reference)
@@ -39,13 +78,11 @@ def trigger_savepoint(settings: Settings, reference: str, target_dir: str | None
     argv = [sys.executable, "-m", "sparkpoint.jobs.triggers", "--home", settings.home,
             *(["--config", config_path] if config_path else []), *(["--target", target_dir] if target_dir else []),
             *(["--keep-last", str(keep_last)] if keep_last is not None else []), job.id, trigger_id]
-    _write_trigger(path, {"trigger_id": trigger_id, "job_id": job.id, "status": "in_progress",
-                          "started_at": iso()})
+    record = _write_trigger(path, TriggerRecord(trigger_id=trigger_id, job_id=job.id, status="in_progress",
+                                                started_at=iso()))
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
-    record = _write_trigger(path, {**json.loads(path.read_text()), "pid": process.pid,
-                                   "pid_start": process_start(process.pid)})
-    return record
+    return _write_trigger(path, replace(record, pid=process.pid, pid_start=process_start(process.pid)))
 
 
 def run_trigger(settings: Settings, reference: str, trigger_id: str, target_dir: str | None,
@@ -57,18 +94,18 @@ def run_trigger(settings: Settings, reference: str, trigger_id: str, target_dir:
     try:
         result = savepoint_job(settings, job.id, target_dir, keep_last)
     except SparkpointError as exc:
-        _write_trigger(path, {**record, "status": "failed", "error": str(exc), "exit_code": exc.exit_code,
-                              "ended_at": iso()})
+        _write_trigger(path, replace(record, status="failed", error=str(exc), exit_code=exc.exit_code,
+                                     ended_at=iso()))
         raise
-    _write_trigger(path, {**record, "status": "completed", "savepoint": result.to_json(), "ended_at": iso()})
+    _write_trigger(path, replace(record, status="completed", savepoint=result.to_json(), ended_at=iso()))
     return result
 
 
-def trigger_status(settings: Settings, reference: str, trigger_id: str) -> dict[str, Any]:
+def trigger_status(settings: Settings, reference: str, trigger_id: str) -> TriggerRecord:
     job = Registry(settings.home_url()).resolve(reference)
     record = _read_trigger(_trigger_path(job, trigger_id), job, trigger_id)
-    if record["status"] == "in_progress" and not pid_alive(record.get("pid"), record.get("pid_start")):
-        record = {**record, "status": "failed", "error": "the savepoint process ended without recording a result"}
+    if record.status == "in_progress" and not pid_alive(record.pid, record.pid_start):
+        record = replace(record, status="failed", error="the savepoint process ended without recording a result")
     return record
 
 
@@ -80,20 +117,18 @@ def _trigger_path(job: Job, trigger_id: str) -> Path:
     return Path(job.directory) / TRIGGERS_DIR / f"{trigger_id}.json"
 
 
-def _read_trigger(path: Path, job: Job, trigger_id: str) -> dict[str, Any]:
+def _read_trigger(path: Path, job: Job, trigger_id: str) -> TriggerRecord:
     try:
-        record = json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except FileNotFoundError:
         raise NotFoundError(f"job {job.id} has no savepoint trigger {trigger_id!r}") from None
     except ValueError:
         raise CorruptRecordError(f"the savepoint trigger record {path} is not JSON") from None
-    if not isinstance(record, dict) or not isinstance(record.get("status"), str):
-        raise CorruptRecordError(f"the savepoint trigger record {path} is malformed (no status)")
-    return record
+    return TriggerRecord.from_record(data, path)
 
 
-def _write_trigger(path: Path, record: dict[str, Any]) -> dict[str, Any]:
-    write_json(path, record)
+def _write_trigger(path: Path, record: TriggerRecord) -> TriggerRecord:
+    write_json(path, record.to_json())
     return record
 
 

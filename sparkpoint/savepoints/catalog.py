@@ -67,13 +67,17 @@ class Entry:
     problem: str | None = None
     marker: dict[str, Any] | None = None
 
+    @property
+    def created_at(self) -> str | None:
+        return iso(self.created) if self.created is not None else None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "path": self.path,
             "status": self.status,
             "job": self.job,
-            "created_at": iso(self.created) if self.created is not None else None,
+            "created_at": self.created_at,
             "bytes": self.bytes,
             "queries": self.queries,
             "problem": self.problem,
@@ -237,11 +241,10 @@ def prune(
                   freed_bytes=sum(e.bytes for e in deleted))
 
 
-def keep_newest(settings: Settings, job: str, keep_last: int) -> list[dict[str, Any]]:
+def keep_newest(settings: Settings, job: str, keep_last: int) -> list[Entry]:
     """After a new savepoint: keep the job's newest ``keep_last`` in the catalog; the entries deleted."""
-    pruned = prune(join(settings.savepoints_dir(), job), keep_last=keep_last, max_age=None, job=job,
-                   storage_options=settings.storage_options)
-    return [entry.to_json() for entry in pruned.deleted]
+    return prune(join(settings.savepoints_dir(), job), keep_last=keep_last, max_age=None, job=job,
+                 storage_options=settings.storage_options).deleted
 
 
 def resolve(ref: str, directory: str, storage_options: dict | None = None) -> str:

@@ -236,7 +236,7 @@ class Created(Result):
     bytes: int
     file_count: int
     queries: list[SavedQuery]
-    pruned: list[dict[str, Any]] | None = field(default=None, metadata=WHEN_SET)  # with --keep-last
+    pruned: list[catalog.Entry] | None = field(default=None, metadata=WHEN_SET)  # with --keep-last
 
 
 def _created_summary(result: dict[str, Any]) -> Created:

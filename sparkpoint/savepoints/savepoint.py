@@ -59,15 +59,6 @@ class Savepoint:
         names = ", ".join(q["name"] for q in self.queries)
         raise NotFoundError(f"savepoint {self.path} has no query {name!r} (it has: {names})")
 
-    def summary(self) -> dict[str, Any]:
-        data = {k: v for k, v in self.manifest.items() if k != "queries"}
-        data["path"] = self.path
-        data["queries"] = [
-            {k: v for k, v in q.items() if k not in ("files", "relocate", "confs")} | {"file_count": len(q["files"])}
-            for q in self.queries
-        ]
-        return data
-
 
 def load(path: str, storage_options: dict | None = None) -> Savepoint:
     storage, path = storage_for(path, storage_options)
@@ -163,7 +154,7 @@ def dispose(path: str, storage_options: dict | None = None) -> Disposed:
             names = set()
         if not names & {mf.MANIFEST, mf.IN_PROGRESS, mf.DISPOSING}:
             raise SavepointInvalidError(f"{path} is not a sparkpoint savepoint; refusing to delete it")
-        info = load_from(storage, path).summary() if mf.MANIFEST in names else {}
+        info = load_from(storage, path).manifest if mf.MANIFEST in names else {}
         # Marker first, manifest next: a crash from here on leaves a directory prune recognises.
         storage.write_atomic(join(path, mf.DISPOSING), b'{"reason": "dispose"}')
         storage.remove_file(join(path, mf.MANIFEST))

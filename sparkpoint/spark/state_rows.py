@@ -1,7 +1,7 @@
 """State rows of checkpoints, read through Spark's own state data source.
 
 The only core module that needs Spark: it imports pyspark lazily, so every other command stays
-fast. A savepoint's state is read from a restored copy (savepoints.state_rows): Spark reads state
+fast. A savepoint's state is read from a restored copy (savepoints.inspect): Spark reads state
 only from a checkpoint location.
 """
 

@@ -10,6 +10,7 @@ import sys
 import pytest
 from clitools import closed_port
 from checkpoints import hdfs_checkpoint, offsets, write
+from views import job_view, live_query
 
 from sparkpoint.cli.main import cli, main
 from sparkpoint.savepoints import manifest as mf
@@ -205,7 +206,7 @@ def test_ambiguous_job_prefixes_and_drivers_that_do_not_answer(capsys, home, tmp
 def test_a_stop_is_rendered_with_its_cut_and_phases(capsys):
     from sparkpoint.cli.job_cmds import _render_stopped
 
-    _render_stopped(stopped_result("/sp/counts/sp-1", {"id": "counts-3f9c", "state": "finished"},
+    _render_stopped(stopped_result("/sp/counts/sp-1", job_view(id="counts-3f9c", state="finished"),
                                    {"boundary": 0.84, "savepoint": 0.61, "driver_exit": 1.2},
                                    [("counts", True, 41, None), ("slow", False, 6, 7)]))
     assert capsys.readouterr().out.splitlines() == [
@@ -240,11 +241,10 @@ def rendered(capsys, render, data):
 def test_the_stop_and_run_renderers_print_names_literally(capsys):
     from sparkpoint.cli.job_cmds import _render_job, _render_stopped
 
-    job = {"id": HOSTILE, "name": HOSTILE, "state": "running", "error": HOSTILE, "restored_from": HOSTILE,
-           "log": HOSTILE}
+    job = job_view(id=HOSTILE, name=HOSTILE, state="running", error=HOSTILE, restored_from=HOSTILE, log=HOSTILE)
     assert rendered(capsys, _render_job, job) == [
         f"Job {SHOWN} ({SHOWN}): running — {SHOWN}", f"  restored from {SHOWN}", f"  driver log: {SHOWN}"]
-    stopped = stopped_result(HOSTILE, {"id": HOSTILE, "state": "finished"},
+    stopped = stopped_result(HOSTILE, job_view(id=HOSTILE, state="finished"),
                              {"boundary": 1, "savepoint": 1, "driver_exit": 1}, [(HOSTILE, True, 4, None)])
     lines = rendered(capsys, _render_stopped, stopped)
     assert lines[0] == f"Job {SHOWN} stopped (finished); savepoint {SHOWN}"
@@ -253,6 +253,7 @@ def test_the_stop_and_run_renderers_print_names_literally(capsys):
 
 def test_the_savepoint_renderers_print_names_and_paths_literally(capsys):
     from sparkpoint.cli import savepoint_cmds as cmds
+    from sparkpoint.jobs.triggers import TriggerRecord
     from sparkpoint.savepoints.create import Created, SavedQuery
     from sparkpoint.savepoints.restore import Restored, RestoredQuery
     from sparkpoint.savepoints.savepoint import Disposed, Verification
@@ -261,8 +262,8 @@ def test_the_savepoint_renderers_print_names_and_paths_literally(capsys):
                       queries=[SavedQuery(HOSTILE, HOSTILE, 3, None, 1)])
     assert rendered(capsys, cmds._render_created, created) == [
         f"Savepoint {SHOWN} completed: {SHOWN}", f"  {SHOWN}: cut at batch 3, 1 B"]
-    trigger = {"trigger_id": HOSTILE, "job_id": HOSTILE, "status": "failed", "savepoint": {"path": HOSTILE},
-               "error": HOSTILE}
+    trigger = TriggerRecord(trigger_id=HOSTILE, job_id=HOSTILE, status="failed", started_at=HOSTILE,
+                            savepoint={"path": HOSTILE}, error=HOSTILE)
     assert rendered(capsys, cmds._render_trigger, trigger) == [
         f"Savepoint trigger {SHOWN} of job {SHOWN}: failed", f"  savepoint {SHOWN}", f"  {SHOWN}"]
     assert rendered(capsys, cmds._render_disposed, Disposed(path=HOSTILE, id=HOSTILE, disposed=True, bytes=0)) == [
@@ -280,14 +281,16 @@ def test_the_savepoint_renderers_print_names_and_paths_literally(capsys):
 
 def test_inspect_renders_markup_in_a_manifest_as_text(capsys):
     from sparkpoint.cli.savepoint_cmds import _render_inspected
+    from sparkpoint.savepoints.inspect import Inspected, StoreRows
 
     query = {"name": HOSTILE, "query_id": HOSTILE, "batch_id": 3, "planned_batch_id": None, "state_version": 4,
-             "provider": HOSTILE, "offsets": [HOSTILE],
+             "provider": HOSTILE, "offsets": [HOSTILE], "files": [], "confs": {}, "relocate": [],
              "operators": [{"id": 0, "name": HOSTILE, "stores": [HOSTILE], "partitions": 2, "bytes": 1}]}
-    data = {"id": HOSTILE, "job": HOSTILE, "created_at": HOSTILE, "bytes": 1, "file_count": 2, "path": HOSTILE,
-            "restored_from": HOSTILE, "queries": [query],
-            "state": [{"query": HOSTILE, "operator": 0, "store": HOSTILE, "rows": 1, "columns": [HOSTILE],
-                       "sample": [[HOSTILE]]}]}
+    manifest = {"id": HOSTILE, "job": HOSTILE, "created_at": HOSTILE, "bytes": 1, "file_count": 2,
+                "restored_from": HOSTILE, "queries": [query]}
+    data = Inspected(path=HOSTILE, manifest=manifest,
+                     state=[StoreRows(query=HOSTILE, operator=0, store=HOSTILE, rows=1, columns=[HOSTILE],
+                                      sample=[[HOSTILE]])])
     lines = rendered(capsys, _render_inspected, data)
     assert lines[:3] == [f"{SHOWN}  job {SHOWN}  created {SHOWN}  1 B in 2 files", f"path: {SHOWN}",
                          f"restored from: {SHOWN}"]
@@ -301,8 +304,8 @@ def test_the_catalog_renderers_print_names_literally(capsys):
     from sparkpoint.cli.catalog_cmds import _render_list, _render_pruned
     from sparkpoint.savepoints.catalog import Entry, Pruned
 
-    row = {"id": HOSTILE, "path": HOSTILE, "status": "invalid", "job": HOSTILE, "created_at": None, "bytes": 0,
-           "queries": [{"name": HOSTILE, "batch_id": 3}], "problem": HOSTILE}
+    row = Entry(path=HOSTILE, status="invalid", id=HOSTILE, job=HOSTILE, queries=[{"name": HOSTILE, "batch_id": 3}],
+                problem=HOSTILE)
     lines = rendered(capsys, _render_list, [row])
     body = next(line for line in lines if line.startswith("│"))
     assert [cell.strip() for cell in body.strip("│").split("│")] == [
@@ -316,22 +319,24 @@ def test_the_catalog_renderers_print_names_literally(capsys):
 def test_the_jobs_table_prints_names_literally(capsys):
     from sparkpoint.cli.job_cmds import _render_jobs
 
-    job = {"id": HOSTILE, "name": HOSTILE, "state": "running", "app_id": HOSTILE, "last_savepoint": "/sp/sp-1",
-           "queries": [{"name": HOSTILE, "batch_id": 3}]}
+    job = job_view(id=HOSTILE, name=HOSTILE, state="running", app_id=HOSTILE, last_savepoint="/sp/sp-1",
+                   queries=[live_query(name=HOSTILE, batch_id=3)])
     body = next(line for line in rendered(capsys, _render_jobs, [job]) if line.startswith("│"))
     assert [cell.strip() for cell in body.strip("│").split("│")] == [
         SHOWN, "running", SHOWN, SHOWN, "3", "-", "-", "-", "sp-1"]
 
 
 def test_the_cluster_renderers_print_paths_literally(capsys):
+    from sparkpoint.adapters.local_cluster import ClusterStatus, ClusterStopped
     from sparkpoint.cli.cluster_cmds import _render_status, _render_stopped
 
-    info = {"master_url": HOSTILE, "master_pid": 1, "worker_pid": None, "workers_alive": 0, "rest_url": HOSTILE,
-            "conf_dir": HOSTILE, "active_apps": [HOSTILE], "active_drivers": []}
+    info = ClusterStatus(directory=HOSTILE, master_url=HOSTILE, master_pid=1, worker_pid=None, workers_alive=0,
+                         rest_url=HOSTILE, conf_dir=HOSTILE, active_apps=[HOSTILE], active_drivers=[])
     assert rendered(capsys, _render_status, info) == [
         f"cluster {SHOWN}: down (master pid 1, worker pid -, 0 worker(s) registered)",
         f"  REST {SHOWN}; export SPARK_CONF_DIR={SHOWN}", f"  applications: {SHOWN}; drivers: -"]
-    assert rendered(capsys, _render_stopped, {"stopped": [HOSTILE]}) == [f"stopped: {SHOWN}"]
+    assert rendered(capsys, _render_stopped, ClusterStopped(directory=HOSTILE, stopped=[HOSTILE])) == [
+        f"stopped: {SHOWN}"]
 
 
 def test_progress_shows_what_it_waits_for_literally(capsys, monkeypatch):

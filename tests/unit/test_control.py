@@ -51,7 +51,7 @@ def test_cancel_without_an_agent_ends_the_process_group_at_once(tmp_path, monkey
     killpg = os.killpg
     monkeypatch.setattr(os, "killpg", lambda pid, sig: (events.append(sig), killpg(pid, sig)))
     result = stop.cancel_job(settings, job.id, sleep=lambda seconds: events.append("wait"))
-    assert result["state"] == "cancelled" and events[0] == signal.SIGTERM
+    assert result.state == "cancelled" and events[0] == signal.SIGTERM
     assert driver.wait(timeout=30) == -signal.SIGTERM
     leftovers = subprocess.run(["pgrep", "-g", str(driver.pid)], capture_output=True, text=True).stdout.split()
     assert leftovers == []
@@ -70,7 +70,7 @@ def test_a_driver_that_ignores_sigterm_is_killed_once_the_grace_is_over(tmp_path
     registry.save(job)
 
     clock, sleep = fake_time()
-    assert stop.cancel_job(settings, job.id, sleep=sleep, clock=clock)["state"] == "cancelled"
+    assert stop.cancel_job(settings, job.id, sleep=sleep, clock=clock).state == "cancelled"
     assert driver.wait(timeout=30) == -signal.SIGKILL
     assert clock() >= 10  # terminate_group's grace, counted on the clock given: no real wait
 
@@ -89,7 +89,7 @@ def test_cancel_of_a_lost_job_leaves_the_process_that_reuses_its_pid_alone(tmp_p
         for job in (recorded, legacy):
             registry.save(job)
             assert state_of(registry.load(job.id)) == "lost"
-            assert stop.cancel_job(settings, job.id, sleep=lambda _: None)["state"] == "cancelled"
+            assert stop.cancel_job(settings, job.id, sleep=lambda _: None).state == "cancelled"
         assert other.poll() is None and pid_alive(other.pid)
     finally:
         other.kill()
@@ -104,7 +104,7 @@ def test_the_driver_of_an_earlier_sparkpoints_job_is_recognised_by_its_command_l
     job.pid = driver.pid
     registry.save(job)
     assert registry.load(job.id).pid_start is None and state_of(registry.load(job.id)) == "starting"
-    assert stop.cancel_job(settings, job.id, sleep=lambda _: None)["state"] == "cancelled"
+    assert stop.cancel_job(settings, job.id, sleep=lambda _: None).state == "cancelled"
     assert driver.wait(timeout=30) == -signal.SIGTERM
 
 

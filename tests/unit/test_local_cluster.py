@@ -34,8 +34,8 @@ def test_stop_leaves_a_process_that_reuses_a_stale_pid_alone(tmp_path):
         (tmp_path / "pids" / "worker.pid").write_text(str(other.pid))
         (tmp_path / "pids" / "master.pid").write_text(f"{other.pid} {int(process_start(other.pid)) + 1}")
         info = local_cluster.status(tmp_path)
-        assert (info["master_pid"], info["worker_pid"]) == (None, None)
-        assert local_cluster.stop(tmp_path, grace=1)["stopped"] == []
+        assert (info.master_pid, info.worker_pid) == (None, None)
+        assert local_cluster.stop(tmp_path, grace=1).stopped == []
         assert other.poll() is None and pid_alive(other.pid)
         assert not (tmp_path / "pids" / "worker.pid").exists()
     finally:
@@ -52,5 +52,5 @@ def test_stop_ends_the_process_its_pid_file_names(tmp_path):
     (tmp_path / "pids").mkdir()
     (tmp_path / "pids" / "worker.pid").write_text(str(legacy.pid))
     (tmp_path / "pids" / "master.pid").write_text(f"{current.pid} {process_start(current.pid)}")
-    assert local_cluster.stop(tmp_path, grace=5)["stopped"] == ["worker", "master"]
+    assert local_cluster.stop(tmp_path, grace=5).stopped == ["worker", "master"]
     assert legacy.wait(timeout=30) < 0 and current.wait(timeout=30) < 0

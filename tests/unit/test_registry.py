@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ def test_every_record_of_a_job_is_private_and_no_temp_file_stays(tmp_path):
     answer_handover(job.directory, {"abort": "no"})
     trigger = Path(job.directory) / "triggers" / "t-0123abcd.json"
     trigger.parent.mkdir()
-    triggers._write_trigger(trigger, {"status": "in_progress"})
+    triggers._write_trigger(trigger, TRIGGER)
     records = [Path(job.directory) / name for name in ("job.json", "agent.json", "handover.json", "token")] + [trigger]
     assert {path.name: mode(path) for path in records} == {path.name: 0o600 for path in records}
     assert not [p for p in Path(job.directory).rglob("*") if p.name.startswith(".")]
@@ -69,7 +70,7 @@ def test_a_malformed_entry_is_reported_as_such_and_list_goes_on(tmp_path, change
     with pytest.raises(CorruptRecordError, match=problem) as raised:
         registry.load(broken.id)
     assert raised.value.exit_code == 15 and str(path) in str(raised.value)
-    assert [entry["id"] for entry in list_jobs(settings, include_all=True)] == [fine.id]
+    assert [entry.id for entry in list_jobs(settings, include_all=True)] == [fine.id]
 
 
 def test_keys_of_a_newer_sparkpoint_are_ignored(tmp_path):
@@ -98,7 +99,18 @@ def test_trigger_ids_of_another_shape_never_become_paths(tmp_path, trigger_id):
         triggers.trigger_status(settings, job.id, trigger_id)
 
 
-@pytest.mark.parametrize("record", ["{}", "[]", "not json", '{"status": 1}'])
+TRIGGER = triggers.TriggerRecord(trigger_id="t-0123abcd", job_id="alarms-0001", status="in_progress",
+                                  started_at="2026-11-23T09:00:00.000Z")
+WELL_FORMED = '"trigger_id": "t-0123abcd", "job_id": "alarms-0001", "started_at": "2026-11-23T09:00:00.000Z"'
+
+
+@pytest.mark.parametrize("record", [
+    "{}", "[]", "not json", '{"status": 1}', f'{{{WELL_FORMED}}}',
+    f'{{{WELL_FORMED}, "status": "in_progress", "pid": "12"}}',
+    f'{{{WELL_FORMED}, "status": "completed", "savepoint": "sp-1"}}',
+    f'{{{WELL_FORMED}, "status": "completed", "savepoint": {{"id": "sp-1"}}}}',
+    f'{{{WELL_FORMED}, "status": "failed", "exit_code": true}}',
+])
 def test_a_malformed_trigger_record_is_reported(tmp_path, record):
     settings = Settings(home=str(tmp_path))
     job = new_job(Registry(settings.home))
@@ -114,13 +126,12 @@ def test_a_triggered_savepoint_runs_in_a_process_of_its_own_without_the_cli(tmp_
     settings = Settings(home=str(tmp_path))
     job = new_job(Registry(settings.home))
     (Path(job.directory) / "triggers").mkdir()
-    triggers._write_trigger(Path(job.directory) / "triggers" / "t-0123abcd.json",
-                            {"trigger_id": "t-0123abcd", "job_id": job.id, "status": "in_progress"})
+    triggers._write_trigger(Path(job.directory) / "triggers" / "t-0123abcd.json", replace(TRIGGER, job_id=job.id))
     done = subprocess.run([sys.executable, "-m", "sparkpoint.jobs.triggers", "--home", settings.home, job.id,
                            "t-0123abcd"], capture_output=True, text=True, timeout=60)
     record = triggers.trigger_status(settings, job.id, "t-0123abcd")
-    assert (done.returncode, record["status"], record["exit_code"]) == (12, "failed", 12)
-    assert record["error"].startswith(f"job {job.id} is not running") and done.stderr == ""
+    assert (done.returncode, record.status, record.exit_code) == (12, "failed", 12)
+    assert record.error.startswith(f"job {job.id} is not running") and done.stderr == ""
     assert "sparkpoint.cli" not in subprocess.run(
         [sys.executable, "-c", "import sys, sparkpoint.jobs.triggers; print(sorted(sys.modules))"],
         capture_output=True, text=True, check=True).stdout

@@ -8,12 +8,18 @@ from dataclasses import replace
 
 import pytest
 
+from views import job_view, live_query
+
+from sparkpoint.adapters.local_cluster import ClusterStatus
 from sparkpoint.cli.catalog_cmds import _render_list
 from sparkpoint.cli.cluster_cmds import _render_status
 from sparkpoint.cli.job_cmds import _render_jobs
 from sparkpoint.cli.savepoint_cmds import _render_created, _render_inspected, _render_verified
+from sparkpoint.savepoints.catalog import Entry
 from sparkpoint.savepoints.create import Created, SavedQuery
+from sparkpoint.savepoints.inspect import Inspected, StoreRows
 from sparkpoint.savepoints.savepoint import Verification
+from sparkpoint.times import parse_iso
 
 CREATED = Created(path="/h/savepoints/alarms/sp-1", id="sp-1", job="alarms", created_at="2026-11-22T10:15:00.000Z",
                   bytes=2150, file_count=9, queries=[SavedQuery("alarms", "q1", 41, 42, 2000),
@@ -35,11 +41,11 @@ def shown(capsys, render, data) -> str:
 
 
 def test_the_savepoints_table(capsys):
-    rows = [{"id": "savepoint-alarms-20261122-101500-1a2b3c", "path": "/h/x", "status": "complete", "job": "alarms",
-             "created_at": "2026-11-22T10:15:00.000Z", "bytes": 2150, "problem": None,
-             "queries": [{"name": "alarms", "batch_id": 41}, {"name": "counts", "batch_id": 7}]},
-            {"id": "savepoint-alarms-20261122-101000-ffffff", "path": "/h/y", "status": "incomplete", "job": "alarms",
-             "created_at": None, "bytes": 0, "queries": [], "problem": "no manifest"}]
+    rows = [Entry(id="savepoint-alarms-20261122-101500-1a2b3c", path="/h/x", status="complete", job="alarms",
+                  created=parse_iso("2026-11-22T10:15:00.000Z"), bytes=2150,
+                  queries=[{"name": "alarms", "batch_id": 41}, {"name": "counts", "batch_id": 7}]),
+            Entry(id="savepoint-alarms-20261122-101000-ffffff", path="/h/y", status="incomplete", job="alarms",
+                  problem="no manifest")]
     assert shown(capsys, _render_list, rows) == textwrap.dedent("""\
         ┏━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓
         ┃ job    ┃ created                  ┃ queries @ batch     ┃ size    ┃ status                  ┃ id                                      ┃
@@ -51,14 +57,14 @@ def test_the_savepoints_table(capsys):
 
 
 def test_the_jobs_table(capsys):
-    jobs = [{"id": "alarms-3f9c", "name": "alarms", "state": "running", "app_id": "local-1795000000",
-             "last_savepoint": "/h/savepoints/alarms/sp-1",
-             "queries": [{"name": "alarms", "batch_id": 41, "input_rate": 1234.5, "processing_rate": 2000.0,
-                          "state_rows": 1200},
-                         {"name": "counts", "batch_id": 7, "input_rate": None, "processing_rate": 0.75,
-                          "state_rows": None}]},
-            {"id": None, "name": "adhoc", "state": "running", "app_id": "app-20261122", "queries": [],
-             "last_savepoint": None}]
+    jobs = [job_view(id="alarms-3f9c", name="alarms", state="running", app_id="local-1795000000",
+                     last_savepoint="/h/savepoints/alarms/sp-1",
+                     queries=[live_query(name="alarms", batch_id=41, input_rate=1234.5, processing_rate=2000.0,
+                                         state_rows=1200),
+                              live_query(name="counts", batch_id=7, input_rate=None, processing_rate=0.75,
+                                         state_rows=None)]),
+            job_view(source="ui", id=None, name="adhoc", state="running", app_id="app-20261122", queries=[],
+                     last_savepoint=None)]
     assert shown(capsys, _render_jobs, jobs) == textwrap.dedent("""\
         ┏━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┳━━━━━━━━┳━━━━━━━┳━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━┓
         ┃ job         ┃ state   ┃ application      ┃ query  ┃ batch ┃ input    ┃ processed ┃ state rows ┃ last savepoint ┃
@@ -71,7 +77,7 @@ def test_the_jobs_table(capsys):
 
 
 def test_a_new_savepoint_with_what_keep_last_pruned(capsys):
-    assert shown(capsys, _render_created, replace(CREATED, pruned=[{"id": "sp-0"}])) == textwrap.dedent("""\
+    assert shown(capsys, _render_created, replace(CREATED, pruned=[Entry(path="/h/sp-0", status="complete", id="sp-0")])) == textwrap.dedent("""\
         Savepoint sp-1 completed: /h/savepoints/alarms/sp-1
           alarms: cut at batch 41, batch 42 planned (replayed on restore), 2.0 KiB
           counts: cut at batch 7, 150 B
@@ -80,9 +86,9 @@ def test_a_new_savepoint_with_what_keep_last_pruned(capsys):
 
 
 def test_the_cluster_status(capsys):
-    info = {"master_url": "spark://127.0.0.1:7077", "master_pid": 101, "worker_pid": None, "workers_alive": 0,
-            "rest_url": "http://127.0.0.1:6066", "conf_dir": "/c/conf", "active_apps": ["app-1", "app-2"],
-            "active_drivers": []}
+    info = ClusterStatus(directory="/c", master_url="spark://127.0.0.1:7077", master_pid=101, worker_pid=None,
+                         workers_alive=0, rest_url="http://127.0.0.1:6066", conf_dir="/c/conf",
+                         active_apps=["app-1", "app-2"], active_drivers=[])
     assert shown(capsys, _render_status, info) == textwrap.dedent("""\
         cluster spark://127.0.0.1:7077: down (master pid 101, worker pid -, 0 worker(s) registered)
           REST http://127.0.0.1:6066; export SPARK_CONF_DIR=/c/conf
@@ -97,14 +103,16 @@ def test_a_valid_savepoint(capsys):
 
 def test_inspect_with_state_rows(capsys):
     query = {"name": "alarms", "query_id": "6a1b0c5e", "batch_id": 41, "planned_batch_id": 42, "state_version": 42,
-             "provider": "rocksdb", "offsets": [{"logOffset": 41}],
+             "provider": "rocksdb", "offsets": [{"logOffset": 41}], "files": [{"path": "queries/alarms/metadata"}],
+             "confs": {}, "relocate": [],
              "operators": [{"id": 0, "name": "stateStoreSave", "stores": ["default"], "partitions": 2, "bytes": 2150},
                            {"id": 1, "name": None, "stores": ["left-keyToNumValues", "right-keyToNumValues"],
                             "partitions": 2, "bytes": 0}]}
-    data = {"id": "sp-1", "job": "alarms", "created_at": "2026-11-22T10:15:00.000Z", "bytes": 2150, "file_count": 9,
-            "path": "/h/savepoints/alarms/sp-1", "restored_from": "/h/savepoints/alarms/sp-0", "queries": [query],
-            "state": [{"query": "alarms", "operator": 0, "store": "default", "rows": 2, "columns": ["key", "value"],
-                       "sample": [["door", "3"], ["window", "1"]]}]}
+    manifest = {"id": "sp-1", "job": "alarms", "created_at": "2026-11-22T10:15:00.000Z", "bytes": 2150,
+                "file_count": 9, "restored_from": "/h/savepoints/alarms/sp-0", "queries": [query]}
+    data = Inspected(path="/h/savepoints/alarms/sp-1", manifest=manifest,
+                     state=[StoreRows(query="alarms", operator=0, store="default", rows=2, columns=["key", "value"],
+                                      sample=[["door", "3"], ["window", "1"]])])
     assert shown(capsys, _render_inspected, data) == textwrap.dedent("""\
         sp-1  job alarms  created 2026-11-22T10:15:00.000Z  2.1 KiB in 9 files
         path: /h/savepoints/alarms/sp-1

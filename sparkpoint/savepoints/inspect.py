@@ -1,0 +1,65 @@
+"""`inspect`: what a savepoint holds (its manifest without the file lists), and with ``--state`` its
+state rows, read by Spark from a scratch restore of the savepoint (hard links where possible,
+relocated so that transformWithState's schema paths resolve)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkpoint.results import WHEN_SET, Result
+from sparkpoint.savepoints.restore import restore
+from sparkpoint.savepoints.savepoint import Savepoint
+from sparkpoint.spark import state_rows
+
+# Left out of a query: what restore needs and a person does not (thousands of files, Spark's pinned confs).
+_NOT_SHOWN = ("files", "relocate", "confs")
+
+
+@dataclass(frozen=True)
+class StoreRows(Result):
+    query: str
+    operator: int
+    store: str  # the store, state variable or join side read
+    rows: int
+    columns: list[str]
+    sample: list[list[Any]]  # the first rows, as JSON values
+
+
+@dataclass(frozen=True)
+class Inspected(Result):
+    """The manifest as its format has it: its keys are the format's (manifest.validate checks every one a
+    reader uses, test_docs the README's account of them), so they are carried, not copied into fields."""
+
+    path: str
+    manifest: dict[str, Any]
+    state: list[StoreRows] | None = field(default=None, metadata=WHEN_SET)
+
+    @property
+    def queries(self) -> list[dict[str, Any]]:
+        return [{k: v for k, v in q.items() if k not in _NOT_SHOWN} | {"file_count": len(q["files"])}
+                for q in self.manifest["queries"]]
+
+    def to_json(self) -> dict[str, Any]:
+        shown = {k: v for k, v in self.manifest.items() if k != "queries"}
+        shown |= {"path": self.path, "queries": self.queries}
+        return shown if self.state is None else {**shown, "state": [store.to_json() for store in self.state]}
+
+
+def inspect(savepoint: Savepoint, state_limit: int | None = None) -> Inspected:
+    """The savepoint's manifest; with ``state_limit``, every store's row count and first rows too."""
+    state = _state_rows(savepoint, state_limit) if state_limit is not None else None
+    return Inspected(path=savepoint.path, manifest=savepoint.manifest, state=state)
+
+
+def _state_rows(savepoint: Savepoint, limit: int) -> list[StoreRows]:
+    scratch = tempfile.mkdtemp(prefix="sparkpoint-inspect-")
+    try:
+        restored = restore(savepoint, os.path.join(scratch, "ckpt"))
+        locations = {q.name: q.checkpoint for q in restored.queries}
+        return [StoreRows(**store) for store in state_rows.read(savepoint.queries, locations, limit)]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -37,6 +37,8 @@ MAX_BODY = 64 * 1024
 MAX_CONNECTIONS = 32  # each holds a thread: beyond this, a connection is closed at once
 REQUEST_SECONDS = 10.0  # for a connection to send its request (an idle one holds its thread until then)
 DRAIN_SECONDS = 10.0
+# How Spark wraps a query's failure: "[STREAM_FAILED] Query [id = …, runId = …] terminated with exception: <cause>".
+_TERMINATED = re.compile(r"^\[STREAM_FAILED\] Query \[[^\]]*\] terminated with exception: ")
 _ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)*)\]")
 
 
@@ -65,10 +67,13 @@ def describe(query) -> dict[str, Any]:
 
 
 def spark_error_line(text: str) -> str:
-    """The innermost Spark error class and its message, from a StreamingQueryException's text."""
+    """The innermost Spark error class and its message, from a StreamingQueryException's text; without
+    one, the message the query ended with (after Spark's 'terminated with exception:')."""
     first = text.strip().splitlines()[0] if text.strip() else "unknown error"
     classes = [m for m in _ERROR_CLASS.finditer(first) if m.group(1) != "STREAM_FAILED"]
-    return first[classes[-1].start():] if classes else first
+    if classes:
+        return first[classes[-1].start():]
+    return _TERMINATED.sub("", first) or first
 
 
 def _checkpoint(query) -> str:

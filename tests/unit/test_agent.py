@@ -165,6 +165,10 @@ def test_spark_error_line_keeps_the_innermost_error_class():
     assert spark_error_line(text) == "[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match"
     assert spark_error_line("") == spark_error_line(" \n ") == "unknown error"
     assert spark_error_line("Py4JError: boom\n at x") == "Py4JError: boom"  # no error class: the first line
+    wrapped = ("[STREAM_FAILED] Query [id = 1c, runId = 2d] terminated with exception: assertion failed: There are [1] "
+               "sources in the checkpoint offsets and now there are [2] sources requested by the query.\n\tat x")
+    assert spark_error_line(wrapped) == ("assertion failed: There are [1] sources in the checkpoint offsets and now "
+                                         "there are [2] sources requested by the query.")
 
 
 def started_agent(registry, job, active: list):

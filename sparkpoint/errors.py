@@ -109,6 +109,13 @@ class CorruptRecordError(SparkpointError):
     exit_code = 15
 
 
+class IncompatibleUpgradeError(SparkpointError):
+    """`check` found that the application will not restore from the savepoint (each problem printed);
+    `run -s` and `run --replace` refuse it before stopping or starting anything."""
+
+    exit_code = 16
+
+
 class StopInterruptedError(SparkpointError):
     """Ctrl-C during a stop: the driver goes on ending its queries, but no savepoint is taken; says
     where their checkpoints stay."""

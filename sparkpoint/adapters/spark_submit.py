@@ -66,3 +66,16 @@ def driver_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     return env
+
+
+def conf_arguments(confs: list[str]) -> list[str]:
+    """--conf KEY=VALUE for spark-submit, each checked; the checkpoint location is sparkpoint's."""
+    argv = []
+    for conf in confs:
+        key, sep, _value = conf.partition("=")
+        if not sep or not key:
+            raise BadArgumentError(f"--conf {conf!r}: expected KEY=VALUE")
+        if key == "spark.sql.streaming.checkpointLocation":
+            raise BadArgumentError("the checkpoint location of a managed job is sparkpoint's: do not set it")
+        argv += ["--conf", conf]
+    return argv

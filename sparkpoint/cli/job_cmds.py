@@ -6,13 +6,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sparkpoint.cli.context import PATH_PART, Seconds, echo, emit, output_option, pass_app, text
+from sparkpoint.cli.context import PATH_PART, SAVEPOINT, Seconds, echo, emit, output_option, pass_app, text
 from sparkpoint.cli.context import console as make_console
 
 if TYPE_CHECKING:  # the core is imported inside each command, so that --help stays fast
     from sparkpoint.jobs.listing import ListedJob
     from sparkpoint.jobs.registry import JobView
     from sparkpoint.jobs.stop import Stopped
+    from sparkpoint.savepoints.compat import Checked
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -30,6 +31,9 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
               help="With --replace: where JOB's savepoint goes [default: the catalog].")
 @click.option("--stop-timeout", type=Seconds(min=0), default=60.0, show_default=True,
               help="With --replace: seconds to let JOB's batch in flight commit before interrupting it.")
+@click.option("--no-check", is_flag=True,
+              help="With -s or --replace: skip `sparkpoint check` (by default an application that will not "
+                   "restore is refused before anything is stopped or started).")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
 @click.option("--deploy-mode", type=click.Choice(["client", "cluster"]), default="client", show_default=True,
               help="cluster: a standalone master runs the driver on a worker (submitted through its REST API).")
@@ -40,7 +44,7 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
                 metavar="[SPARK_SUBMIT_OPTIONS] APP.py [APP_ARGS]")
 @pass_app
 def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, restore_grace, replace, savepoint_path,
-            stop_timeout, master, deploy_mode, confs, detach, output, args):
+            stop_timeout, no_check, master, deploy_mode, confs, detach, output, args):
     """Run a streaming application under spark-submit as a managed job.
 
     sparkpoint's options come first; spark-submit's own (--py-files, --archives, --jars, --packages,
@@ -58,7 +62,7 @@ def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, res
         app=application, app_args=app_args, submit_args=submit_args, name=name, master=master,
         confs=list(confs), detach=detach, savepoint=from_savepoint, allow_non_restored_state=allow_non_restored_state,
         claim=claim_mode == "claim", restore_grace=restore_grace, replace=replace, savepoint_path=savepoint_path,
-        stop_timeout=stop_timeout, deploy_mode=deploy_mode,
+        stop_timeout=stop_timeout, deploy_mode=deploy_mode, check=not no_check,
     )
     emit(output, run.run_job(app.settings, request, progress=app.progress()), _render_job)
 
@@ -72,10 +76,71 @@ def _render_job(job: JobView) -> None:
     echo(f"Job {job.id} ({job.name}): {job.state}" + (f" — {job.error}" if job.error else ""))
     if job.replaced:
         _render_stopped(job.replaced)
+    if job.upgrade_check:
+        check = job.upgrade_check
+        echo(f"  check: skipped ({check['skipped']})" if "skipped" in check else
+             f"  check: it restores (checked in {check['seconds']:.1f} s)")
+        for note in check.get("notes") or []:
+            echo(f"  note: {note}")
     if job.restored_from:
         echo(f"  restored from {job.restored_from}")
     if job.log:
         echo(f"  driver log: {job.log}")
+
+
+@click.command("check", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-s", "--from-savepoint", "saved", metavar="SAVEPOINT", type=SAVEPOINT, required=True,
+              help="The savepoint the application would restore from.")
+@click.option("--allow-non-restored-state", is_flag=True, help="A saved query the application does not start is "
+                                                             "not a problem (as for run).")
+@click.option("--restore-grace", type=Seconds(min=1), default=60.0, show_default=True,
+              help="Seconds after the application starts for every saved query to start.")
+@click.option("--timeout", type=Seconds(min=1), default=300.0, show_default=True,
+              help="Seconds for the whole check, Spark's start-up included.")
+@click.option("--master", default="local[2]", show_default=True, help="Spark master URL (the driver runs here).")
+@click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Spark configuration (repeatable).")
+@output_option
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, required=True,
+                metavar="[SPARK_SUBMIT_OPTIONS] APP.py [APP_ARGS]")
+@pass_app
+def check_cmd(app, saved, allow_non_restored_state, restore_grace, timeout, master, confs, output, args):
+    """Will this application restore from this savepoint? Answered before any downtime.
+
+    The application runs against a throwaway restore of the savepoint, with every sink replaced by
+    Spark's no-op sink: each saved query plans one empty batch, where Spark checks the saved state
+    (operators, key and value schemas, sources) against the new plan, and stops. No input is read,
+    nothing is written where the application writes, the savepoint is only read. Exits 16, one line
+    per problem, when it will not restore.
+    """
+    from sparkpoint.adapters.spark_submit import split_arguments
+    from sparkpoint.errors import IncompatibleUpgradeError
+    from sparkpoint.jobs import check
+
+    submit_args, application, app_args = split_arguments(list(args), CHECK_OPTIONS)
+    request = check.CheckRequest(app=application, app_args=app_args, submit_args=submit_args, master=master,
+                                 confs=list(confs), allow_non_restored_state=allow_non_restored_state,
+                                 restore_grace=restore_grace, timeout=timeout)
+    checked = check.check_upgrade(app.settings, saved, request, progress=app.progress())
+    emit(output, checked, _render_checked)
+    if not checked.compatible:
+        raise IncompatibleUpgradeError(f"{application} will not restore from {saved.manifest['id']}: "
+                                       f"{len(checked.problems)} problem(s)")
+
+
+CHECK_OPTIONS = frozenset(opt for param in check_cmd.params if isinstance(param, click.Option)
+                          for opt in (*param.opts, *param.secondary_opts))
+
+
+def _render_checked(checked: Checked) -> None:
+    verdict = "restores from" if checked.compatible else "does not restore from"
+    echo(f"{checked.app} {verdict} {checked.savepoint} (checked in {checked.seconds:.1f} s)")
+    for problem in checked.problems:
+        echo(f"  problem: {problem.message}")
+    for note in checked.notes:
+        echo(f"  note: {note}")
+    for query in checked.queries:
+        if query.started and not query.error:
+            echo(f"  {query.name}: operators [{', '.join(query.operators) or 'none'}], {query.sources} source(s)")
 
 
 @click.command("list")
@@ -177,4 +242,4 @@ def cancel_cmd(app, job_ref, with_savepoint, savepoint_path, timeout, output):
     emit(output, stop.cancel_job(app.settings, job_ref), _render_job)
 
 
-COMMANDS = (run_cmd, list_cmd, stop_cmd, cancel_cmd)
+COMMANDS = (run_cmd, check_cmd, list_cmd, stop_cmd, cancel_cmd)

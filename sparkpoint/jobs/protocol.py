@@ -25,6 +25,8 @@ from sparkpoint.adapters.processes import pid_alive
 from sparkpoint.times import poll_until
 
 AGENT_FILE = "agent.json"
+# `check`: the sandbox directory the CLI prepares (the request) and the check's driver answers in (the report).
+CHECK_REQUEST, CHECK_REPORT = "request.json", "report.json"
 # `run --replace`: the new driver says it is up by HANDOVER_WAITING; the CLI answers with HANDOVER_FILE.
 HANDOVER_WAITING = "handover-waiting"
 HANDOVER_FILE = "handover.json"

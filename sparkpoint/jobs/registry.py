@@ -61,6 +61,7 @@ class Job:
     restored_from: str | None = None
     ended: dict[str, Any] | None = None  # recorded by the CLI: cancelled, or the launcher's exit
     submission_id: str | None = None  # a driver the standalone master runs (--deploy-mode cluster)
+    upgrade_check: dict[str, Any] | None = None  # run -s / --replace: how `check` answered, or why it was skipped
     agent: dict[str, Any] = field(default_factory=dict)  # agent.json, as last read
     driver: dict[str, Any] = field(default_factory=dict)  # the master's view of a cluster-mode driver, as last asked
 
@@ -170,6 +171,7 @@ _RECORD_TYPES: dict[str, tuple[Callable[[Any], bool], bool]] = {
     "restored_from": (lambda v: isinstance(v, str), True),
     "ended": (lambda v: isinstance(v, dict), True),
     "submission_id": (lambda v: isinstance(v, str), True),
+    "upgrade_check": (lambda v: isinstance(v, dict), True),
 }
 
 
@@ -276,6 +278,7 @@ class JobView(Result):
     master: str | None
     submission_id: str | None
     driver_state: str | None
+    upgrade_check: dict[str, Any] | None = field(default=None, metadata=WHEN_SET)  # run -s, run --replace
     replaced: Stopped | None = field(default=None, metadata=WHEN_SET)  # run --replace: the old job's stop
 
 
@@ -297,6 +300,7 @@ def describe_job(job: Job, status: dict[str, Any] | None = None, state: str | No
         master=job.master,
         submission_id=job.submission_id,
         driver_state=job.driver.get("driverState"),
+        upgrade_check=job.upgrade_check,
     )
 
 

@@ -7,59 +7,47 @@ Waiting is done with the ``sleep`` and ``clock`` given, so tests need not wait f
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 from sparkpoint.adapters import spark_submit
 from sparkpoint.adapters.processes import process_start
 from sparkpoint.adapters.standalone import StandaloneMaster, submission_properties
 from sparkpoint.adapters.transfer import Progress
 from sparkpoint.config import Settings
-from sparkpoint.errors import BadArgumentError, NotFoundError
+from sparkpoint.errors import BadArgumentError, IncompatibleUpgradeError, NotFoundError
+from sparkpoint.jobs.check import CheckRequest, Launch, check_upgrade
 from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start
 from sparkpoint.jobs.registry import Job, JobView, Registry, client_for
 from sparkpoint.jobs.replace import take_over
 from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints.restore import restore
+from sparkpoint.jobs.savepoint import savepoint_job
 from sparkpoint.savepoints.savepoint import Savepoint
+from sparkpoint.savepoints.savepoint import load as load_savepoint
 from sparkpoint.times import iso
 
 BOOTSTRAP = str(Path(__file__).resolve().parents[1] / "runtime" / "bootstrap.py")
 
 
 @dataclass
-class RunRequest:
-    app: str
-    app_args: list[str] = field(default_factory=list)
-    submit_args: list[str] = field(default_factory=list)
+class RunRequest(Launch):
     name: str | None = None
-    master: str = "local[2]"
-    confs: list[str] = field(default_factory=list)
     detach: bool = False
     savepoint: str | None = None
-    allow_non_restored_state: bool = False
     claim: bool = False
-    restore_grace: float = 60.0
     replace: str | None = None  # a running job to stop with a savepoint and continue from
     savepoint_path: str | None = None  # with replace: where that savepoint goes
     stop_timeout: float = 60.0  # with replace: seconds to wait for the old job's batch boundary
     deploy_mode: str = "client"  # cluster: the standalone master runs the driver (REST submission)
-
-
-def _parse_confs(confs: list[str]) -> list[str]:
-    argv = []
-    for conf in confs:
-        key, sep, _value = conf.partition("=")
-        if not sep or not key:
-            raise BadArgumentError(f"--conf {conf!r}: expected KEY=VALUE")
-        if key == "spark.sql.streaming.checkpointLocation":
-            raise BadArgumentError("the checkpoint location of a managed job is sparkpoint's: do not set it")
-        argv += ["--conf", conf]
-    return argv
+    check: bool = True  # with -s or --replace: refuse an application that will not restore (sparkpoint check)
 
 
 def run_job(settings: Settings, request: RunRequest, progress: Progress | None = None,
@@ -69,7 +57,7 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
     app = os.path.abspath(request.app)
     if not os.path.isfile(app):
         raise NotFoundError(f"application {request.app} does not exist")
-    conf_args = _parse_confs(request.confs)
+    conf_args = spark_submit.conf_arguments(request.confs)
     registry = Registry(settings.home_url())
     saved, replaced = None, None
     cluster = request.deploy_mode == "cluster"
@@ -84,10 +72,11 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
         client_for(registry, replaced).status()  # exit 12 now, before a driver starts, if it does not run
     elif request.savepoint:
         saved = catalog.load(settings, request.savepoint)
+    upgrade_check = _check_upgrade(settings, request, saved, replaced, progress) if saved or replaced else None
     job = registry.new_job(
         request.name or Path(app).stem.replace("_", "-"), app=app, app_args=request.app_args,
         master=request.master, submit_args=request.submit_args, detached=request.detach,
-        restored_from=saved.path if saved else None,
+        restored_from=saved.path if saved else None, upgrade_check=upgrade_check,
     )
     try:
         process = _launch(settings, job, app, request, conf_args, master, saved, replaced is not None, progress)
@@ -107,6 +96,31 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
     else:
         info = await_end(registry, job, process)
     return replace(info, replaced=handover) if handover else info
+
+
+def _check_upgrade(settings: Settings, request: RunRequest, saved: Savepoint | None, replaced: Job | None,
+                   progress: Progress | None) -> dict[str, Any]:
+    """Before anything is stopped or started: will the application restore? Raises IncompatibleUpgradeError
+    if not. A job to replace is checked against a savepoint of it taken now, without pausing it (the one
+    the hand-over takes comes later, at the boundary), in a scratch directory removed afterwards."""
+    if not request.check:
+        return {"skipped": "--no-check", "at": iso()}
+    checking = CheckRequest(**{f.name: getattr(request, f.name) for f in fields(Launch)})
+    scratch = tempfile.mkdtemp(prefix="sparkpoint-precheck-") if replaced else None
+    try:
+        if replaced is not None:
+            saved = load_savepoint(savepoint_job(settings, replaced.id, scratch, progress=progress).path)
+        checked = check_upgrade(settings, saved, checking, progress)
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    if not checked.compatible:
+        problems = "; ".join(problem.message for problem in checked.problems)
+        raise IncompatibleUpgradeError(f"{request.app} will not restore from {saved.manifest['id']}, so nothing was "
+                                       f"stopped or started: {problems} (`sparkpoint check` shows the details; "
+                                       "--no-check skips it)")
+    return {"compatible": True, "savepoint": saved.path if not replaced else None, "seconds": checked.seconds,
+            "notes": checked.notes, "at": iso()}
 
 
 def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_args: list[str],

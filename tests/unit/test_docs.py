@@ -23,6 +23,8 @@ from sparkpoint.adapters.processes import process_start
 from sparkpoint.cli.main import cli, main
 from sparkpoint.jobs.protocol import read_agent_file, write_agent_file
 from sparkpoint.jobs.registry import Registry
+from sparkpoint.savepoints import compat
+from sparkpoint.savepoints.savepoint import load as load_savepoint
 from sparkpoint.times import poll_until
 
 ROOT = Path(__file__).parents[2]
@@ -222,6 +224,12 @@ def outputs(capsys, home, tmp_path, running_job):
     write_agent_file(ended.directory, {"state": "finished", "app_id": "local-1"})
     lost = Registry(str(home)).new_job("lost", app="app.py", app_args=[], master="local[2]", submit_args=[])
     cluster = str(tmp_path / "no-cluster")  # nothing runs there: status and stop need no Spark
+    # check's verdict on what its driver would report (an operator missing, a new query): the driver needs Spark.
+    reported = {"app_error": None, "queries": [
+        {"name": "alarms", "confs": {}, "error": None, "batch_id": 4, "operators": [], "sources": ["s"]},
+        {"name": "fresh", "confs": {}, "error": None, "batch_id": None, "operators": [], "sources": []}]}
+    checked = compat.verdict(load_savepoint(created["path"]), "app.py", reported, False).to_json()
+    assert checked["problems"] and checked["notes"] and checked["queries"]
     return [
         ("`list`", None, run("list")[0]),
         ("`list`", None, next(job for job in run("list", "--all") if job["id"] == ended.id)),
@@ -238,6 +246,7 @@ def outputs(capsys, home, tmp_path, running_job):
         ("`run`, `cancel`", None, run("cancel", lost.id)),
         ("`cluster start`, `cluster status`", None, run("cluster", "status", "--dir", cluster)),
         ("`cluster stop`", None, run("cluster", "stop", "--dir", cluster)),
+        ("`check`", None, checked),
     ]
 
 

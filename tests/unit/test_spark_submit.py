@@ -2,9 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparkpoint.adapters.spark_submit import split_arguments
+from sparkpoint.adapters.spark_submit import conf_arguments, split_arguments
 from sparkpoint.cli.job_cmds import RUN_OPTIONS
-from sparkpoint.jobs.run import _parse_confs
 from sparkpoint.errors import BadArgumentError
 
 
@@ -29,8 +28,8 @@ def test_bad_run_arguments(tokens, message):
 
 
 def test_confs_are_checked_and_the_checkpoint_location_is_reserved():
-    assert _parse_confs(["spark.sql.shuffle.partitions=8"]) == ["--conf", "spark.sql.shuffle.partitions=8"]
+    assert conf_arguments(["spark.sql.shuffle.partitions=8"]) == ["--conf", "spark.sql.shuffle.partitions=8"]
     with pytest.raises(BadArgumentError, match="KEY=VALUE"):
-        _parse_confs(["novalue"])
+        conf_arguments(["novalue"])
     with pytest.raises(BadArgumentError, match="sparkpoint's"):
-        _parse_confs(["spark.sql.streaming.checkpointLocation=/x"])
+        conf_arguments(["spark.sql.streaming.checkpointLocation=/x"])

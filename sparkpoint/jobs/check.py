@@ -1,0 +1,106 @@
+"""`sparkpoint check`: whether an application will restore from a savepoint, learned before any downtime
+by running it in a sandbox (savepoints.compat prepares it and words the verdict; runtime.check is the
+driver's half).
+
+The driver runs here in client mode whatever the job's deploy mode, against the master given: the
+sandbox is a local directory its executors must reach (on the standalone cluster sparkpoint starts,
+they run on this machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from sparkpoint.adapters import spark_submit
+from sparkpoint.adapters.local_files import write_json
+from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
+from sparkpoint.adapters.transfer import NullProgress, Progress
+from sparkpoint.config import Settings
+from sparkpoint.errors import NotFoundError, SparkFailureError
+from sparkpoint.jobs.protocol import CHECK_REPORT, CHECK_REQUEST
+from sparkpoint.savepoints import compat
+from sparkpoint.savepoints.savepoint import Savepoint
+from sparkpoint.times import poll_until
+
+CHECK_DRIVER = str(Path(__file__).resolve().parents[1] / "runtime" / "check.py")
+
+
+@dataclass
+class Launch:
+    """An application as spark-submit runs it, and how it takes saved state: what `run` and `check` share."""
+
+    app: str
+    app_args: list[str] = field(default_factory=list)
+    submit_args: list[str] = field(default_factory=list)
+    master: str = "local[2]"
+    confs: list[str] = field(default_factory=list)
+    allow_non_restored_state: bool = False
+    restore_grace: float = 60.0  # seconds, once the application runs, for every saved query to start
+
+
+@dataclass
+class CheckRequest(Launch):
+    timeout: float = 300.0  # seconds for the whole check, the driver's start-up included
+
+
+def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, progress: Progress | None = None,
+                  sleep: Callable[[float], None] = time.sleep,
+                  clock: Callable[[], float] = time.monotonic) -> compat.Checked:
+    """Try the application on a throwaway restore of ``saved``; nothing it would write is written, and
+    the savepoint is only read."""
+    app = os.path.abspath(request.app)
+    if not os.path.isfile(app):
+        raise NotFoundError(f"application {request.app} does not exist")
+    conf_args = spark_submit.conf_arguments(request.confs)
+    progress = progress or NullProgress()
+    began = clock()
+    sandbox = tempfile.mkdtemp(prefix="sparkpoint-check-")
+    checkpoints = os.path.join(sandbox, "checkpoints")
+    process, start = None, None
+    try:
+        compat.prepare_sandbox(saved, checkpoints, settings.transfer_workers, progress)
+        write_json(Path(sandbox) / CHECK_REQUEST, compat.request(saved, request.restore_grace))
+        argv = [spark_submit.spark_submit(), "--master", request.master, "--name", "sparkpoint-check",
+                "--conf", f"spark.sql.streaming.checkpointLocation={checkpoints}", *conf_args, *request.submit_args,
+                CHECK_DRIVER, sandbox, app, *request.app_args]
+        log = os.path.join(sandbox, "driver.log")
+        process = spark_submit.launch(argv, spark_submit.driver_environment(), log)
+        start = process_start(process.pid)
+        progress.waiting(f"trying {os.path.basename(app)} on a sandbox restore of {saved.manifest['id']}")
+        poll_until(lambda: process.poll() is not None, request.timeout, 0.2, clock=clock, sleep=sleep)
+        if process.poll() is None:
+            terminate_group(process.pid, start, sleep=sleep, clock=clock)
+            raise SparkFailureError(f"the check did not finish within {request.timeout:g} s: "
+                                    f"{_last_line(log) or 'the driver printed nothing'}")
+        report = _read_report(Path(sandbox) / CHECK_REPORT, process.returncode, log)
+    finally:
+        if process is not None and pid_alive(process.pid, start):  # interrupted, or its preparation failed
+            terminate_group(process.pid, start, sleep=sleep, clock=clock)
+        shutil.rmtree(sandbox, ignore_errors=True)
+    checked = compat.verdict(saved, app, report, request.allow_non_restored_state)
+    return replace(checked, seconds=round(clock() - began, 3))
+
+
+def _read_report(path: Path, exit_code: int, log: str) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        raise SparkFailureError(f"the check's driver ended (exit {exit_code}) without an answer: "
+                                f"{_last_line(log) or 'it printed nothing'}") from None
+
+
+def _last_line(log: str) -> str | None:
+    """The driver's last error-looking line (else its last line): what an operator needs first."""
+    try:
+        lines = [line.strip() for line in Path(log).read_text(errors="replace").splitlines() if line.strip()]
+    except FileNotFoundError:
+        return None
+    errors = [line for line in lines if "Error" in line or "Exception" in line]
+    return (errors or lines or [None])[-1]

@@ -1,0 +1,154 @@
+"""Whether an application restores from a savepoint: the sandbox it is tried in, and the verdict.
+
+The sandbox is a throwaway restore of the savepoint in which every query's next batch is planned
+empty (``offsets/N+1`` equal to the cut's ``offsets/N``): started there, a query replays that batch at
+once, without waiting for input and without reading any, and Spark's own checks of the saved state
+against the new plan (operators, key and value schemas, number of sources) run as its planning does.
+The runtime half (sparkpoint.runtime.check) reports what Spark said; this module words the verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkpoint.adapters import transfer
+from sparkpoint.adapters.local_files import write_atomic
+from sparkpoint.results import Result
+from sparkpoint.savepoints.restore import restore
+from sparkpoint.savepoints.savepoint import Savepoint
+
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+# What Spark's refusal says, by what it concerns: the first that matches an error line names its kind.
+_REFUSALS = (
+    ("STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE", "state_schema"),
+    ("STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", "state_schema"),
+    ("STATE_SCHEMA", "state_schema"),
+    ("STREAMING_STATEFUL_OPERATOR", "operators"),
+    ("sources in the checkpoint offsets", "sources"),
+)
+
+
+@dataclass(frozen=True)
+class Problem(Result):
+    query: str | None
+    operator: int | None  # the stateful operator concerned, when Spark's answer or the comparison names one
+    kind: str  # not_started, state_schema, operators, sources, shuffle_partitions, spark_error, application_error
+    message: str
+
+
+@dataclass(frozen=True)
+class CheckedQuery(Result):
+    name: str
+    started: bool
+    error: str | None  # Spark's refusal, one line
+    operators: list[str]  # the stateful operators of the new plan, as Spark names them
+    sources: int | None
+
+
+@dataclass(frozen=True)
+class Checked(Result):
+    savepoint: str
+    app: str
+    compatible: bool
+    problems: list[Problem]
+    notes: list[str]  # what does not stop the restore but changes what it does (pinned confs, new queries)
+    queries: list[CheckedQuery]
+    seconds: float = field(default=0.0)
+
+
+def prepare_sandbox(savepoint: Savepoint, directory: str, workers: int = 4,
+                    progress: transfer.Progress | None = None) -> None:
+    """Restore the savepoint below ``directory`` (hard links where it can) and plan each query's next
+    batch empty. The planned batch replaces the file: a link into the savepoint is never written through."""
+    restored = restore(savepoint, directory, workers=workers, progress=progress)
+    for query, placed in zip(savepoint.queries, restored.queries, strict=True):
+        offsets = Path(placed.checkpoint) / "offsets"
+        cut, planned = query["batch_id"], query["batch_id"] + 1
+        write_atomic(offsets / str(planned), (offsets / str(cut)).read_bytes())
+        # Hadoop's local file system checks a file against its .crc: the cut's fits the same bytes.
+        checksum = offsets / f".{planned}.crc"
+        checksum.unlink(missing_ok=True)
+        if (offsets / f".{cut}.crc").exists():
+            write_atomic(checksum, (offsets / f".{cut}.crc").read_bytes())
+
+
+def request(savepoint: Savepoint, grace: float) -> dict[str, Any]:
+    """What the runtime half needs: the saved queries, the confs Spark pins for them, how long to wait."""
+    keys = sorted({key for q in savepoint.queries for key in q["confs"]} | {SHUFFLE_PARTITIONS})
+    return {"saved": [q["name"] for q in savepoint.queries], "confs": keys, "grace": grace}
+
+
+def verdict(savepoint: Savepoint, app: str, report: dict[str, Any], allow_non_restored: bool) -> Checked:
+    """The runtime's report held against the savepoint's manifest: one problem per thing that would stop
+    or spoil the restore, naming the query and, where known, the operator."""
+    problems: list[Problem] = []
+    notes: list[str] = []
+    started = {q["name"]: q for q in report.get("queries", []) if q.get("name")}
+    checked = []
+    for saved in savepoint.queries:
+        name = saved["name"]
+        outcome = started.get(name)
+        if outcome is None:
+            checked.append(CheckedQuery(name=name, started=False, error=None, operators=[], sources=None))
+            message = (f"query {name}: the application starts no query of this name, so its saved state "
+                       "would not be restored")
+            if allow_non_restored:
+                notes.append(message + " (accepted: --allow-non-restored-state)")
+            else:
+                problems.append(Problem(name, None, "not_started", message + " (--allow-non-restored-state "
+                                                                             "accepts that)"))
+            continue
+        operators = [op.get("name") or "?" for op in outcome.get("operators") or []]
+        checked.append(CheckedQuery(name=name, started=True, error=outcome.get("error"), operators=operators,
+                                    sources=len(outcome["sources"]) if outcome.get("sources") else None))
+        problems += _query_problems(saved, outcome, operators)
+        notes += _pinned_conf_notes(saved, outcome.get("confs") or {})
+    for name in started.keys() - {q["name"] for q in savepoint.queries}:
+        notes.append(f"query {name}: not in the savepoint; it starts without state")
+    unnamed = sum(1 for q in report.get("queries", []) if not q.get("name"))
+    if unnamed:
+        notes.append(f"{unnamed} unnamed query(ies): a query needs .queryName(...) to be restored")
+    if report.get("app_error") and not any(p.kind != "not_started" for p in problems):
+        problems.append(Problem(None, None, "application_error",
+                                f"the application failed: {report['app_error']}"))
+    return Checked(savepoint=savepoint.path, app=app, compatible=not problems, problems=problems, notes=notes,
+                   queries=checked)
+
+
+def _query_problems(saved: dict[str, Any], outcome: dict[str, Any], operators: list[str]) -> list[Problem]:
+    name = saved["name"]
+    saved_ops = sorted(saved["operators"], key=lambda op: op["id"])
+    problems = []
+    error = outcome.get("error")
+    if error:
+        kind = next((kind for marker, kind in _REFUSALS if marker in error), "spark_error")
+        only = saved_ops[0]["id"] if len(saved_ops) == 1 and kind == "state_schema" else None
+        where = f" operator {only} ({saved_ops[0]['name']})" if only is not None else ""
+        problems.append(Problem(name, only, kind, f"query {name}{where}: Spark refuses the saved state: {error}"))
+    elif outcome.get("batch_id") is None:
+        problems.append(Problem(name, None, "spark_error", f"query {name}: its check batch did not run"))
+    elif [op["name"] for op in saved_ops] != operators:
+        saved_names = ", ".join(f"{op['id']} {op['name'] or '?'}" for op in saved_ops) or "none"
+        problems.append(Problem(name, None, "operators",
+                                f"query {name}: stateful operators differ: saved [{saved_names}], the application "
+                                f"has [{', '.join(operators) or 'none'}]"))
+    elif len(outcome.get("sources") or []) != len(saved["offsets"]):
+        problems.append(Problem(name, None, "sources",
+                                f"query {name}: {len(outcome.get('sources') or [])} source(s), the savepoint has "
+                                f"{len(saved['offsets'])}"))
+    pinned, wanted = saved["confs"].get(SHUFFLE_PARTITIONS), (outcome.get("confs") or {}).get(SHUFFLE_PARTITIONS)
+    if pinned is not None and wanted is not None and pinned != wanted:
+        problems.append(Problem(name, None, "shuffle_partitions",
+                                f"query {name}: the application sets {SHUFFLE_PARTITIONS}={wanted}, its saved state "
+                                f"has {pinned} partitions (Spark would silently keep {pinned})"))
+    return problems
+
+
+def _pinned_conf_notes(saved: dict[str, Any], confs: dict[str, str | None]) -> list[str]:
+    return [f"query {saved['name']}: {key} is {value} in the savepoint and {confs[key]} in the application: "
+            f"Spark keeps {value}"
+            for key, value in sorted(saved["confs"].items())
+            if key != SHUFFLE_PARTITIONS and confs.get(key) is not None and confs[key] != value]
+

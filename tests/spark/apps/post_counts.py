@@ -1,0 +1,48 @@
+"""Counts posts by (post, kind) from JSON files, in versions that an upgrade may bring.
+
+usage: post_counts.py VERSION SRC_DIR OUT_DIR
+VERSION: v1; compatible changes: projection (an added column), filter (a changed filter); incompatible
+ones: paid (the aggregation key gains `paid`), dedupe (a deduplication before the count: operators
+change order), other-name (the query renamed: the saved one is not started), partitions (8 shuffle
+partitions instead of 2), two-sources (a second source unioned in); fails-third (v1 that raises in its
+third batch). Each batch's rows go to OUT_DIR/batch-N.json through foreachBatch (a sink the check
+must replace).
+"""
+
+import json
+import os
+import sys
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+version, src, out = sys.argv[1:4]
+spark = (SparkSession.builder.appName(f"post-counts-{version}").config("spark.ui.enabled", "false")
+         .config("spark.sql.shuffle.partitions", "8" if version == "partitions" else "2").getOrCreate())
+posts = spark.readStream.schema("post string, kind string, paid boolean").json(src)
+if version == "two-sources":
+    posts = posts.unionByName(spark.readStream.schema("post string, kind string, paid boolean").json(src + "-more"))
+if version == "projection":
+    posts = posts.withColumn("source", F.lit("web"))
+if version == "filter":
+    posts = posts.where(F.col("kind") != "spam")
+if version == "dedupe":
+    posts = posts.dropDuplicates(["post", "kind"])
+keys = ["post", "kind", "paid"] if version == "paid" else ["post", "kind"]
+counts = posts.groupBy(*keys).count()
+os.makedirs(out, exist_ok=True)
+
+
+def write(batch, batch_id):
+    if version == "fails-third" and batch_id >= 2 and not batch.isEmpty():
+        raise RuntimeError("v2 cannot handle this input")
+    rows = sorted([row.asDict() for row in batch.collect()], key=lambda r: (r["post"], r["kind"]))
+    tmp = os.path.join(out, f".batch-{batch_id}.tmp")
+    with open(tmp, "w") as handle:
+        json.dump(rows, handle)
+    os.replace(tmp, os.path.join(out, f"batch-{batch_id}.json"))
+
+
+name = "renamed" if version == "other-name" else "posts"
+counts.writeStream.queryName(name).outputMode("update").foreachBatch(write).trigger(processingTime="1 second").start()
+spark.streams.awaitAnyTermination()

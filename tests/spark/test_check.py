@@ -1,0 +1,112 @@
+"""`sparkpoint check` and the check before `run -s` / `run --replace`, with real spark-submit drivers: the
+application versions of tests/spark/apps/post_counts.py against a savepoint of v1 taken at a stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from clitools import cli, cli_json, processes_mentioning, wait_for
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+APP = str(Path(__file__).parent / "apps" / "post_counts.py")
+
+
+def feed(directory: Path, index: int, paid: bool = False) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".posts-{index:03d}.tmp"
+    tmp.write_text("\n".join(json.dumps({"post": f"p{(index + i) % 4}", "kind": "like", "paid": paid})
+                             for i in range(3)))
+    os.replace(tmp, directory / f"posts-{index:03d}.json")
+
+
+def batches(directory: Path) -> list[Path]:
+    return sorted(directory.glob("batch-*.json")) if directory.is_dir() else []
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """v1 ran two batches and was stopped with a savepoint; more input arrived since (a backlog)."""
+    root = tmp_path_factory.mktemp("check")
+    home, inputs = root / "home", root / "in"
+    feed(inputs, 0)
+    job = cli_json(home, "run", "--detach", "--name", "posts", APP, "v1", str(inputs), str(root / "out-v1"))
+    wait_for(lambda: len(batches(root / "out-v1")) >= 1, what="v1's first batch")
+    feed(inputs, 1)
+    wait_for(lambda: len(batches(root / "out-v1")) >= 2, what="v1's second batch")
+    stopped = cli_json(home, "stop", job["id"])
+    for index in range(2, 6):
+        feed(inputs, index, paid=True)
+    (root / "in-more").mkdir()  # the second source of two-sources
+    return {"root": root, "home": home, "inputs": inputs, "savepoint": stopped["id"], "job": job}
+
+
+def check(saved, version, *options):
+    """(exit status, the JSON answer, stderr, the directory the version would have written to)."""
+    out = saved["root"] / f"out-{version}"
+    code, stdout, stderr = cli(saved["home"], "check", "-s", saved["savepoint"], "--output", "json", *options,
+                               APP, version, str(saved["inputs"]), str(out))
+    return code, (json.loads(stdout) if stdout.strip() else None), stderr, out
+
+
+@pytest.mark.parametrize("version", ["projection", "filter"])
+def test_a_compatible_change_passes_and_nothing_is_written_or_processed(saved, version):
+    started = time.monotonic()
+    code, answer, stderr, out = check(saved, version)
+    assert code == 0, stderr
+    assert answer["compatible"] is True and answer["problems"] == []
+    assert [(q["name"], q["started"], q["operators"], q["sources"]) for q in answer["queries"]] == [
+        ("posts", True, ["stateStoreSave"], 1)]
+    assert batches(out) == []  # its foreachBatch sink never ran: the backlog of 4 files was not processed
+    assert processes_mentioning("sparkpoint-check-") == [] and processes_mentioning(str(out)) == []
+    assert cli(saved["home"], "verify", saved["savepoint"])[0] == 0
+    print(f"check of {version}: {time.monotonic() - started:.1f} s (the driver: {answer['seconds']} s)")
+
+
+@pytest.mark.parametrize(("version", "kind", "words"), [
+    ("paid", "state_schema", "query posts operator 0 (stateStoreSave): Spark refuses the saved state: "
+                             "[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE]"),
+    ("dedupe", "operators", "query posts: Spark refuses the saved state: "
+                            "[STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA]"),
+    ("other-name", "not_started", "query posts: the application starts no query of this name"),
+    ("partitions", "shuffle_partitions", "query posts: the application sets spark.sql.shuffle.partitions=8, its "
+                                         "saved state has 2 partitions"),
+    ("two-sources", "sources", "query posts: Spark refuses the saved state: assertion failed: There are [1] sources"),
+])
+def test_an_incompatible_change_fails_with_a_line_of_its_own(saved, version, kind, words):
+    code, answer, stderr, out = check(saved, version)
+    assert code == 16, stderr
+    assert answer["compatible"] is False
+    assert [problem["kind"] for problem in answer["problems"]] == [kind]
+    assert answer["problems"][0]["message"].startswith(words), answer["problems"][0]["message"]
+    assert stderr.strip().splitlines()[-1] == (f"sparkpoint: error: {APP} will not restore from {saved['savepoint']}: "
+                                               "1 problem(s)")
+    assert batches(out) == [] and processes_mentioning("sparkpoint-check-") == []
+    assert cli(saved["home"], "verify", saved["savepoint"])[0] == 0
+
+
+def test_run_checks_first_and_replace_refuses_an_incompatible_version_before_touching_the_job(saved):
+    home, root = saved["home"], saved["root"]
+    v1 = cli_json(home, "run", "--detach", "--name", "posts", "-s", saved["savepoint"], APP, "v1",
+                  str(saved["inputs"]), str(root / "out-v1-again"))
+    assert v1["state"] == "running" and v1["upgrade_check"]["compatible"] is True, v1
+    wait_for(lambda: batches(root / "out-v1-again"), what="v1's first batch after the restore")
+    before = {p.name for p in (home / "savepoints" / "posts").iterdir()}
+
+    code, out, err = cli(home, "run", "--replace", v1["id"], "--detach", APP, "paid", str(saved["inputs"]),
+                         str(root / "out-paid"))
+    assert code == 16 and out == "", err
+    assert "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE" in err and "so nothing was stopped or started" in err
+    listed = cli_json(home, "list")
+    assert [(job["id"], job["state"], job["pid"]) for job in listed] == [(v1["id"], "running", v1["pid"])]
+    assert {p.name for p in (home / "savepoints" / "posts").iterdir()} == before  # the check's savepoint is gone
+    assert batches(root / "out-paid") == []
+
+    skipped = cli_json(home, "run", "--replace", v1["id"], "--detach", "--no-check", APP, "projection",
+                       str(saved["inputs"]), str(root / "out-projection"))
+    assert skipped["upgrade_check"]["skipped"] == "--no-check" and skipped["replaced"]["job"]["state"] == "finished"
+    assert cli(home, "cancel", skipped["id"])[0] == 0

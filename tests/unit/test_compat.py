@@ -1,0 +1,103 @@
+"""The check's sandbox and verdict (savepoints.compat) on checkpoints in Spark's format; the runtime half,
+and Spark's own refusals, run in tests/spark/test_check.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from checkpoints import hdfs_checkpoint
+
+from sparkpoint.adapters.storage import storage_for
+from sparkpoint.savepoints import compat
+from sparkpoint.savepoints.create import QuerySource, create
+from sparkpoint.savepoints.savepoint import load, verify
+
+
+@pytest.fixture
+def saved(tmp_path):
+    """A savepoint of query 'alarms' cut at batch 3 with batch 4 planned (its offsets, no commit)."""
+    checkpoint = hdfs_checkpoint(tmp_path / "ckpt" / "alarms", committed=3, planned=True)
+    storage, target = storage_for(str(tmp_path / "savepoints"))
+    created = create([QuerySource("alarms", str(checkpoint))], storage, target, storage, job="alarms")
+    return load(created["path"])
+
+
+def test_the_sandbox_plans_an_empty_batch_and_leaves_the_savepoint_as_it_was(saved, tmp_path):
+    query = saved.query("alarms")
+    assert (query["batch_id"], query["planned_batch_id"]) == (3, 4)
+    sandbox = tmp_path / "sandbox"
+    compat.prepare_sandbox(saved, str(sandbox))
+    offsets = sandbox / "alarms" / "offsets"
+    # The planned batch 4 is replaced by one whose offsets are the cut's: it reads nothing.
+    assert (offsets / "4").read_bytes() == (offsets / "3").read_bytes()
+    # ... and its Hadoop checksum is the cut's too (a stale one fails the read with a ChecksumException).
+    assert (offsets / ".4.crc").read_bytes() == (offsets / ".3.crc").read_bytes()
+    assert "4" not in os.listdir(sandbox / "alarms" / "commits")  # so Spark runs it at once, on start
+    # The savepoint's own batch 4 (hard-linked into the sandbox) was replaced there, not written through.
+    assert (Path(saved.path) / "queries" / "alarms" / "offsets" / "4").read_bytes() != (offsets / "4").read_bytes()
+    assert verify(saved).valid
+
+
+def report(**query) -> dict:
+    ran = {"name": "alarms", "saved": True, "confs": {"spark.sql.shuffle.partitions": "2"}, "error": None,
+           "batch_id": 4, "input_rows": 0, "operators": [{"name": "stateStoreSave", "partitions": 2}],
+           "sources": ["FileStreamSource[file:/in]"]}
+    return {"app_error": None, "app_ended": True, "queries": [ran | query] if query.get("name", 1) else []}
+
+
+def kinds(checked: compat.Checked) -> list[tuple[str | None, int | None, str]]:
+    return [(p.query, p.operator, p.kind) for p in checked.problems]
+
+
+def test_an_application_that_runs_the_empty_batch_with_the_same_operators_restores(saved):
+    checked = compat.verdict(saved, "app.py", report(), allow_non_restored=False)
+    assert checked.compatible and checked.problems == [] and checked.notes == []
+    assert [(q.name, q.started, q.operators, q.sources) for q in checked.queries] == [
+        ("alarms", True, ["stateStoreSave"], 1)]
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"error": "[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match existing state key schema."},
+     [("alarms", 0, "state_schema")]),
+    ({"error": "[STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA] Streaming stateful operator name does not "
+               "match"}, [("alarms", None, "operators")]),
+    ({"error": "assertion failed: There are [1] sources in the checkpoint offsets and now there are [2] sources "
+               "requested by the query. Cannot continue."}, [("alarms", None, "sources")]),
+    ({"operators": [{"name": "dedupe"}, {"name": "stateStoreSave"}]}, [("alarms", None, "operators")]),
+    ({"operators": []}, [("alarms", None, "operators")]),
+    ({"sources": ["a", "b"]}, [("alarms", None, "sources")]),
+    ({"confs": {"spark.sql.shuffle.partitions": "8"}}, [("alarms", None, "shuffle_partitions")]),
+    ({"batch_id": None, "operators": [], "sources": []}, [("alarms", None, "spark_error")]),
+    ({"name": None}, [("alarms", None, "not_started")]),
+])
+def test_each_thing_that_stops_a_restore_is_a_problem_of_its_own(saved, change, expected):
+    checked = compat.verdict(saved, "app.py", report(**change), allow_non_restored=False)
+    assert not checked.compatible and kinds(checked) == expected
+    assert all(problem.message.startswith("query alarms") for problem in checked.problems)
+
+
+def test_a_query_not_started_is_a_note_when_non_restored_state_is_allowed(saved):
+    checked = compat.verdict(saved, "app.py", report(name=None), allow_non_restored=True)
+    assert checked.compatible and "accepted: --allow-non-restored-state" in checked.notes[0]
+
+
+def test_new_queries_and_other_pinned_confs_are_notes(saved):
+    new = {"name": "fresh", "saved": False, "confs": {}, "error": None, "batch_id": None, "operators": [],
+           "sources": []}
+    confs = {"spark.sql.shuffle.partitions": "2", "spark.sql.streaming.multipleWatermarkPolicy": "max"}
+    pinned = saved.query("alarms")["confs"]
+    confs = {key: value for key, value in confs.items() if key in pinned or key == "spark.sql.shuffle.partitions"}
+    ran = report(confs=confs)
+    ran["queries"].append(new)
+    checked = compat.verdict(saved, "app.py", ran, allow_non_restored=False)
+    assert checked.compatible
+    assert "query fresh: not in the savepoint; it starts without state" in checked.notes
+
+
+def test_an_application_that_fails_before_its_queries_start_says_so(saved):
+    ran = report(name=None)
+    ran["app_error"] = "NameError: name 'spakr' is not defined"
+    checked = compat.verdict(saved, "app.py", ran, allow_non_restored=False)
+    assert kinds(checked) == [("alarms", None, "not_started"), (None, None, "application_error")]

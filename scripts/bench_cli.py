@@ -4,7 +4,11 @@ Times `sparkpoint --help`, and `sparkpoint list` / `list --all` over a home with
 (ended jobs with a savepoint each), as whole processes, median of 7 runs after one warm-up.
 It prints figures; it is never a pass/fail test.
 
-    .venv/bin/python scripts/bench_cli.py [--jobs 100]
+    .venv/bin/python scripts/bench_cli.py [--jobs 100] [--against DIR]
+
+--against DIR: the same commands from another checkout (a `git worktree add DIR <rev>`), run alternately
+with this one, 25 rounds, so that the machine's drift (a 2-core box's neighbours) falls on both alike:
+it prints both medians and minimums.
 """
 
 from __future__ import annotations
@@ -46,9 +50,21 @@ def timed(argv: list[str], runs: int = 7) -> float:
     return statistics.median(samples)
 
 
+def alternated(argv: list[str], checkouts: list[Path], rounds: int = 25) -> dict[Path, list[float]]:
+    """Each round runs ``argv`` once from each checkout (``-m sparkpoint`` imports the one it runs in)."""
+    samples: dict[Path, list[float]] = {checkout: [] for checkout in checkouts}
+    for _ in range(rounds):
+        for checkout in checkouts:
+            start = time.perf_counter()
+            subprocess.run(argv, capture_output=True, check=True, cwd=checkout)
+            samples[checkout].append(time.perf_counter() - start)
+    return samples
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100)
+    parser.add_argument("--against", type=Path, help="another checkout to compare with, run alternately")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sparkpoint-bench-cli-"))
     try:
@@ -60,7 +76,13 @@ def main() -> None:
                             ("sparkpoint list --all", [*cli, "list", "--all"]),
                             ("sparkpoint list --all -o json", [*cli, "list", "--all", "-o", "json"]),
                             ("python -c pass (interpreter floor)", [sys.executable, "-c", "pass"])]:
-            print(f"{label:40s} {timed(argv) * 1000:7.1f} ms (median of 7)")
+            if options.against is None:
+                print(f"{label:40s} {timed(argv) * 1000:7.1f} ms (median of 7)")
+                continue
+            here = Path(__file__).resolve().parents[1]
+            for checkout, runs in alternated(argv, [here, options.against.resolve()]).items():
+                print(f"{label:40s} {checkout}: median {statistics.median(runs) * 1000:6.1f} ms, "
+                      f"min {min(runs) * 1000:6.1f} ms (25 alternated)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

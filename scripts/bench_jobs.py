@@ -119,7 +119,8 @@ def run_replace(home: Path, workload) -> tuple[float, float]:
     app, query, args = workload
     job, checkpoint = managed_job(home, workload)
     start = time.time()
-    restored = sparkpoint(home, "run", "--detach", "--name", "upgrade", "--replace", job["id"], app, *args(home.parent))
+    restored = sparkpoint(home, "run", "--detach", "--name", "upgrade", "--replace", job["id"], "--no-rollback", app,
+                          *args(home.parent))
     cut = restored["replaced"]["queries"][0]["batch_id"]
     new_checkpoint = Path(restored["checkpoint_root"]) / query
     first = commit_time(new_checkpoint, wait_for_commit_after(new_checkpoint, cut))

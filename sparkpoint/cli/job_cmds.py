@@ -31,6 +31,10 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
               help="With --replace: where JOB's savepoint goes [default: the catalog].")
 @click.option("--stop-timeout", type=Seconds(min=0), default=60.0, show_default=True,
               help="With --replace: seconds to let JOB's batch in flight commit before interrupting it.")
+@click.option("--probation", type=Seconds(min=0), default=30.0, show_default=True,
+              help="With --replace: seconds past the new version's first committed batch during which its failure "
+                   "starts the replaced version again from the hand-over's savepoint.")
+@click.option("--no-rollback", is_flag=True, help="With --replace: no probation, no automatic rollback.")
 @click.option("--no-check", is_flag=True,
               help="With -s or --replace: skip `sparkpoint check` (by default an application that will not "
                    "restore is refused before anything is stopped or started).")
@@ -44,7 +48,7 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
                 metavar="[SPARK_SUBMIT_OPTIONS] APP.py [APP_ARGS]")
 @pass_app
 def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, restore_grace, replace, savepoint_path,
-            stop_timeout, no_check, master, deploy_mode, confs, detach, output, args):
+            stop_timeout, probation, no_rollback, no_check, master, deploy_mode, confs, detach, output, args):
     """Run a streaming application under spark-submit as a managed job.
 
     sparkpoint's options come first; spark-submit's own (--py-files, --archives, --jars, --packages,
@@ -53,6 +57,11 @@ def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, res
     .queryName(...). With -s, each saved query is restored there first. With --replace JOB, the
     new driver starts first and waits; JOB is then stopped at a batch boundary with a savepoint,
     which the new job restores and continues from (the upgrade with the least downtime).
+
+    With -s or --replace, `sparkpoint check` runs first: an application that will not restore is
+    refused (exit 16) before anything is stopped or started. With --replace, the new version is then on
+    probation: if it fails before --probation seconds past its first committed batch, the replaced
+    version is started again, as it ran, from the hand-over's savepoint (exit 13, `rolled_back`).
     """
     from sparkpoint.adapters.spark_submit import split_arguments
     from sparkpoint.jobs import run
@@ -63,8 +72,15 @@ def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, res
         confs=list(confs), detach=detach, savepoint=from_savepoint, allow_non_restored_state=allow_non_restored_state,
         claim=claim_mode == "claim", restore_grace=restore_grace, replace=replace, savepoint_path=savepoint_path,
         stop_timeout=stop_timeout, deploy_mode=deploy_mode, check=not no_check,
+        probation=None if no_rollback else probation,
     )
-    emit(output, run.run_job(app.settings, request, progress=app.progress()), _render_job)
+    job = run.run_job(app.settings, request, progress=app.progress())
+    emit(output, job, _render_job)
+    if job.rolled_back:
+        from sparkpoint.errors import JobFailedError
+
+        raise JobFailedError(f"job {job.id} failed on probation ({job.rollback['error']}); rolled back: "
+                             f"{job.rolled_back.id} runs the replaced version from {job.rollback['savepoint']}")
 
 
 # run's own options: one of them among spark-submit's is a mistake (it would reach spark-submit unseen).
@@ -76,6 +92,9 @@ def _render_job(job: JobView) -> None:
     echo(f"Job {job.id} ({job.name}): {job.state}" + (f" — {job.error}" if job.error else ""))
     if job.replaced:
         _render_stopped(job.replaced)
+    if job.rolled_back:
+        echo(f"  rolled back: it failed on probation; {job.rolled_back.id} runs the replaced version again, from "
+             f"{job.rollback['savepoint']} ({job.rolled_back.state})")
     if job.upgrade_check:
         check = job.upgrade_check
         echo(f"  check: skipped ({check['skipped']})" if "skipped" in check else

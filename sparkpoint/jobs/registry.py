@@ -62,6 +62,8 @@ class Job:
     ended: dict[str, Any] | None = None  # recorded by the CLI: cancelled, or the launcher's exit
     submission_id: str | None = None  # a driver the standalone master runs (--deploy-mode cluster)
     upgrade_check: dict[str, Any] | None = None  # run -s / --replace: how `check` answered, or why it was skipped
+    confs: list[str] = field(default_factory=list)  # run's --conf KEY=VALUE: a rollback starts the job with them
+    rollback: dict[str, Any] | None = None  # rolled_back_to (a failed new version), or rollback_of (the restart)
     agent: dict[str, Any] = field(default_factory=dict)  # agent.json, as last read
     driver: dict[str, Any] = field(default_factory=dict)  # the master's view of a cluster-mode driver, as last asked
 
@@ -172,6 +174,8 @@ _RECORD_TYPES: dict[str, tuple[Callable[[Any], bool], bool]] = {
     "ended": (lambda v: isinstance(v, dict), True),
     "submission_id": (lambda v: isinstance(v, str), True),
     "upgrade_check": (lambda v: isinstance(v, dict), True),
+    "confs": (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v), False),
+    "rollback": (lambda v: isinstance(v, dict), True),
 }
 
 
@@ -180,7 +184,8 @@ def _job_from_record(data: Any, job_id: str, path: Path) -> Job:
     ignored; a missing or mistyped one makes the entry broken, reported as such."""
     if not isinstance(data, dict):
         raise CorruptRecordError(f"the registry entry {path} is not a JSON object")
-    required = {f.name for f in fields(Job) if f.name in _RECORD_TYPES and f.default is MISSING}
+    required = {f.name for f in fields(Job)
+                if f.name in _RECORD_TYPES and f.default is MISSING and f.default_factory is MISSING}
     problems = sorted(f"{key} missing" for key in required - data.keys())
     for key, (valid, nullable) in _RECORD_TYPES.items():
         if key in data and not (valid(data[key]) or (nullable and data[key] is None)):
@@ -279,7 +284,9 @@ class JobView(Result):
     submission_id: str | None
     driver_state: str | None
     upgrade_check: dict[str, Any] | None = field(default=None, metadata=WHEN_SET)  # run -s, run --replace
+    rollback: dict[str, Any] | None = field(default=None, metadata=WHEN_SET)  # rolled_back_to, or rollback_of
     replaced: Stopped | None = field(default=None, metadata=WHEN_SET)  # run --replace: the old job's stop
+    rolled_back: JobView | None = field(default=None, metadata=WHEN_SET)  # the old version, started again
 
 
 def describe_job(job: Job, status: dict[str, Any] | None = None, state: str | None = None) -> JobView:
@@ -301,6 +308,7 @@ def describe_job(job: Job, status: dict[str, Any] | None = None, state: str | No
         submission_id=job.submission_id,
         driver_state=job.driver.get("driverState"),
         upgrade_check=job.upgrade_check,
+        rollback=job.rollback,
     )
 
 

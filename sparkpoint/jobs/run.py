@@ -24,9 +24,11 @@ from sparkpoint.adapters.transfer import Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, IncompatibleUpgradeError, NotFoundError
 from sparkpoint.jobs.check import CheckRequest, Launch, check_upgrade
-from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start
-from sparkpoint.jobs.registry import Job, JobView, Registry, client_for
+from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start, end_driver
+from sparkpoint.jobs.registry import Job, JobView, Registry, client_for, describe_job
+from sparkpoint.jobs.rollback import watch_probation
 from sparkpoint.jobs.replace import take_over
+from sparkpoint.jobs.stop import Stopped
 from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.jobs.savepoint import savepoint_job
@@ -48,6 +50,7 @@ class RunRequest(Launch):
     stop_timeout: float = 60.0  # with replace: seconds to wait for the old job's batch boundary
     deploy_mode: str = "client"  # cluster: the standalone master runs the driver (REST submission)
     check: bool = True  # with -s or --replace: refuse an application that will not restore (sparkpoint check)
+    probation: float | None = 30.0  # with replace: seconds past the new version's first batch to roll back in
 
 
 def run_job(settings: Settings, request: RunRequest, progress: Progress | None = None,
@@ -76,7 +79,7 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
     job = registry.new_job(
         request.name or Path(app).stem.replace("_", "-"), app=app, app_args=request.app_args,
         master=request.master, submit_args=request.submit_args, detached=request.detach,
-        restored_from=saved.path if saved else None, upgrade_check=upgrade_check,
+        restored_from=saved.path if saved else None, upgrade_check=upgrade_check, confs=request.confs,
     )
     try:
         process = _launch(settings, job, app, request, conf_args, master, saved, replaced is not None, progress)
@@ -91,11 +94,39 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
     if replaced is not None:
         handover = take_over(settings, registry, job, process, replaced, request.savepoint_path,
                              request.stop_timeout, progress, sleep, clock, start_timeout)
+        if request.probation is not None:
+            cut = {q.name: q.batch_id for q in handover.queries}
+            failure = watch_probation(registry, job, cut, request.probation, request.restore_grace, sleep, clock)
+            if failure is not None:
+                again = _roll_back(settings, registry, job, replaced, handover, failure, progress, sleep, clock,
+                                   start_timeout)
+                return replace(describe_job(registry.load(job.id)), replaced=handover, rolled_back=again)
     if request.detach:
         info = await_start(registry, job, process, sleep, clock, start_timeout)
     else:
         info = await_end(registry, job, process)
     return replace(info, replaced=handover) if handover else info
+
+
+def _roll_back(settings: Settings, registry: Registry, failed: Job, previous: Job, handover: Stopped, failure: str,
+               progress: Progress | None, sleep, clock, start_timeout: float) -> JobView:
+    """Start the version ``failed`` replaced again, as it ran (application, arguments, spark-submit options
+    and confs from its record), from the hand-over's savepoint: it continues at exactly the cut. Detached:
+    its output goes to its driver.log."""
+    end_driver(failed, grace=10.0, sleep=sleep, clock=clock)  # a failed driver may linger (a JVM left waiting)
+    again = run_job(settings, RunRequest(
+        app=previous.app, app_args=previous.app_args, submit_args=previous.submit_args, master=previous.master,
+        confs=previous.confs, name=previous.name, detach=True, savepoint=handover.path, check=False,
+    ), progress, sleep, clock, start_timeout)
+    now = iso()
+    restarted = registry.load(again.id)
+    restarted.upgrade_check = {"skipped": f"rollback: the version {failed.id} replaced, as it ran before", "at": now}
+    restarted.rollback = {"rollback_of": failed.id, "at": now}
+    registry.save(restarted)
+    failed = registry.load(failed.id)
+    failed.rollback = {"rolled_back_to": again.id, "error": failure, "savepoint": handover.path, "at": now}
+    registry.save(failed)
+    return describe_job(registry.load(again.id))
 
 
 def _check_upgrade(settings: Settings, request: RunRequest, saved: Savepoint | None, replaced: Job | None,

@@ -68,11 +68,18 @@ def describe(query) -> dict[str, Any]:
 
 def spark_error_line(text: str) -> str:
     """The innermost Spark error class and its message, from a StreamingQueryException's text; without
-    one, the message the query ended with (after Spark's 'terminated with exception:')."""
-    first = text.strip().splitlines()[0] if text.strip() else "unknown error"
+    one, the message the query ended with (after Spark's 'terminated with exception:'), and for an error
+    raised by the application's Python (foreachBatch, a UDF), the line that names it under its traceback."""
+    lines = text.strip().splitlines()
+    first = lines[0] if lines else "unknown error"
     classes = [m for m in _ERROR_CLASS.finditer(first) if m.group(1) != "STREAM_FAILED"]
     if classes:
         return first[classes[-1].start():]
+    if first.endswith("Traceback (most recent call last):"):
+        # The frames are indented; the first line after them that is not names the exception.
+        raised = next((line for line in lines[1:] if line.strip() and not line[0].isspace()), None)
+        if raised:
+            return raised.strip()
     return _TERMINATED.sub("", first) or first
 
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from clitools import cli, cli_json, processes_mentioning, wait_for
+
+from sparkpoint.jobs.registry import Registry, state_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -106,7 +110,56 @@ def test_run_checks_first_and_replace_refuses_an_incompatible_version_before_tou
     assert {p.name for p in (home / "savepoints" / "posts").iterdir()} == before  # the check's savepoint is gone
     assert batches(root / "out-paid") == []
 
-    skipped = cli_json(home, "run", "--replace", v1["id"], "--detach", "--no-check", APP, "projection",
-                       str(saved["inputs"]), str(root / "out-projection"))
-    assert skipped["upgrade_check"]["skipped"] == "--no-check" and skipped["replaced"]["job"]["state"] == "finished"
-    assert cli(home, "cancel", skipped["id"])[0] == 0
+    # A v2 that passes the check but raises in its third batch with input: rolled back to v1, at the cut.
+    feeding = threading.Thread(target=feed_after_handover, args=(home, v1["id"], saved["inputs"], range(6, 12)),
+                               daemon=True)
+    feeding.start()
+    code, out, err = cli(home, "run", "--output", "json", "--replace", v1["id"], "--detach", "--probation", "20",
+                         APP, "fails-third", str(saved["inputs"]), str(root / "out-fails-third"))
+    feeding.join()
+    assert code == 13 and "failed on probation (query 'posts' failed: RuntimeError: v2 cannot handle the input" in err
+    failed = json.loads(out)
+    again = failed["rolled_back"]
+    assert failed["state"] == "failed" and failed["rollback"]["rolled_back_to"] == again["id"]
+    assert again["state"] == "running" and again["restored_from"] == failed["replaced"]["path"]
+    assert again["rollback"]["rollback_of"] == failed["id"] and again["upgrade_check"]["skipped"].startswith("rollback")
+    assert (again["app"], again["name"]) == (v1["app"], v1["name"])
+    history = {job["id"]: job["state"] for job in cli_json(home, "list", "--all")}
+    assert (history[v1["id"]], history[failed["id"]], history[again["id"]]) == ("finished", "failed", "running")
+    # Exactly once: v1's output, before the hand-over and after the rollback, counts every post once.
+    wait_for(lambda: final_counts(root / "out-v1-again") == expected_counts(saved["inputs"]),
+             what="v1 after the rollback to count all input", timeout=180)
+    cut = failed["replaced"]["queries"][0]["batch_id"]
+    outage = commit_time(again, min(b for b in commits(again) if b > cut)) - commit_time(v1, cut)
+    print(f"outage of the rolled-back upgrade (v1's last commit before the hand-over to its first after): "
+          f"{outage:.1f} s")
+    assert cli(home, "cancel", again["id"])[0] == 0
+
+
+def feed_after_handover(home: Path, replaced: str, directory: Path, indexes) -> None:
+    """Input for the new version: once the old one has handed over (its record says it finished)."""
+    wait_for(lambda: state_of(Registry(str(home)).load(replaced)) == "finished", what="the hand-over", timeout=300)
+    for index in indexes:
+        feed(directory, index)
+        time.sleep(1.5)
+
+
+def final_counts(directory: Path) -> dict[str, int]:
+    """Each (post, kind)'s count as the last batch that updated it says (update mode)."""
+    counts = {}
+    for path in sorted(batches(directory), key=lambda p: int(p.stem.split("-")[1])):
+        counts.update({f"{row['post']}/{row['kind']}": row["count"] for row in json.loads(path.read_text())})
+    return counts
+
+
+def expected_counts(directory: Path) -> dict[str, int]:
+    rows = [json.loads(line) for path in directory.glob("posts-*.json") for line in path.read_text().splitlines()]
+    return dict(Counter(f"{row['post']}/{row['kind']}" for row in rows))
+
+
+def commits(job: dict) -> list[int]:
+    return [int(name) for name in os.listdir(Path(job["checkpoint_root"]) / "posts" / "commits") if name.isdigit()]
+
+
+def commit_time(job: dict, batch: int) -> float:
+    return (Path(job["checkpoint_root"]) / "posts" / "commits" / str(batch)).stat().st_mtime

@@ -91,13 +91,14 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     assert out2[6] == {room: totals[room] for room in out2[6]}
 
     # An upgrade whose new driver cannot start leaves the running job alone.
-    code, _, err = cli(home, "run", "--replace", resumed["id"], "--driver-memory", "lots", APP, str(inputs),
-                       str(tmp_path / "never"))
+    code, _, err = cli(home, "run", "--replace", resumed["id"], "--no-check", "--driver-memory", "lots", APP,
+                       str(inputs), str(tmp_path / "never"))
     assert code == 13 and f"take over from {resumed['id']}" in err
     assert [(j["id"], j["state"]) for j in cli_json(home, "list")] == [(resumed["id"], "running")]
 
-    upgraded = cli_json(home, "run", "--detach", "--name", "counts", "--replace", resumed["id"],
+    upgraded = cli_json(home, "run", "--detach", "--name", "counts", "--replace", resumed["id"], "--no-rollback",
                         APP, str(inputs), str(tmp_path / "out3"))
+    assert upgraded["upgrade_check"]["compatible"] is True
     handover = upgraded["replaced"]
     assert handover["job"]["id"] == resumed["id"] and handover["job"]["state"] == "finished"
     assert handover["queries"][0]["batch_id"] == 6 and upgraded["restored_from"] == handover["path"]

@@ -169,6 +169,12 @@ def test_spark_error_line_keeps_the_innermost_error_class():
                "sources in the checkpoint offsets and now there are [2] sources requested by the query.\n\tat x")
     assert spark_error_line(wrapped) == ("assertion failed: There are [1] sources in the checkpoint offsets and now "
                                          "there are [2] sources requested by the query.")
+    # The application's own error, raised in foreachBatch: the line naming it, not py4j's wrapper.
+    raised = ("[STREAM_FAILED] Query [id = 1c, runId = 2d] terminated with exception: py4j.Py4JException: An "
+              "exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):\n"
+              '  File "app.py", line 45, in write\n    raise RuntimeError("v2 cannot handle batch 9")\n'
+              "RuntimeError: v2 cannot handle batch 9\n\n\tat py4j.Protocol.getReturnValue(Protocol.java:476)")
+    assert spark_error_line(raised) == "RuntimeError: v2 cannot handle batch 9"
 
 
 def started_agent(registry, job, active: list):

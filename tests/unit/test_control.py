@@ -271,3 +271,49 @@ def test_what_ending_the_driver_raised_reaches_the_caller(tmp_path):
     job.submission_id, job.master = "driver-1", "not-a-master-url"  # cluster mode, with a master that cannot be
     with pytest.raises(SparkpointError):
         drivers.DriverExit(job, sleep, clock).wait()
+
+
+class FakeClock:
+    """Seconds that pass only when the code under test sleeps."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def probation_job(tmp_path, agent: dict):
+    from clitools import closed_port
+
+    registry = Registry(str(tmp_path))
+    job = registry.new_job("v2", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    job.pid, job.pid_start = os.getpid(), process_start(os.getpid())  # this process stands in for the driver
+    registry.save(job)
+    from sparkpoint.jobs.protocol import write_agent_file
+
+    write_agent_file(job.directory, {"host": "127.0.0.1", "port": closed_port(), "pid": os.getpid(), **agent})
+    return registry, job
+
+
+def test_probation_reports_a_new_version_that_failed(tmp_path):
+    from sparkpoint.jobs.rollback import watch_probation
+
+    registry, job = probation_job(tmp_path, {"state": "failed", "error": "query 'q' failed: RuntimeError: boom"})
+    clock = FakeClock()
+    failure = watch_probation(registry, job, {"q": 4}, 30, 60, clock.sleep, clock)
+    assert failure == "query 'q' failed: RuntimeError: boom"
+    assert clock.now == 0  # at the first look
+
+
+def test_probation_without_input_ends_after_the_grace_and_the_probation(tmp_path):
+    """No batch commits (no input, and here no agent answering): the new version is not failed, so it stays."""
+    from sparkpoint.jobs.rollback import watch_probation
+
+    registry, job = probation_job(tmp_path, {"state": "running"})
+    clock = FakeClock()
+    assert watch_probation(registry, job, {"q": 4}, 2, 3, clock.sleep, clock) is None
+    assert 5 <= clock.now <= 5.5

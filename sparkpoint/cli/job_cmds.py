@@ -116,27 +116,27 @@ def _render_job(job: JobView) -> None:
               help="Seconds after the application starts for every saved query to start.")
 @click.option("--timeout", type=Seconds(min=1), default=300.0, show_default=True,
               help="Seconds for the whole check, Spark's start-up included.")
-@click.option("--master", default="local[2]", show_default=True, help="Spark master URL (the driver runs here).")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Spark configuration (repeatable).")
 @output_option
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, required=True,
                 metavar="[SPARK_SUBMIT_OPTIONS] APP.py [APP_ARGS]")
 @pass_app
-def check_cmd(app, saved, allow_non_restored_state, restore_grace, timeout, master, confs, output, args):
+def check_cmd(app, saved, allow_non_restored_state, restore_grace, timeout, confs, output, args):
     """Will this application restore from this savepoint? Answered before any downtime.
 
     The application runs against a throwaway restore of the savepoint, with every sink replaced by
     Spark's no-op sink: each saved query plans one empty batch, where Spark checks the saved state
     (operators, key and value schemas, sources) against the new plan, and stops. No input is read,
-    nothing is written where the application writes, the savepoint is only read. Exits 16, one line
-    per problem, when it will not restore.
+    no streaming sink of the application is written, the savepoint is only read. The driver runs here
+    in local mode (one empty batch needs no cluster). Exits 16, one line per problem, when it will not
+    restore; 11 when the check cannot decide (Spark failed for another reason, or too slowly).
     """
     from sparkpoint.adapters.spark_submit import split_arguments
     from sparkpoint.errors import IncompatibleUpgradeError
     from sparkpoint.jobs import check
 
     submit_args, application, app_args = split_arguments(list(args), CHECK_OPTIONS)
-    request = check.CheckRequest(app=application, app_args=app_args, submit_args=submit_args, master=master,
+    request = check.CheckRequest(app=application, app_args=app_args, submit_args=submit_args,
                                  confs=list(confs), allow_non_restored_state=allow_non_restored_state,
                                  restore_grace=restore_grace, timeout=timeout)
     checked = check.check_upgrade(app.settings, saved, request, progress=app.progress())

@@ -2,9 +2,9 @@
 by running it in a sandbox (savepoints.compat prepares it and words the verdict; runtime.check is the
 driver's half).
 
-The driver runs here in client mode whatever the job's deploy mode, against the master given: the
-sandbox is a local directory its executors must reach (on the standalone cluster sparkpoint starts,
-they run on this machine).
+The driver runs here in local mode whatever master the job runs on: planning one empty batch needs no
+cluster, a busy cluster's cores are not waited for, and the sandbox (a local directory) is read by
+nobody else. spark-submit's other options (--py-files, --jars, --packages, ...) apply as given.
 """
 
 from __future__ import annotations
@@ -50,6 +50,12 @@ class CheckRequest(Launch):
     timeout: float = 300.0  # seconds for the whole check, the driver's start-up included
 
 
+# The check's driver: local, whatever the master (see the module's docstring).
+CHECK_MASTER = "local[2]"
+# What a check needs besides the application's own waits: the JVM's start-up, the report.
+MARGIN = 60.0
+
+
 def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, progress: Progress | None = None,
                   sleep: Callable[[float], None] = time.sleep,
                   clock: Callable[[], float] = time.monotonic) -> compat.Checked:
@@ -66,8 +72,9 @@ def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, p
     process, start = None, None
     try:
         compat.prepare_sandbox(saved, checkpoints, settings.transfer_workers, progress)
-        write_json(Path(sandbox) / CHECK_REQUEST, compat.request(saved, request.restore_grace))
-        argv = [spark_submit.spark_submit(), "--master", request.master, "--name", "sparkpoint-check",
+        first_start = max(30.0, request.timeout - request.restore_grace - MARGIN)
+        write_json(Path(sandbox) / CHECK_REQUEST, compat.request(saved, request.restore_grace, first_start))
+        argv = [spark_submit.spark_submit(), "--master", CHECK_MASTER, "--name", "sparkpoint-check",
                 "--conf", f"spark.sql.streaming.checkpointLocation={checkpoints}", *conf_args, *request.submit_args,
                 CHECK_DRIVER, sandbox, app, *request.app_args]
         log = os.path.join(sandbox, "driver.log")
@@ -76,15 +83,21 @@ def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, p
         progress.waiting(f"trying {os.path.basename(app)} on a sandbox restore of {saved.manifest['id']}")
         poll_until(lambda: process.poll() is not None, request.timeout, 0.2, clock=clock, sleep=sleep)
         if process.poll() is None:
-            terminate_group(process.pid, start, sleep=sleep, clock=clock)
+            terminate_group(process.pid, start, grace=0.0, sleep=sleep, clock=clock)
             raise SparkFailureError(f"the check did not finish within {request.timeout:g} s: "
                                     f"{_last_line(log) or 'the driver printed nothing'}")
         report = _read_report(Path(sandbox) / CHECK_REPORT, process.returncode, log)
     finally:
-        if process is not None and pid_alive(process.pid, start):  # interrupted, or its preparation failed
-            terminate_group(process.pid, start, sleep=sleep, clock=clock)
-        shutil.rmtree(sandbox, ignore_errors=True)
+        try:
+            if process is not None and pid_alive(process.pid, start):  # interrupted: nothing to save, no grace
+                terminate_group(process.pid, start, grace=0.0, sleep=sleep, clock=clock)
+        finally:
+            shutil.rmtree(sandbox, ignore_errors=True)
     checked = compat.verdict(saved, app, report, request.allow_non_restored_state)
+    undecided = [p for p in checked.problems if p.kind in compat.UNDECIDED]
+    if undecided and len(undecided) == len(checked.problems):
+        raise SparkFailureError("the check could not decide: " + "; ".join(p.message for p in undecided)
+                                + " (`--no-check` skips it)")
     return replace(checked, seconds=round(clock() - began, 3))
 
 

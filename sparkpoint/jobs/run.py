@@ -22,7 +22,13 @@ from sparkpoint.adapters.processes import process_start
 from sparkpoint.adapters.standalone import StandaloneMaster, submission_properties
 from sparkpoint.adapters.transfer import Progress
 from sparkpoint.config import Settings
-from sparkpoint.errors import BadArgumentError, IncompatibleUpgradeError, NotFoundError
+from sparkpoint.errors import (
+    BadArgumentError,
+    IncompatibleUpgradeError,
+    JobFailedError,
+    NotFoundError,
+    SparkpointError,
+)
 from sparkpoint.jobs.check import CheckRequest, Launch, check_upgrade
 from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start, end_driver
 from sparkpoint.jobs.registry import Job, JobView, Registry, client_for, describe_job
@@ -110,21 +116,30 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
 
 def _roll_back(settings: Settings, registry: Registry, failed: Job, previous: Job, handover: Stopped, failure: str,
                progress: Progress | None, sleep, clock, start_timeout: float) -> JobView:
-    """Start the version ``failed`` replaced again, as it ran (application, arguments, spark-submit options
-    and confs from its record), from the hand-over's savepoint: it continues at exactly the cut. Detached:
-    its output goes to its driver.log."""
+    """Start the version ``failed`` replaced again, with the application path, arguments, spark-submit options,
+    confs and deploy mode of its record, from the hand-over's savepoint: it continues at exactly the cut.
+    Detached: its output goes to its driver.log. The failed job's record says so first, so that a relaunch
+    that fails too leaves the way back written down."""
     end_driver(failed, grace=10.0, sleep=sleep, clock=clock)  # a failed driver may linger (a JVM left waiting)
-    again = run_job(settings, RunRequest(
-        app=previous.app, app_args=previous.app_args, submit_args=previous.submit_args, master=previous.master,
-        confs=previous.confs, name=previous.name, detach=True, savepoint=handover.path, check=False,
-    ), progress, sleep, clock, start_timeout)
+    failed = registry.load(failed.id)
+    failed.rollback = {"rolled_back_to": None, "error": failure, "savepoint": handover.path, "at": iso()}
+    registry.save(failed)
+    try:
+        again = run_job(settings, RunRequest(
+            app=previous.app, app_args=previous.app_args, submit_args=previous.submit_args, master=previous.master,
+            confs=previous.confs, name=previous.name, detach=True, savepoint=handover.path, check=False,
+            deploy_mode="cluster" if previous.submission_id else "client",
+        ), progress, sleep, clock, start_timeout)
+    except SparkpointError as exc:
+        raise JobFailedError(f"job {failed.id} failed on probation ({failure}), and starting {previous.id}'s version "
+                             f"again failed too: {exc}; its savepoint from the hand-over is {handover.path}") from None
     now = iso()
     restarted = registry.load(again.id)
     restarted.upgrade_check = {"skipped": f"rollback: the version {failed.id} replaced, as it ran before", "at": now}
     restarted.rollback = {"rollback_of": failed.id, "at": now}
     registry.save(restarted)
     failed = registry.load(failed.id)
-    failed.rollback = {"rolled_back_to": again.id, "error": failure, "savepoint": handover.path, "at": now}
+    failed.rollback = {**failed.rollback, "rolled_back_to": again.id, "at": now}
     registry.save(failed)
     return describe_job(registry.load(again.id))
 
@@ -136,7 +151,8 @@ def _check_upgrade(settings: Settings, request: RunRequest, saved: Savepoint | N
     the hand-over takes comes later, at the boundary), in a scratch directory removed afterwards."""
     if not request.check:
         return {"skipped": "--no-check", "at": iso()}
-    checking = CheckRequest(**{f.name: getattr(request, f.name) for f in fields(Launch)})
+    checking = CheckRequest(**{f.name: getattr(request, f.name) for f in fields(Launch)},
+                            timeout=request.restore_grace + 240.0)
     scratch = tempfile.mkdtemp(prefix="sparkpoint-precheck-") if replaced else None
     try:
         if replaced is not None:

@@ -5,12 +5,15 @@ usage (by sparkpoint only): check.py SANDBOX APP.py [APP_ARGS...]
 SANDBOX holds ``checkpoints/<query>/`` (a throwaway restore of the savepoint whose next batch is planned
 empty: offsets equal to the cut's, so it reads no input) and the request (jobs.protocol.CHECK_REQUEST:
 ``saved``, the saved query names; ``confs``, the conf keys Spark pins in their offset logs; ``grace``,
-seconds to wait for the saved queries to start). The answer goes to CHECK_REPORT in SANDBOX.
+seconds from the first query start for the saved ones to start, as `run` counts it; ``first_start``,
+seconds to wait for that first start). The answer goes to CHECK_REPORT in SANDBOX.
 
 Every query the application starts writes to Spark's no-op sink, checkpoints in the sandbox and runs
 once: that one run is the empty batch, whose planning is where Spark checks the saved state against the
-new plan (operators, key and value schemas, sources). Nothing is written where the application writes,
-and no input is processed: a query with no saved state is stopped before its first batch.
+new plan (operators, key and value schemas, sources). No streaming sink of the application is written
+and a saved query reads no input; a query with no saved state is stopped as soon as it has started. What
+the application does outside its streaming queries (a batch write at start-up, a call to a service) it
+does here too.
 """
 
 from __future__ import annotations
@@ -39,13 +42,28 @@ class Sandbox:
         self.saved = set(saved)
         self.conf_keys = confs
         self.queries: list[dict[str, Any]] = []  # in start order: name, the StreamingQuery, the session's confs
+        self.first_start: float | None = None
         self.lock = threading.Lock()
+        self._await_termination = None
 
     def install(self) -> None:
-        from pyspark.sql.streaming.readwriter import DataStreamWriter
+        """Every streaming writer sparkpoint knows (classic and Spark Connect) writes into the sandbox; the
+        application's waits on its queries last until the answer is written (a query ends after its one
+        batch: an application that stops its session then would interrupt the others), and stopping the
+        session is left to the end of the check."""
+        from pyspark.sql import SparkSession
+        from pyspark.sql.streaming import query as streaming_query
 
+        for writer_class in _writer_classes():
+            self._redirect(writer_class)
+        self._await_termination = streaming_query.StreamingQuery.awaitTermination
+        streaming_query.StreamingQuery.awaitTermination = _wait_for_the_answer
+        streaming_query.StreamingQueryManager.awaitAnyTermination = _wait_for_the_answer
+        SparkSession.stop = lambda session: None
+
+    def _redirect(self, writer_class) -> None:
         sandbox = self
-        original_query_name, original_start = DataStreamWriter.queryName, DataStreamWriter.start
+        original_query_name, original_start = writer_class.queryName, writer_class.start
 
         def query_name(writer, name):
             writer._sparkpoint_name = name
@@ -61,18 +79,19 @@ class Sandbox:
         def to_table(writer, tableName, format=None, outputMode=None, partitionBy=None, queryName=None, **options):
             return start(writer, outputMode=outputMode, queryName=queryName)
 
-        DataStreamWriter.queryName = query_name
-        DataStreamWriter.start = start
-        DataStreamWriter.toTable = to_table
+        writer_class.queryName = query_name
+        writer_class.start = start
+        writer_class.toTable = to_table
 
     def start(self, writer, original_start):
         name = getattr(writer, "_sparkpoint_name", None)
         with self.lock:
             index = len(self.queries)
+            self.first_start = self.first_start or time.monotonic()
         location = os.path.join(self.directory, "checkpoints", name if name else f"unnamed-{index}")
         # The no-op sink replaces whatever sink (format, path, foreachBatch, table) the application chose.
         writer.format("noop").option("checkpointLocation", location).trigger(once=True)
-        session = getattr(writer, "_spark", None)
+        session = getattr(writer, "_spark", None) or getattr(writer, "_session", None)
         confs = {key: _conf(session, key) for key in self.conf_keys}
         query = original_start(writer)
         if name not in self.saved:
@@ -81,11 +100,51 @@ class Sandbox:
             self.queries.append({"name": name, "query": query, "confs": confs})
         return query
 
+    def settle(self, query, seconds: float):
+        """Until the query has ended (at most ``seconds``): its failure, if it failed."""
+        try:
+            self._await_termination(query, seconds)
+            return query.exception()
+        except Exception as exc:  # noqa: BLE001 - py4j: the query's failure, however it surfaces
+            return exc
+
     def report(self, app_error: str | None, app_ended: bool) -> dict[str, Any]:
         with self.lock:
             started = list(self.queries)
         return {"app_error": app_error, "app_ended": app_ended,
-                "queries": [_outcome(entry, entry["name"] in self.saved) for entry in started]}
+                "queries": [self._outcome(entry, entry["name"] in self.saved) for entry in started]}
+
+    def _outcome(self, entry: dict[str, Any], saved: bool) -> dict[str, Any]:
+        query = entry["query"]
+        outcome: dict[str, Any] = {"name": entry["name"], "saved": saved, "confs": entry["confs"], "error": None,
+                                   "batch_id": None, "input_rows": None, "operators": [], "sources": []}
+        if saved:
+            exception = self.settle(query, 1.0)
+            if exception is not None:
+                outcome["error"] = spark_error_line(str(exception))
+            progress = query.lastProgress or {}
+            outcome.update(batch_id=progress.get("batchId"), input_rows=progress.get("numInputRows"),
+                           operators=[{"name": op.get("operatorName"), "partitions": op.get("numShufflePartitions")}
+                                      for op in progress.get("stateOperators") or []],
+                           sources=[source.get("description") for source in progress.get("sources") or []])
+        return outcome
+
+
+def _writer_classes() -> list:
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    classes = [DataStreamWriter]
+    try:  # Spark Connect's writer: present when its dependencies (grpc) are installed
+        from pyspark.sql.connect.streaming.readwriter import DataStreamWriter as ConnectWriter
+    except ImportError:
+        return classes
+    return [*classes, ConnectWriter]
+
+
+def _wait_for_the_answer(_self, timeout=None):
+    """What the application's awaitTermination and awaitAnyTermination become: the check's end ends the process."""
+    threading.Event().wait(timeout)
+    return False
 
 
 def _conf(session, key: str) -> str | None:
@@ -95,32 +154,9 @@ def _conf(session, key: str) -> str | None:
         return None
 
 
-def _outcome(entry: dict[str, Any], saved: bool) -> dict[str, Any]:
-    query = entry["query"]
-    outcome: dict[str, Any] = {"name": entry["name"], "saved": saved, "confs": entry["confs"], "error": None,
-                               "batch_id": None, "input_rows": None, "operators": [], "sources": []}
-    if saved:
-        exception = settle(query, 1.0)
-        if exception is not None:
-            outcome["error"] = spark_error_line(str(getattr(exception, "desc", None) or exception))
-        progress = query.lastProgress or {}
-        outcome.update(batch_id=progress.get("batchId"), input_rows=progress.get("numInputRows"),
-                       operators=[{"name": op.get("operatorName"), "partitions": op.get("numShufflePartitions")}
-                                  for op in progress.get("stateOperators") or []],
-                       sources=[source.get("description") for source in progress.get("sources") or []])
-    return outcome
-
-
-def settle(query, seconds: float):
-    """Until the query has ended (at most ``seconds``): its failure, if it failed."""
-    try:
-        query.awaitTermination(seconds)
-        return query.exception()
-    except Exception as exc:  # noqa: BLE001 - py4j: the query's failure, however it surfaces
-        return exc
-
-
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> None:
+    """The application on the main thread (as under spark-submit: it may install signal handlers); the
+    answer on a thread of its own, which ends the process once it is written."""
     directory, app, *app_args = argv
     with open(os.path.join(directory, CHECK_REQUEST)) as handle:
         request = json.load(handle)
@@ -128,41 +164,46 @@ def main(argv: list[str]) -> int:
     sandbox.install()
     ended = threading.Event()
     app_error: list[str] = []
-
-    def run_application() -> None:
-        sys.argv = [app, *app_args]
-        try:
-            runpy.run_path(app, run_name="__main__")
-        except SystemExit:
-            pass
-        except BaseException as exc:  # noqa: BLE001 - the application's own failure is part of the answer
-            traceback.print_exc()
-            app_error.append(spark_error_line(f"{type(exc).__name__}: {exc}"))
-        finally:
-            ended.set()
-
+    threading.Thread(target=_answer, args=(sandbox, directory, request, ended, app_error), name="sparkpoint-check",
+                     daemon=False).start()
+    sys.argv = [app, *app_args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(app)))
-    # On a thread of its own: an application waits on its queries, or forever; the answer does not.
-    threading.Thread(target=run_application, name="sparkpoint-check-app", daemon=True).start()
-    deadline = time.monotonic() + float(request["grace"])
+    try:
+        runpy.run_path(app, run_name="__main__")
+    except SystemExit:
+        pass
+    except BaseException as exc:  # noqa: BLE001 - the application's own failure is part of the answer
+        traceback.print_exc()
+        app_error.append(spark_error_line(f"{type(exc).__name__}: {exc}"))
+    ended.set()
+
+
+def _answer(sandbox: Sandbox, directory: str, request: dict[str, Any], ended: threading.Event,
+            app_error: list[str]) -> None:
+    """Once every saved query has run its batch (or the application ended, or the grace after its first
+    query start is over): the report, then the end of the process, whatever the application still waits on."""
+    began = time.monotonic()
+
+    def deadline() -> float:
+        # Counted as run counts it: from the first query start; until then, the wait for the first one.
+        return (sandbox.first_start + float(request["grace"])) if sandbox.first_start else (
+            began + float(request["first_start"]))
 
     def answered() -> bool:
         with sandbox.lock:
             started = {entry["name"] for entry in sandbox.queries}
             running = [entry for entry in sandbox.queries if entry["query"].isActive]
-        return ended.is_set() or (sandbox.saved <= started and not running)
+        return ended.is_set() or (sandbox.saved <= started and not running) or time.monotonic() >= deadline()
 
-    poll_until(answered, max(0.0, deadline - time.monotonic()), 0.1)
+    poll_until(answered, None, 0.1)
     for entry in list(sandbox.queries):
-        settle(entry["query"], max(1.0, deadline - time.monotonic()))
+        sandbox.settle(entry["query"], max(1.0, deadline() - time.monotonic()))
     write_json(Path(directory) / CHECK_REPORT, sandbox.report(app_error[0] if app_error else None, ended.is_set()))
-    for entry in sandbox.queries:
-        entry["query"].stop()
-    return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # the application may still wait on a query, or hold non-daemon threads: nothing else matters
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # the application's thread may still wait on a query: the answer is written, nothing else matters
+    main(sys.argv[1:])
+    threading.Event().wait()  # the answer's thread ends the process

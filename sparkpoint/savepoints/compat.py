@@ -30,6 +30,11 @@ _REFUSALS = (
 )
 
 
+# Problems that say the check could not decide, not that the restore would fail (an error Spark gave for
+# another reason, a batch that did not run in time): alone, they make the check inconclusive.
+UNDECIDED = ("spark_error",)
+
+
 @dataclass(frozen=True)
 class Problem(Result):
     query: str | None
@@ -74,10 +79,12 @@ def prepare_sandbox(savepoint: Savepoint, directory: str, workers: int = 4,
             write_atomic(checksum, (offsets / f".{cut}.crc").read_bytes())
 
 
-def request(savepoint: Savepoint, grace: float) -> dict[str, Any]:
-    """What the runtime half needs: the saved queries, the confs Spark pins for them, how long to wait."""
+def request(savepoint: Savepoint, grace: float, first_start: float) -> dict[str, Any]:
+    """What the runtime half needs: the saved queries, the confs Spark pins for them, how long to wait for
+    the first query to start and, from then, for the saved ones."""
     keys = sorted({key for q in savepoint.queries for key in q["confs"]} | {SHUFFLE_PARTITIONS})
-    return {"saved": [q["name"] for q in savepoint.queries], "confs": keys, "grace": grace}
+    return {"saved": [q["name"] for q in savepoint.queries], "confs": keys, "grace": grace,
+            "first_start": first_start}
 
 
 def verdict(savepoint: Savepoint, app: str, report: dict[str, Any], allow_non_restored: bool) -> Checked:
@@ -110,9 +117,12 @@ def verdict(savepoint: Savepoint, app: str, report: dict[str, Any], allow_non_re
     unnamed = sum(1 for q in report.get("queries", []) if not q.get("name"))
     if unnamed:
         notes.append(f"{unnamed} unnamed query(ies): a query needs .queryName(...) to be restored")
-    if report.get("app_error") and not any(p.kind != "not_started" for p in problems):
-        problems.append(Problem(None, None, "application_error",
-                                f"the application failed: {report['app_error']}"))
+    if report.get("app_error"):
+        failed = f"the application failed: {report['app_error']}"
+        if any(p.kind == "not_started" for p in problems):  # its failure is why they did not start
+            problems.append(Problem(None, None, "application_error", failed))
+        elif not problems:
+            notes.append(f"{failed} (after its saved queries were checked)")
     return Checked(savepoint=savepoint.path, app=app, compatible=not problems, problems=problems, notes=notes,
                    queries=checked)
 
@@ -129,7 +139,7 @@ def _query_problems(saved: dict[str, Any], outcome: dict[str, Any], operators: l
         problems.append(Problem(name, only, kind, f"query {name}{where}: Spark refuses the saved state: {error}"))
     elif outcome.get("batch_id") is None:
         problems.append(Problem(name, None, "spark_error", f"query {name}: its check batch did not run"))
-    elif [op["name"] for op in saved_ops] != operators:
+    elif not _same_operators([op["name"] for op in saved_ops], operators):
         saved_names = ", ".join(f"{op['id']} {op['name'] or '?'}" for op in saved_ops) or "none"
         problems.append(Problem(name, None, "operators",
                                 f"query {name}: stateful operators differ: saved [{saved_names}], the application "
@@ -139,11 +149,19 @@ def _query_problems(saved: dict[str, Any], outcome: dict[str, Any], operators: l
                                 f"query {name}: {len(outcome.get('sources') or [])} source(s), the savepoint has "
                                 f"{len(saved['offsets'])}"))
     pinned, wanted = saved["confs"].get(SHUFFLE_PARTITIONS), (outcome.get("confs") or {}).get(SHUFFLE_PARTITIONS)
-    if pinned is not None and wanted is not None and pinned != wanted:
+    # Without state the number of partitions only spreads work: Spark keeping the saved one spoils nothing.
+    if saved_ops and pinned is not None and wanted is not None and pinned != wanted:
         problems.append(Problem(name, None, "shuffle_partitions",
                                 f"query {name}: the application sets {SHUFFLE_PARTITIONS}={wanted}, its saved state "
                                 f"has {pinned} partitions (Spark would silently keep {pinned})"))
     return problems
+
+
+def _same_operators(saved: list[str | None], planned: list[str]) -> bool:
+    """Kind and order where the savepoint knows the names (Spark 4 writes them to the operator metadata;
+    a checkpoint of an older Spark has none): there, their number only."""
+    return len(saved) == len(planned) and all(name is None or name == new
+                                              for name, new in zip(saved, planned, strict=True))
 
 
 def _pinned_conf_notes(saved: dict[str, Any], confs: dict[str, str | None]) -> list[str]:

@@ -88,6 +88,8 @@ def test_pit_stop_on_a_cluster_with_savepoints_on_s3_then_migration_to_local(clu
                   "-s", stopped["id"], APP, "v2", str(events), str(tmp_path / "out-v2"))
     assert v2["state"] == "running" and v2["submission_id"].startswith("driver-")
     assert v2["driver_state"] == "RUNNING" and v2["restored_from"] == stopped["path"]
+    # run -s checked v2 first: its driver here, its executors on the worker, the sandbox restored from S3.
+    assert v2["upgrade_check"]["compatible"] is True and v2["upgrade_check"]["savepoint"] == stopped["path"]
     demo.feed(events, 2, [("hall", "motion", 300), ("garage", "activate", 310), ("garage", "motion", 320),
                           ("garage", "motion", 400)])
     found = alarms(tmp_path / "out-v2", 2)

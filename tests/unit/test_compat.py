@@ -101,3 +101,27 @@ def test_an_application_that_fails_before_its_queries_start_says_so(saved):
     ran["app_error"] = "NameError: name 'spakr' is not defined"
     checked = compat.verdict(saved, "app.py", ran, allow_non_restored=False)
     assert kinds(checked) == [("alarms", None, "not_started"), (None, None, "application_error")]
+
+
+def test_operators_of_a_savepoint_without_their_names_are_compared_by_number(saved):
+    """A checkpoint of Spark before 4.0 has no operator metadata: its operators' names are unknown."""
+    for operator in saved.query("alarms")["operators"]:
+        operator["name"] = None
+    assert compat.verdict(saved, "app.py", report(), allow_non_restored=False).compatible
+    two = report(operators=[{"name": "stateStoreSave"}, {"name": "dedupe"}])
+    assert kinds(compat.verdict(saved, "app.py", two, allow_non_restored=False)) == [("alarms", None, "operators")]
+
+
+def test_other_shuffle_partitions_without_state_are_no_problem(saved):
+    saved.query("alarms")["operators"] = []
+    checked = compat.verdict(saved, "app.py", report(operators=[], confs={"spark.sql.shuffle.partitions": "8"}),
+                             allow_non_restored=False)
+    assert checked.compatible
+
+
+def test_an_application_that_raises_after_its_queries_were_checked_gets_a_note(saved):
+    ran = report()
+    ran["app_error"] = "RuntimeError: the queries ended"
+    checked = compat.verdict(saved, "app.py", ran, allow_non_restored=False)
+    assert checked.compatible and checked.notes == [
+        "the application failed: RuntimeError: the queries ended (after its saved queries were checked)"]

@@ -126,13 +126,19 @@ def test_restore_refusals_are_one_clear_line(tmp_path):
     saved = cli_json(home, "stop", job["id"])
     feed(inputs, 2)  # Spark checks the state schema when a batch first loads the state
 
+    # The check refuses it before anything starts; past the check, Spark refuses it at its first batch.
     code, out, err = cli(home, "run", "-s", saved["path"], APP, str(inputs), str(tmp_path / "o2"), "v2-incompatible")
+    assert code == 16 and out == "" and len(err.strip().splitlines()) == 1, err[-2000:]
+    assert "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE" in err and "so nothing was stopped or started" in err
+    assert not (tmp_path / "o2").exists() and cli_json(home, "list") == []
+    code, out, err = cli(home, "run", "-s", saved["path"], "--no-check", APP, str(inputs), str(tmp_path / "o2"),
+                         "v2-incompatible")
     assert code == 13, err[-2000:]
     last = err.strip().splitlines()[-1]
     assert last.startswith("sparkpoint: error: job ") and "query 'counts' failed" in last
     assert "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE" in last
 
-    code, out, err = cli(home, "run", "-s", saved["path"], "--restore-grace", "5", APP, str(inputs),
+    code, out, err = cli(home, "run", "-s", saved["path"], "--no-check", "--restore-grace", "5", APP, str(inputs),
                          str(tmp_path / "o3"), "v1-renamed")
     assert code == 13, err[-2000:]
     assert "holds state for counts but the application did not start that query" in err.strip().splitlines()[-1]

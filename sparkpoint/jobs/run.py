@@ -100,18 +100,29 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
     if replaced is not None:
         handover = take_over(settings, registry, job, process, replaced, request.savepoint_path,
                              request.stop_timeout, progress, sleep, clock, start_timeout)
-        if request.probation is not None:
-            cut = {q.name: q.batch_id for q in handover.queries}
-            failure = watch_probation(registry, job, cut, request.probation, request.restore_grace, sleep, clock)
-            if failure is not None:
-                again = _roll_back(settings, registry, job, replaced, handover, failure, progress, sleep, clock,
-                                   start_timeout)
-                return replace(describe_job(registry.load(job.id)), replaced=handover, rolled_back=again)
+        rolled_back = _on_probation(settings, registry, job, replaced, handover, request, progress, sleep, clock,
+                                    start_timeout)
+        if rolled_back is not None:
+            return rolled_back
     if request.detach:
         info = await_start(registry, job, process, sleep, clock, start_timeout)
     else:
         info = await_end(registry, job, process)
     return replace(info, replaced=handover) if handover else info
+
+
+def _on_probation(settings: Settings, registry: Registry, job: Job, replaced: Job, handover: Stopped,
+                  request: RunRequest, progress: Progress | None, sleep, clock, start_timeout: float) -> JobView | None:
+    """The new version watched after the hand-over: None if it passes (or --no-rollback), else its view once
+    the version it replaced runs again."""
+    if request.probation is None:
+        return None
+    cut = {q.name: q.batch_id for q in handover.queries}
+    failure = watch_probation(registry, job, cut, request.probation, request.restore_grace, sleep, clock)
+    if failure is None:
+        return None
+    again = _roll_back(settings, registry, job, replaced, handover, failure, progress, sleep, clock, start_timeout)
+    return replace(describe_job(registry.load(job.id)), replaced=handover, rolled_back=again)
 
 
 def _roll_back(settings: Settings, registry: Registry, failed: Job, previous: Job, handover: Stopped, failure: str,

@@ -10,6 +10,8 @@ from sparkpoint.errors import SparkpointError
 from sparkpoint.jobs.registry import Job, Registry, client_for, describe_job, state_of
 from sparkpoint.times import poll_until
 
+LOST_SETTLE = 3.0  # seconds a driver must stay lost (gone, its end unrecorded) to count as failed
+
 
 def watch_probation(registry: Registry, job: Job, cut: dict[str, int], seconds: float, grace: float,
                     sleep: Callable[[float], None], clock: Callable[[], float]) -> str | None:
@@ -18,11 +20,15 @@ def watch_probation(registry: Registry, job: Job, cut: dict[str, int], seconds: 
     once ``grace`` + ``seconds`` have passed: then it is running, but its processing is unproven."""
     started = clock()
     first_commit: list[float] = []
+    lost_since: list[float] = []
 
     def decided() -> tuple[str | None] | None:
         latest = registry.load(job.id)
         state = state_of(latest)
-        if state in ("failed", "lost"):
+        # A driver gone without a record of its end is lost; a cancel records its end just after ending the
+        # driver, so lost counts only once it has lasted.
+        lost_since[:] = (lost_since or [clock()]) if state == "lost" else []
+        if state == "failed" or (lost_since and clock() - lost_since[0] >= LOST_SETTLE):
             return (describe_job(latest, state=state).error or f"the new version is {state}",)
         if state in ("finished", "cancelled"):
             return (None,)  # ended on purpose (stopped, cancelled): not a failure to roll back

@@ -160,6 +160,7 @@ def cancel_job(settings: Settings, reference: str, sleep: Callable[[float], None
     except SparkpointError:
         grace = 0.0  # an agent gone, wedged or not up yet: nobody else will end the driver
     end_driver(job, grace=grace, sleep=sleep, clock=clock)
+    job = registry.load(job.id)  # as it is now: what others wrote meanwhile (a rollback's record) stays
     job.ended = {"state": "cancelled", "reason": "cancel", "previous_state": state, "at": iso()}
     registry.save(job)
     return describe_job(registry.load(job.id))

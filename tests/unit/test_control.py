@@ -317,3 +317,15 @@ def test_probation_without_input_ends_after_the_grace_and_the_probation(tmp_path
     clock = FakeClock()
     assert watch_probation(registry, job, {"q": 4}, 2, 3, clock.sleep, clock) is None
     assert 5 <= clock.now <= 5.5
+
+
+def test_probation_takes_a_lost_driver_for_failed_only_once_it_stays_lost(tmp_path):
+    """A cancel ends the driver, then records the end: in between the job looks lost, which is no failure."""
+    from sparkpoint.jobs.rollback import LOST_SETTLE, watch_probation
+
+    registry, job = probation_job(tmp_path, {"state": "running"})
+    job.pid, job.pid_start = 2**22 + 1, "0"  # no such process: the driver is gone, its end unrecorded
+    registry.save(job)
+    clock = FakeClock()
+    failure = watch_probation(registry, job, {"q": 4}, 30, 60, clock.sleep, clock)
+    assert failure == "the new version is lost" and LOST_SETTLE <= clock.now <= LOST_SETTLE + 0.5

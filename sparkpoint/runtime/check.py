@@ -64,40 +64,56 @@ class Sandbox:
     def _redirect(self, writer_class) -> None:
         sandbox = self
         original_query_name, original_start = writer_class.queryName, writer_class.start
+        original_option, original_options = writer_class.option, writer_class.options
 
         def query_name(writer, name):
             writer._sparkpoint_name = name
             return original_query_name(writer, name)
 
-        def start(writer, path=None, format=None, outputMode=None, partitionBy=None, queryName=None, **options):
+        def option(writer, key, value):
+            if key == "checkpointLocation":  # the application's own: `run` would not restore it there
+                writer._sparkpoint_checkpoint = str(value)
+            return original_option(writer, key, value)
+
+        def options(writer, **given):
+            if "checkpointLocation" in given:
+                writer._sparkpoint_checkpoint = str(given["checkpointLocation"])
+            return original_options(writer, **given)
+
+        def start(writer, path=None, format=None, outputMode=None, partitionBy=None, queryName=None, **given):
             if outputMode is not None:
                 writer.outputMode(outputMode)
             if queryName is not None:
                 query_name(writer, queryName)
-            return sandbox.start(writer, original_start)
+            if "checkpointLocation" in given:
+                writer._sparkpoint_checkpoint = str(given["checkpointLocation"])
+            return sandbox.start(writer, original_start, original_option)
 
         def to_table(writer, tableName, format=None, outputMode=None, partitionBy=None, queryName=None, **options):
             return start(writer, outputMode=outputMode, queryName=queryName)
 
         writer_class.queryName = query_name
+        writer_class.option = option
+        writer_class.options = options
         writer_class.start = start
         writer_class.toTable = to_table
 
-    def start(self, writer, original_start):
+    def start(self, writer, original_start, original_option):
         name = getattr(writer, "_sparkpoint_name", None)
+        own_checkpoint = getattr(writer, "_sparkpoint_checkpoint", None)
         with self.lock:
             index = len(self.queries)
             self.first_start = self.first_start or time.monotonic()
         location = os.path.join(self.directory, "checkpoints", name if name else f"unnamed-{index}")
         # The no-op sink replaces whatever sink (format, path, foreachBatch, table) the application chose.
-        writer.format("noop").option("checkpointLocation", location).trigger(once=True)
+        original_option(writer.format("noop"), "checkpointLocation", location).trigger(once=True)
         session = getattr(writer, "_spark", None) or getattr(writer, "_session", None)
         confs = {key: _conf(session, key) for key in self.conf_keys}
         query = original_start(writer)
         if name not in self.saved:
             query.stop()  # no saved state to check: its first batch would read input
         with self.lock:
-            self.queries.append({"name": name, "query": query, "confs": confs})
+            self.queries.append({"name": name, "query": query, "confs": confs, "own_checkpoint": own_checkpoint})
         return query
 
     def settle(self, query, seconds: float):
@@ -117,7 +133,8 @@ class Sandbox:
     def _outcome(self, entry: dict[str, Any], saved: bool) -> dict[str, Any]:
         query = entry["query"]
         outcome: dict[str, Any] = {"name": entry["name"], "saved": saved, "confs": entry["confs"], "error": None,
-                                   "batch_id": None, "input_rows": None, "operators": [], "sources": []}
+                                   "batch_id": None, "input_rows": None, "operators": [], "sources": [],
+                                   "own_checkpoint": entry["own_checkpoint"]}
         if saved:
             exception = self.settle(query, 1.0)
             if exception is not None:

@@ -39,7 +39,8 @@ UNDECIDED = ("spark_error",)
 class Problem(Result):
     query: str | None
     operator: int | None  # the stateful operator concerned, when Spark's answer or the comparison names one
-    kind: str  # not_started, state_schema, operators, sources, shuffle_partitions, spark_error, application_error
+    kind: str  # not_started, own_checkpoint, state_schema, operators, sources, shuffle_partitions, spark_error,
+    # application_error
     message: str
 
 
@@ -131,6 +132,11 @@ def _query_problems(saved: dict[str, Any], outcome: dict[str, Any], operators: l
     name = saved["name"]
     saved_ops = sorted(saved["operators"], key=lambda op: op["id"])
     problems = []
+    if outcome.get("own_checkpoint"):
+        problems.append(Problem(name, None, "own_checkpoint",
+                                f"query {name} sets its own checkpointLocation ({outcome['own_checkpoint']}): `run` "
+                                "restores its state under the job's checkpoint root, which the query would not "
+                                "read, so it would start without its state; drop the option"))
     error = outcome.get("error")
     if error:
         kind = next((kind for marker, kind in _REFUSALS if marker in error), "spark_error")

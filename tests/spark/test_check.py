@@ -78,6 +78,7 @@ def test_a_compatible_change_passes_and_nothing_is_written_or_processed(saved, v
     ("partitions", "shuffle_partitions", "query posts: the application sets spark.sql.shuffle.partitions=8, its "
                                          "saved state has 2 partitions"),
     ("two-sources", "sources", "query posts: Spark refuses the saved state: assertion failed: There are [1] sources"),
+    ("own-checkpoint", "own_checkpoint", "query posts sets its own checkpointLocation ("),
 ])
 def test_an_incompatible_change_fails_with_a_line_of_its_own(saved, version, kind, words):
     code, answer, stderr, out = check(saved, version)
@@ -88,6 +89,7 @@ def test_an_incompatible_change_fails_with_a_line_of_its_own(saved, version, kin
     assert stderr.strip().splitlines()[-1] == (f"sparkpoint: error: {APP} will not restore from {saved['savepoint']}: "
                                                "1 problem(s)")
     assert batches(out) == [] and processes_mentioning("sparkpoint-check-") == []
+    assert not Path(f"{out}-checkpoint").exists()  # own-checkpoint's location: the sandbox was used instead
     assert cli(saved["home"], "verify", saved["savepoint"])[0] == 0
 
 

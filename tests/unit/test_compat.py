@@ -71,6 +71,7 @@ def test_an_application_that_runs_the_empty_batch_with_the_same_operators_restor
     ({"confs": {"spark.sql.shuffle.partitions": "8"}}, [("alarms", None, "shuffle_partitions")]),
     ({"batch_id": None, "operators": [], "sources": []}, [("alarms", None, "spark_error")]),
     ({"name": None}, [("alarms", None, "not_started")]),
+    ({"own_checkpoint": "/data/ckpt/alarms"}, [("alarms", None, "own_checkpoint")]),
 ])
 def test_each_thing_that_stops_a_restore_is_a_problem_of_its_own(saved, change, expected):
     checked = compat.verdict(saved, "app.py", report(**change), allow_non_restored=False)

@@ -4,7 +4,8 @@ usage: post_counts.py VERSION SRC_DIR OUT_DIR
 VERSION: v1; compatible changes: projection (an added column), filter (a changed filter); incompatible
 ones: paid (the aggregation key gains `paid`), dedupe (a deduplication before the count: operators
 change order), other-name (the query renamed: the saved one is not started), partitions (8 shuffle
-partitions instead of 2), two-sources (a second source unioned in); fails-third (v1 that raises in the
+partitions instead of 2), two-sources (a second source unioned in), own-checkpoint (the query sets its
+own checkpointLocation: `run` restores elsewhere); fails-third (v1 that raises in the
 third batch with input it runs). A batch reads one file. Each batch's rows go to OUT_DIR/batch-N.json
 through foreachBatch (a sink the check must replace).
 """
@@ -54,5 +55,8 @@ def write(batch, batch_id):
 
 
 name = "renamed" if version == "other-name" else "posts"
-counts.writeStream.queryName(name).outputMode("update").foreachBatch(write).trigger(processingTime="1 second").start()
+writer = counts.writeStream.queryName(name).outputMode("update").foreachBatch(write)
+if version == "own-checkpoint":
+    writer = writer.option("checkpointLocation", out + "-checkpoint")
+writer.trigger(processingTime="1 second").start()
 spark.streams.awaitAnyTermination()

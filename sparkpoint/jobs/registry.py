@@ -161,8 +161,11 @@ def _job_id(job: Job) -> str:
     return job.id
 
 
-# What each key of job.json may hold (None: the key may also be null).
-_RECORD_TYPES: dict[str, tuple[Callable[[Any], bool], bool]] = {
+# What a key of a record sparkpoint keeps may hold: a test of its value, and whether it may also be null.
+RecordTypes = dict[str, tuple[Callable[[Any], bool], bool]]
+
+# The keys of job.json.
+_RECORD_TYPES: RecordTypes = {
     **{key: (lambda v: isinstance(v, str), False)
        for key in ("id", "name", "app", "master", "created_at", "directory")},
     **{key: (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v), False)
@@ -179,17 +182,24 @@ _RECORD_TYPES: dict[str, tuple[Callable[[Any], bool], bool]] = {
 }
 
 
-def _job_from_record(data: Any, job_id: str, path: Path) -> Job:
-    """A Job from job.json, checked key by key. Keys this version does not know (a newer sparkpoint's) are
-    ignored; a missing or mistyped one makes the entry broken, reported as such."""
+def record_problems(data: Any, record_class: type, types: RecordTypes) -> list[str]:
+    """What makes ``data``, a JSON record read back, unusable as ``record_class``: not an object, a key the
+    class requires (one without a default) missing, a key of the wrong type. Keys not in ``types`` (a newer
+    sparkpoint's) are ignored."""
     if not isinstance(data, dict):
-        raise CorruptRecordError(f"the registry entry {path} is not a JSON object")
-    required = {f.name for f in fields(Job)
-                if f.name in _RECORD_TYPES and f.default is MISSING and f.default_factory is MISSING}
+        return ["not a JSON object"]
+    required = {f.name for f in fields(record_class)
+                if f.name in types and f.default is MISSING and f.default_factory is MISSING}
     problems = sorted(f"{key} missing" for key in required - data.keys())
-    for key, (valid, nullable) in _RECORD_TYPES.items():
+    for key, (valid, nullable) in types.items():
         if key in data and not (valid(data[key]) or (nullable and data[key] is None)):
             problems.append(f"{key} is {json.dumps(data[key])[:40]}")
+    return problems
+
+
+def _job_from_record(data: Any, job_id: str, path: Path) -> Job:
+    """A Job from job.json, checked key by key; a missing or mistyped key makes the entry broken, reported as such."""
+    problems = record_problems(data, Job, _RECORD_TYPES)
     if not problems and data["id"] != job_id:
         problems.append(f"id is {data['id']!r}, not its directory's name")
     if problems:

@@ -9,15 +9,15 @@ import re
 import secrets
 import subprocess
 import sys
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from sparkpoint.adapters.local_files import write_json
-from sparkpoint.adapters.processes import pid_alive, process_start
+from sparkpoint.adapters.processes import is_pid, pid_alive, process_start
 from sparkpoint.config import Settings, load_settings
 from sparkpoint.errors import BadArgumentError, CorruptRecordError, NotFoundError, SparkpointError
-from sparkpoint.jobs.registry import Job, Registry, client_for
+from sparkpoint.jobs.registry import Job, RecordTypes, Registry, client_for, record_problems
 from sparkpoint.jobs.savepoint import savepoint_job
 from sparkpoint.results import WHEN_SET, Result
 from sparkpoint.savepoints.create import Created
@@ -46,24 +46,27 @@ class TriggerRecord(Result):
 
     @classmethod
     def from_record(cls, data: Any, path: Path) -> TriggerRecord:
-        """A record read back: every field of its type (what a renderer or script indexes), others ignored."""
-        if not isinstance(data, dict):
-            raise CorruptRecordError(f"the savepoint trigger record {path} is malformed (not an object)")
-        values = {}
-        for f in fields(cls):
-            value, kind = data.get(f.name), _FIELD_TYPES[f.name]
-            required = f.default is MISSING
-            if (value is None and required) or (value is not None and (
-                    not isinstance(value, kind) or isinstance(value, bool))):
-                raise CorruptRecordError(f"the savepoint trigger record {path} is malformed ({f.name!r})")
-            values[f.name] = value
-        if values["savepoint"] is not None and not isinstance(values["savepoint"].get("path"), str):
-            raise CorruptRecordError(f"the savepoint trigger record {path} is malformed (its savepoint has no path)")
-        return cls(**values)
+        """A record read back, key by key (what a renderer or a script indexes); others are ignored."""
+        problems = record_problems(data, cls, _RECORD_TYPES)
+        if problems:
+            raise CorruptRecordError(f"the savepoint trigger record {path} is malformed ({'; '.join(problems)})")
+        return cls(**{f.name: data.get(f.name) for f in fields(cls)})
 
 
-_FIELD_TYPES = {"trigger_id": str, "job_id": str, "status": str, "started_at": str, "pid": int, "pid_start": str,
-                "ended_at": str, "savepoint": dict, "error": str, "exit_code": int}
+def _is(kind: type):
+    return lambda value: isinstance(value, kind) and not isinstance(value, bool)
+
+
+# The keys of a trigger record (None: the key may also be null). A completed one's savepoint names its path.
+_RECORD_TYPES: RecordTypes = {
+    **{key: (_is(str), False) for key in ("trigger_id", "job_id", "status", "started_at")},
+    "pid": (is_pid, True),
+    "pid_start": (_is(str), True),
+    "ended_at": (_is(str), True),
+    "savepoint": (lambda value: isinstance(value, dict) and isinstance(value.get("path"), str), True),
+    "error": (_is(str), True),
+    "exit_code": (_is(int), True),
+}
 
 
 def trigger_savepoint(settings: Settings, reference: str, target_dir: str | None, keep_last: int | None,

@@ -18,6 +18,7 @@ from sparkpoint.adapters.local_files import write_atomic
 from sparkpoint.results import Result
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.savepoints.savepoint import Savepoint
+from sparkpoint.spark.checkpoint import empty_batch
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 # What Spark's refusal says, by what it concerns: the first that matches an error line names its kind.
@@ -70,14 +71,12 @@ def prepare_sandbox(savepoint: Savepoint, directory: str, workers: int = 4,
     batch empty. The planned batch replaces the file: a link into the savepoint is never written through."""
     restored = restore(savepoint, directory, workers=workers, progress=progress)
     for query, placed in zip(savepoint.queries, restored.queries, strict=True):
-        offsets = Path(placed.checkpoint) / "offsets"
-        cut, planned = query["batch_id"], query["batch_id"] + 1
-        write_atomic(offsets / str(planned), (offsets / str(cut)).read_bytes())
-        # Hadoop's local file system checks a file against its .crc: the cut's fits the same bytes.
-        checksum = offsets / f".{planned}.crc"
-        checksum.unlink(missing_ok=True)
-        if (offsets / f".{cut}.crc").exists():
-            write_atomic(checksum, (offsets / f".{cut}.crc").read_bytes())
+        checkpoint = Path(placed.checkpoint)
+        for source, target in empty_batch(query["batch_id"]):
+            # A planned batch's checksums go with it (Hadoop checks a file against its .crc); the cut's fit.
+            (checkpoint / target).unlink(missing_ok=True)
+            if (checkpoint / source).exists():
+                write_atomic(checkpoint / target, (checkpoint / source).read_bytes())
 
 
 def request(savepoint: Savepoint, grace: float, first_start: float) -> dict[str, Any]:

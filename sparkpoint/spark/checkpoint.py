@@ -123,10 +123,22 @@ class Plan:
         return sum(f.size for f in self.files)
 
 
-def companions(entries_by_name: dict[str, Entry], name: str) -> list[str]:
+def companion_names(name: str) -> tuple[str, ...]:
     """Checksum files that travel with ``name``: Hadoop's hidden ``.<name>.crc``, format v2's visible
     ``<name>.crc``, and Hadoop's checksum of that one."""
-    return [c for c in (f".{name}.crc", f"{name}.crc", f".{name}.crc.crc") if c in entries_by_name]
+    return f".{name}.crc", f"{name}.crc", f".{name}.crc.crc"
+
+
+def companions(entries_by_name: dict[str, Entry], name: str) -> list[str]:
+    return [c for c in companion_names(name) if c in entries_by_name]
+
+
+def empty_batch(cut: int) -> list[tuple[str, str]]:
+    """The batch after ``cut`` planned to read nothing: (file, copied to) for ``offsets/<cut>`` and each of its
+    companions, relative to the checkpoint. Its offsets are the cut's, so it starts and ends where the cut
+    ended; Spark runs an uncommitted last batch as soon as the query starts, without waiting for input."""
+    names = [(str(cut), str(cut + 1)), *zip(companion_names(str(cut)), companion_names(str(cut + 1)), strict=True)]
+    return [(f"offsets/{source}", f"offsets/{target}") for source, target in names]
 
 
 class CheckpointReader:

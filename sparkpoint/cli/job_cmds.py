@@ -83,9 +83,14 @@ def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, res
                              f"{job.rolled_back.id} runs the replaced version from {job.rollback['savepoint']}")
 
 
-# run's own options: one of them among spark-submit's is a mistake (it would reach spark-submit unseen).
-RUN_OPTIONS = frozenset(opt for param in run_cmd.params if isinstance(param, click.Option)
-                        for opt in (*param.opts, *param.secondary_opts))
+def own_options(command: click.Command) -> frozenset[str]:
+    """A command's own option strings: one of them among spark-submit's is a mistake (it would reach
+    spark-submit unseen)."""
+    return frozenset(opt for param in command.params if isinstance(param, click.Option)
+                     for opt in (*param.opts, *param.secondary_opts))
+
+
+RUN_OPTIONS = own_options(run_cmd)
 
 
 def _render_job(job: JobView) -> None:
@@ -146,8 +151,7 @@ def check_cmd(app, saved, allow_non_restored_state, restore_grace, timeout, conf
                                        f"{len(checked.problems)} problem(s)")
 
 
-CHECK_OPTIONS = frozenset(opt for param in check_cmd.params if isinstance(param, click.Option)
-                          for opt in (*param.opts, *param.secondary_opts))
+CHECK_OPTIONS = own_options(check_cmd)
 
 
 def _render_checked(checked: Checked) -> None:

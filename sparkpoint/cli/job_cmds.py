@@ -32,8 +32,15 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
 @click.option("--stop-timeout", type=Seconds(min=0), default=60.0, show_default=True,
               help="With --replace: seconds to let JOB's batch in flight commit before interrupting it.")
 @click.option("--probation", type=Seconds(min=0), default=30.0, show_default=True,
-              help="With --replace: seconds past the new version's first committed batch during which its failure "
-                   "starts the replaced version again from the hand-over's savepoint.")
+              help="With --replace or --rollback-to: seconds past the new version's first committed batch during "
+                   "which its failure starts the version before it again from the hand-over's savepoint.")
+@click.option("--rollback-to", metavar="SAVEPOINT",
+              help="With -s: a savepoint of the version this one follows (`stop` took it); if this one fails on "
+                   "probation, that job's version is started again from it.")
+@click.option("--healthy-when", "healthy_when", multiple=True, metavar="CONDITION",
+              help="With --replace or --rollback-to: the new version also fails its probation unless, over its "
+                   "batches, METRIC>=N (or <=, >, <) holds; METRIC: processing_rate or input_rate (rows/s, the "
+                   "median per query). Repeatable.")
 @click.option("--no-rollback", is_flag=True, help="With --replace: no probation, no automatic rollback.")
 @click.option("--no-check", is_flag=True,
               help="With -s or --replace: skip `sparkpoint check` (by default an application that will not "
@@ -48,7 +55,8 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
                 metavar="[SPARK_SUBMIT_OPTIONS] APP.py [APP_ARGS]")
 @pass_app
 def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, restore_grace, replace, savepoint_path,
-            stop_timeout, probation, no_rollback, no_check, master, deploy_mode, confs, detach, output, args):
+            stop_timeout, probation, rollback_to, healthy_when, no_rollback, no_check, master, deploy_mode, confs,
+            detach, output, args):
     """Run a streaming application under spark-submit as a managed job.
 
     sparkpoint's options come first; spark-submit's own (--py-files, --archives, --jars, --packages,
@@ -61,7 +69,9 @@ def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, res
     With -s or --replace, `sparkpoint check` runs first: an application that will not restore is
     refused (exit 16) before anything is stopped or started. With --replace, the new version is then on
     probation: if it fails before --probation seconds past its first committed batch, the replaced
-    version is started again, as it ran, from the hand-over's savepoint (exit 13, `rolled_back`).
+    version is started again, as it ran, from the hand-over's savepoint (exit 13, `rolled_back`). After a
+    stop, -s SAVEPOINT --rollback-to SAVEPOINT gives the two-step upgrade the same way back. Every decision
+    (check, hand-over, probation, rollback) is in the job's history (`list --all --output json`).
     """
     from sparkpoint.adapters.spark_submit import split_arguments
     from sparkpoint.jobs import run
@@ -72,7 +82,7 @@ def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, res
         confs=list(confs), detach=detach, savepoint=from_savepoint, allow_non_restored_state=allow_non_restored_state,
         claim=claim_mode == "claim", restore_grace=restore_grace, replace=replace, savepoint_path=savepoint_path,
         stop_timeout=stop_timeout, deploy_mode=deploy_mode, check=not no_check,
-        probation=None if no_rollback else probation,
+        probation=None if no_rollback else probation, rollback_to=rollback_to, healthy_when=list(healthy_when),
     )
     job = run.run_job(app.settings, request, progress=app.progress())
     emit(output, job, _render_job)
@@ -80,7 +90,7 @@ def run_cmd(app, name, from_savepoint, allow_non_restored_state, claim_mode, res
         from sparkpoint.errors import JobFailedError
 
         raise JobFailedError(f"job {job.id} failed on probation ({job.rollback['error']}); rolled back: "
-                             f"{job.rolled_back.id} runs the replaced version from {job.rollback['savepoint']}")
+                             f"{job.rolled_back.id} runs the version before it from {job.rollback['savepoint']}")
 
 
 def own_options(command: click.Command) -> frozenset[str]:
@@ -108,6 +118,9 @@ def _render_job(job: JobView) -> None:
             echo(f"  note: {note}")
     if job.restored_from:
         echo(f"  restored from {job.restored_from}")
+    for event in job.history:
+        if event["event"] in ("probation", "state_not_restored"):
+            echo(f"  {event['event'].replace('_', ' ')}: {event['detail']}")
     if job.log:
         echo(f"  driver log: {job.log}")
 
@@ -210,6 +223,9 @@ def _render_jobs(jobs: list[ListedJob]) -> None:
             )
             table.add_row(*map(text, cells))
     make_console().print(table)
+    for job in jobs:
+        if job.lineage:
+            echo(f"{job.id}: " + " → ".join(f"{v.id} ({v.command}, {v.state})" for v in job.lineage))
 
 
 @click.command("stop")

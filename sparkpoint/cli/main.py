@@ -1,7 +1,8 @@
 """The ``sparkpoint`` command: the only place that turns errors into exit statuses.
 
 Exit statuses: 0 success; 1 an unexpected internal error; 2 bad usage (flags, arguments);
-3..14 the classes in ``sparkpoint.errors`` (see README.md, "Exit codes"); 130 interrupted. Each
+3..16 the classes in ``sparkpoint.errors`` (see README.md, "Exit codes"); 130 interrupted (Ctrl-C);
+143 terminated (SIGTERM: cleaned up as for Ctrl-C). Each
 error is one line on stderr; an unexpected exception says it is a bug, and shows its traceback only
 when ``SPARKPOINT_DEBUG`` is set.
 """
@@ -9,6 +10,7 @@ when ``SPARKPOINT_DEBUG`` is set.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import traceback
 
@@ -46,8 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         cli.main(args=argv, prog_name="sparkpoint", standalone_mode=False)
     except SparkpointError as exc:
         line, code = f"sparkpoint: error: {exc}", exc.exit_code
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        line, code = "sparkpoint: interrupted", 130
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:
+        # Click turns an interrupt inside a command into Abort, the interrupt its cause.
+        if isinstance(exc, Terminated) or isinstance(exc.__cause__, Terminated):
+            line, code = "sparkpoint: terminated", 128 + signal.SIGTERM
+        else:
+            line, code = "sparkpoint: interrupted", 130
     except click.exceptions.NoArgsIsHelpError as exc:
         exc.show()  # a bare 'sparkpoint' or 'sparkpoint cluster' asks for the help
         return exc.exit_code
@@ -73,5 +79,16 @@ def _help_hint(exc: click.ClickException) -> str:
     return f" (see '{context.command_path} --help')" if context is not None else ""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI runner's timeout, systemd, kill): taken as Ctrl-C is, so what is under way is cleaned up
+    (a check's sandbox and its driver, a foreground job's driver) and recorded (an interrupted probation)."""
+
+
+def _terminate(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the clean-up too
+    raise Terminated()
+
+
 def run() -> None:
+    signal.signal(signal.SIGTERM, _terminate)
     sys.exit(main())

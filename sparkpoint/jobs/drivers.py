@@ -14,7 +14,7 @@ from sparkpoint.adapters.standalone import DRIVER_STATES, StandaloneMaster
 from sparkpoint.errors import JobFailedError
 from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, describe_job, driver_start, state_of
-from sparkpoint.times import iso, poll_until
+from sparkpoint.times import poll_until
 
 
 def await_cluster_driver(registry: Registry, job: Job, detach: bool, sleep, clock, timeout: float) -> JobView:
@@ -47,20 +47,25 @@ def await_end(registry: Registry, job: Job, process: subprocess.Popen) -> JobVie
     try:
         code = process.wait()
     except KeyboardInterrupt:
-        terminate_group(process.pid, job.pid_start)
-        job.ended = {"state": "cancelled", "reason": "interrupted", "at": iso()}
-        registry.save(job)
+        end_interrupted(registry, job, process)
         raise
     job = registry.load(job.id)
     if job.agent.get("state") not in ("finished", "failed"):
         # The driver died before its agent could record the end (a JVM crash, a kill -9).
-        job.ended = {"state": "failed", "exit_code": code, "at": iso(),
-                     "error": f"spark-submit exited with status {code}; see the output above"}
+        job.end("failed", exit_code=code, error=f"spark-submit exited with status {code}; see the output above")
         registry.save(job)
     info = describe_job(job)
     if info.state == "failed":
         raise JobFailedError(f"job {job.id} failed: {info.error}")
     return info
+
+
+def end_interrupted(registry: Registry, job: Job, process: subprocess.Popen) -> None:
+    """A foreground job's command was interrupted (Ctrl-C, SIGTERM): its driver goes with it."""
+    terminate_group(process.pid, job.pid_start)
+    job = registry.load(job.id)
+    job.end("cancelled", reason="interrupted")
+    registry.save(job)
 
 
 class DriverExit:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 
@@ -19,17 +20,42 @@ from sparkpoint.jobs.registry import (
     describe_job,
     state_of,
 )
-from sparkpoint.results import WHEN_SET
+from sparkpoint.results import WHEN_SET, Result
 
 # The savepoint commit marker (sparkpoint.savepoints.manifest.MANIFEST); not imported, to keep `list` light.
 MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Version(Result):
+    """A job in a line of versions (v1 → v2 failed on probation → v1 again): what ran, and how it is now."""
+
+    id: str
+    command: str  # the application's file name and arguments
+    state: str
 
 
 @dataclass(frozen=True, kw_only=True)
 class ListedJob(JobView):
     last_savepoint: str | None  # the newest complete savepoint of the job's name
     app_state: str | None  # what a standalone master says of the application (RUNNING, FINISHED, KILLED)
+    lineage: list[Version]  # the versions this job continues, oldest first, ending with itself; [] if none
     ui: str | None = field(default=None, metadata=WHEN_SET)  # list --ui: the driver UI it was found through
+
+
+def lineage(job: Job, jobs: dict[str, tuple[Job, str]]) -> list[Version]:
+    """The jobs ``job`` follows (``follows`` links), oldest first, ending with ``job``; [] when it follows none.
+    ``jobs``: every registered job with its state, by id (a link to a job no longer registered ends the line)."""
+    if job.follows is None:
+        return []
+    line, seen, current = [], set(), job.id
+    while current in jobs and current not in seen:  # a link back to the line (an edited record) ends it too
+        seen.add(current)
+        entry, state = jobs[current]
+        line.append(Version(id=entry.id, command=" ".join([os.path.basename(entry.app), *entry.app_args]),
+                            state=state))
+        current = entry.follows
+    return line[::-1]
 
 
 def ui_entries(ui_url: str) -> list[ListedJob]:
@@ -40,7 +66,8 @@ def ui_entries(ui_url: str) -> list[ListedJob]:
         ListedJob(source="ui", id=None, name=app["app_name"], state="running", app_id=app["app_id"], pid=None,
                   created_at=None, app=None, checkpoint_root=None, restored_from=None, log=None, error=None,
                   queries=[LiveQuery.from_report(q) for q in app["queries"]], master=None, submission_id=None,
-                  driver_state=None, last_savepoint=None, app_state=None, ui=ui_url)
+                  driver_state=None, follows=None, history=[], last_savepoint=None, app_state=None,
+                  lineage=[], ui=ui_url)
         for app in applications(ui_url)
     ]
 
@@ -49,6 +76,7 @@ def list_jobs(settings: Settings, include_all: bool = False) -> list[ListedJob]:
     registry = Registry(settings.home_url())
     # A job's state costs process checks: derived once per job, then handed on.
     states = [(job, state_of(job)) for job in registry.all()]
+    by_id = {job.id: (job, state) for job, state in states}
 
     def live(job: Job, state: str) -> ListedJob:
         status = None
@@ -59,7 +87,8 @@ def list_jobs(settings: Settings, include_all: bool = False) -> list[ListedJob]:
                 status = None
         view = describe_job(job, status, state)
         return ListedJob(**{f.name: getattr(view, f.name) for f in fields(view)},
-                         last_savepoint=last_savepoint(settings, job.name), app_state=None)
+                         last_savepoint=last_savepoint(settings, job.name), app_state=None,
+                         lineage=lineage(job, by_id))
 
     shown = [(job, state) for job, state in states if include_all or state in ACTIVE_STATES]
     with ThreadPoolExecutor(max_workers=8) as pool:

@@ -64,6 +64,10 @@ class Job:
     upgrade_check: dict[str, Any] | None = None  # run -s / --replace: how `check` answered, or why it was skipped
     confs: list[str] = field(default_factory=list)  # run's --conf KEY=VALUE: a rollback starts the job with them
     rollback: dict[str, Any] | None = None  # rolled_back_to (a failed new version), or rollback_of (the restart)
+    # The job whose state this one continues: the one it replaced or was rolled back from, or the one -s's
+    # savepoint was taken of. `list` follows these links back to show a job's versions.
+    follows: str | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)  # events, oldest first: what was decided, and why
     agent: dict[str, Any] = field(default_factory=dict)  # agent.json, as last read
     driver: dict[str, Any] = field(default_factory=dict)  # the master's view of a cluster-mode driver, as last asked
 
@@ -74,6 +78,15 @@ class Job:
     @property
     def log_path(self) -> str:
         return os.path.join(self.directory, LOG_FILE)
+
+    def note(self, event: str, detail: str) -> None:
+        """Add an event to the job's history (saved with the job)."""
+        self.history.append({"at": iso(), "event": event, "detail": detail})
+
+    def end(self, state: str, **details: Any) -> None:
+        """Record how the job ended (``state``: finished, failed, cancelled), in ``ended`` and the history."""
+        self.ended = {"state": state, **details, "at": iso()}
+        self.note(state, str(details.get("error") or details.get("reason") or ""))
 
     def record(self) -> dict[str, Any]:
         data = asdict(self)
@@ -179,6 +192,8 @@ _RECORD_TYPES: RecordTypes = {
     "upgrade_check": (lambda v: isinstance(v, dict), True),
     "confs": (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v), False),
     "rollback": (lambda v: isinstance(v, dict), True),
+    "follows": (lambda v: isinstance(v, str), True),
+    "history": (lambda v: isinstance(v, list) and all(isinstance(e, dict) for e in v), False),
 }
 
 
@@ -293,6 +308,8 @@ class JobView(Result):
     master: str | None
     submission_id: str | None
     driver_state: str | None
+    follows: str | None
+    history: list[dict[str, Any]]  # {at, event, detail}, oldest first: see the README's event list
     upgrade_check: dict[str, Any] | None = field(default=None, metadata=WHEN_SET)  # run -s, run --replace
     rollback: dict[str, Any] | None = field(default=None, metadata=WHEN_SET)  # rolled_back_to, or rollback_of
     replaced: Stopped | None = field(default=None, metadata=WHEN_SET)  # run --replace: the old job's stop
@@ -317,9 +334,28 @@ def describe_job(job: Job, status: dict[str, Any] | None = None, state: str | No
         master=job.master,
         submission_id=job.submission_id,
         driver_state=job.driver.get("driverState"),
+        follows=job.follows,
+        history=history_of(job),
         upgrade_check=job.upgrade_check,
         rollback=job.rollback,
     )
+
+
+def history_of(job: Job) -> list[dict[str, Any]]:
+    """The job's history: the events the CLI recorded, and those only its driver saw (saved state that no
+    query took, an end the CLI did not record), in time order."""
+    agent = job.agent
+    events = list(job.history)
+    not_restored = agent.get("not_restored")
+    if isinstance(not_restored, dict) and isinstance(not_restored.get("queries"), list):
+        names = ", ".join(map(str, not_restored["queries"]))
+        events.append({"at": not_restored.get("at"), "event": "state_not_restored",
+                       "detail": f"--allow-non-restored-state: the saved state of {names} is not used: the "
+                                 "application started no query of that name"})
+    if agent.get("state") in ("finished", "failed") and not job.ended:
+        events.append({"at": agent.get("ended_at"), "event": agent["state"],
+                       "detail": agent.get("error") or f"the application exited ({agent.get('exit_code')})"})
+    return sorted(events, key=lambda e: str(e.get("at")))
 
 
 def client_for(registry: Registry, job: Job, timeout: float = 5.0) -> AgentClient:

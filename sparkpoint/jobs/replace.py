@@ -15,7 +15,7 @@ from sparkpoint.jobs.registry import Job, Registry
 from sparkpoint.jobs.stop import Stopped, record_stopped, stop_with_savepoint
 from sparkpoint.savepoints import savepoint
 from sparkpoint.savepoints.restore import restore
-from sparkpoint.times import iso, poll_until
+from sparkpoint.times import poll_until
 
 
 def take_over(settings: Settings, registry: Registry, job: Job, process: subprocess.Popen, replaced: Job,
@@ -35,14 +35,16 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
         answer_handover(job.directory, {"abort": f"the hand-over from {replaced.id} failed: {exc}"})
         if process.poll() is None:
             end_driver(job, grace=30.0, sleep=sleep, clock=clock)
-            job.ended = {"state": "cancelled", "reason": f"hand-over from {replaced.id} failed: {exc}", "at": iso()}
+            job.end("cancelled", reason=f"hand-over from {replaced.id} failed: {exc}")
             registry.save(job)
         raise
     job.restored_from = saved.path
+    job.note("took_over", f"from {replaced.id}, stopped at batch {_cuts(stopped)} with savepoint {saved.path}")
     registry.save(job)
     answer_handover(job.directory, {"expected_queries": [q["name"] for q in saved.queries]})
     # Only now wait for the old driver's exit: the new one is already restoring and starting its queries.
-    return replace(stopped, job=record_stopped(registry, replaced, False, exiting, stopped.phases))
+    return replace(stopped, job=record_stopped(registry, replaced, False, exiting, stopped.phases,
+                                               f"replaced by {job.id}, savepoint {stopped.path}"))
 
 
 def _await_handover_waiting(registry: Registry, job: Job, process: subprocess.Popen, replaced: Job, sleep, clock,
@@ -62,3 +64,7 @@ def _await_handover_waiting(registry: Registry, job: Job, process: subprocess.Po
 
     if not poll_until(up, timeout, 0.02, clock=clock, sleep=sleep):
         raise JobFailedError(f"job {job.id} did not start within {timeout:g} s; {replaced.id} is still running")
+
+
+def _cuts(stopped: Stopped) -> str:
+    return ", ".join(f"{q.batch_id} ({q.name})" for q in stopped.queries)

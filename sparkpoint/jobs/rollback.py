@@ -1,50 +1,126 @@
-"""`run --replace`'s probation: the new version is watched after the hand-over, and if it fails the
-version it replaced is started again from the hand-over's savepoint (run.py does that: the relaunch is a
-run of its own)."""
+"""Probation: a new version is watched after it took over (`run --replace`) or started from a savepoint with a
+way back (`run -s --rollback-to`); if it fails, or misses a `--healthy-when` condition, the version before it
+is started again from that savepoint (run.py does that: the relaunch is a run of its own)."""
 
 from __future__ import annotations
 
+import operator
+import re
+import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from sparkpoint.errors import SparkpointError
-from sparkpoint.jobs.registry import Job, Registry, client_for, describe_job, state_of
+from sparkpoint.errors import BadArgumentError, SparkpointError
+from sparkpoint.jobs.registry import Job, LiveQuery, Registry, client_for, describe_job, state_of
 from sparkpoint.times import poll_until
 
 LOST_SETTLE = 3.0  # seconds a driver must stay lost (gone, its end unrecorded) to count as failed
 
+# What a --healthy-when condition may test: a query's rates as its progress reports give them, per batch.
+METRICS = ("processing_rate", "input_rate")
+_COMPARISONS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
+_CONDITION = re.compile(r"\s*([a-z_]+)\s*(>=|<=|>|<)\s*([0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*")
+
+
+@dataclass(frozen=True)
+class HealthCondition:
+    """``metric comparison bound``: holds when the median of the metric over a query's batches on probation
+    compares so (batches that read no row are left out: their rates are 0 by definition)."""
+
+    metric: str
+    comparison: str
+    bound: float
+
+    def __str__(self) -> str:
+        return f"{self.metric}{self.comparison}{self.bound:g}"
+
+    def holds(self, value: float) -> bool:
+        return _COMPARISONS[self.comparison](value, self.bound)
+
+
+def parse_condition(text: str) -> HealthCondition:
+    match = _CONDITION.fullmatch(text)
+    if not match or match.group(1) not in METRICS:
+        raise BadArgumentError(f"--healthy-when {text!r}: write METRIC>=NUMBER (or <=, >, <), METRIC one of "
+                               f"{', '.join(METRICS)} (rows per second), e.g. processing_rate>=500")
+    return HealthCondition(match.group(1), match.group(2), float(match.group(3)))
+
+
+@dataclass(frozen=True)
+class Probation:
+    """How a probation ended: ``failure`` (why to roll back) or None, and what was seen, for the history."""
+
+    failure: str | None
+    detail: str
+    still_running: bool = False  # failed a condition while running: it must be ended before the rollback
+
 
 def watch_probation(registry: Registry, job: Job, cut: dict[str, int], seconds: float, grace: float,
-                    sleep: Callable[[float], None], clock: Callable[[], float]) -> str | None:
-    """The new version's error if it fails on probation; None once it has run ``seconds`` past its first
-    batch committed after the hand-over (``cut``: each query's batch there), or, with no input to commit,
-    once ``grace`` + ``seconds`` have passed: then it is running, but its processing is unproven."""
+                    conditions: list[HealthCondition], sleep: Callable[[float], None],
+                    clock: Callable[[], float]) -> Probation:
+    """Watch the new version until it fails, or has run ``seconds`` past its first batch committed after
+    ``cut`` (each query's batch where it started), or, with no input to commit, until ``grace`` + ``seconds``
+    have passed: then it is running, but its processing is unproven. ``conditions`` are then judged on the
+    progress reports of the batches seen."""
     started = clock()
     first_commit: list[float] = []
     lost_since: list[float] = []
+    batches: dict[tuple[str, int], LiveQuery] = {}  # (query, batch) -> its report: each batch counted once
 
-    def decided() -> tuple[str | None] | None:
+    def decided() -> tuple[Probation] | None:
         latest = registry.load(job.id)
         state = state_of(latest)
         # A driver gone without a record of its end is lost; a cancel records its end just after ending the
         # driver, so lost counts only once it has lasted.
         lost_since[:] = (lost_since or [clock()]) if state == "lost" else []
         if state == "failed" or (lost_since and clock() - lost_since[0] >= LOST_SETTLE):
-            return (describe_job(latest, state=state).error or f"the new version is {state}",)
+            error = describe_job(latest, state=state).error or f"the new version is {state}"
+            return (Probation(error, f"failed after {clock() - started:.0f} s: {error}"),)
         if state in ("finished", "cancelled"):
-            return (None,)  # ended on purpose (stopped, cancelled): not a failure to roll back
-        if not first_commit and _committed_after(registry, latest, cut):
+            return (Probation(None, f"ended on purpose ({state}) during the probation: nothing to roll back"),)
+        for query in _reported_after(registry, latest, cut):
+            batches[(query.name, query.batch_id)] = query
+        if not first_commit and batches:
             first_commit.append(clock())
         since = clock() - (first_commit[0] if first_commit else started)
-        return (None,) if since >= (seconds if first_commit else grace + seconds) else None
+        if since < (seconds if first_commit else grace + seconds):
+            return None
+        if not first_commit:
+            return (Probation(None, f"no batch committed in {grace + seconds:g} s (no input?): it runs, but its "
+                                    "processing is unproven" + ("; --healthy-when not judged" if conditions else "")),)
+        return (_judged(conditions, list(batches.values()), seconds),)
 
     return poll_until(decided, None, 0.5, clock=clock, sleep=sleep)[0]
 
 
-def _committed_after(registry: Registry, job: Job, cut: dict[str, int]) -> bool:
-    """Whether a query of the job has completed a batch after the cut, as its agent reports."""
+def _judged(conditions: list[HealthCondition], reports: list[LiveQuery], seconds: float) -> Probation:
+    passed = f"passed: ran {seconds:g} s past its first commit after the cut"
+    judged = []
+    for condition in conditions:
+        for name in sorted({q.name for q in reports}):
+            values = [getattr(q, condition.metric) for q in reports if q.name == name and _read_rows(q)]
+            values = [v for v in values if v is not None]
+            if not values:
+                judged.append(f"{condition} not judged for {name} (no batch read a row)")
+                continue
+            median = statistics.median(values)
+            seen = f"{condition.metric} of {name}: {median:.1f}/s (median of {len(values)} batches)"
+            if not condition.holds(median):
+                return Probation(f"unhealthy: {seen}, --healthy-when {condition}", f"{passed}, but {seen} misses "
+                                 f"--healthy-when {condition}", still_running=True)
+            judged.append(f"{seen} meets {condition}")
+    return Probation(None, "; ".join([passed, *judged]))
+
+
+def _read_rows(query: LiveQuery) -> bool:
+    return bool(query.input_rate or query.processing_rate)
+
+
+def _reported_after(registry: Registry, job: Job, cut: dict[str, int]) -> list[LiveQuery]:
+    """The job's queries whose last progress report is of a batch after the cut, as its agent reports them."""
     try:
         queries = client_for(registry, job, timeout=2.0).status()["queries"]
     except SparkpointError:
-        return False  # not up yet, or between answers: asked again at the next poll
-    return any(isinstance(q.get("batch_id"), int) and q.get("name") in cut and q["batch_id"] > cut[q["name"]]
-               for q in queries)
+        return []  # not up yet, or between answers: asked again at the next poll
+    reported = [LiveQuery.from_report(q) for q in queries if isinstance(q, dict)]
+    return [q for q in reported if q.name in cut and q.batch_id is not None and q.batch_id > cut[q.name]]

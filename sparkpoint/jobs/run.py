@@ -6,6 +6,7 @@ Waiting is done with the ``sleep`` and ``clock`` given, so tests need not wait f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -13,7 +14,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +31,10 @@ from sparkpoint.errors import (
     SparkpointError,
 )
 from sparkpoint.jobs.check import CheckRequest, Launch, check_upgrade
-from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start, end_driver
+from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start, end_driver, end_interrupted
 from sparkpoint.jobs.registry import Job, JobView, Registry, client_for, describe_job
-from sparkpoint.jobs.rollback import watch_probation
+from sparkpoint.jobs.rollback import HealthCondition, Probation, parse_condition, watch_probation
 from sparkpoint.jobs.replace import take_over
-from sparkpoint.jobs.stop import Stopped
 from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.jobs.savepoint import savepoint_job
@@ -56,23 +56,44 @@ class RunRequest(Launch):
     stop_timeout: float = 60.0  # with replace: seconds to wait for the old job's batch boundary
     deploy_mode: str = "client"  # cluster: the standalone master runs the driver (REST submission)
     check: bool = True  # with -s or --replace: refuse an application that will not restore (sparkpoint check)
-    probation: float | None = 30.0  # with replace: seconds past the new version's first batch to roll back in
+    probation: float | None = 30.0  # with replace or rollback_to: seconds past the first batch to roll back in
+    rollback_to: str | None = None  # with -s: a savepoint of the previous version, to start it again from
+    healthy_when: list[str] = field(default_factory=list)  # conditions the new version must meet on probation
+
+
+@dataclass(frozen=True)
+class WayBack:
+    """What a failed new version is rolled back to: the job it followed, started again from ``savepoint``.
+    ``cut``: each query's batch where the new version started (its commits after it prove it runs)."""
+
+    previous: Job
+    savepoint: str
+    cut: dict[str, int]
 
 
 def run_job(settings: Settings, request: RunRequest, progress: Progress | None = None,
             sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-            start_timeout: float = 180.0) -> JobView:
-    """Launch the application under spark-submit, restored from a savepoint when asked."""
+            start_timeout: float = 180.0, rollback_of: Job | None = None) -> JobView:
+    """Launch the application under spark-submit, restored from a savepoint when asked. ``rollback_of``: the
+    failed new version this run starts the previous version in place of (run's own rollback)."""
     app = os.path.abspath(request.app)
     if not os.path.isfile(app):
         raise NotFoundError(f"application {request.app} does not exist")
     conf_args = spark_submit.conf_arguments(request.confs)
+    conditions = [parse_condition(text) for text in request.healthy_when]
     registry = Registry(settings.home_url())
-    saved, replaced = None, None
+    saved, replaced, way_back = None, None, None
     cluster = request.deploy_mode == "cluster"
     if cluster and request.replace:
         raise BadArgumentError("--replace needs the new driver on this machine (client mode): in cluster mode, "
-                               "stop the job, then run -s")
+                               "stop the job, then run -s with --rollback-to")
+    if (request.rollback_to or conditions) and request.probation is None:
+        raise BadArgumentError("--no-rollback leaves nothing for --rollback-to or --healthy-when to do: drop one")
+    if request.rollback_to and not request.savepoint:
+        raise BadArgumentError("--rollback-to goes with -s (with --replace, the rollback goes to the hand-over's "
+                               "savepoint by itself)")
+    if conditions and not (request.replace or request.rollback_to):
+        raise BadArgumentError("--healthy-when is judged on probation: use it with --replace or --rollback-to")
     master = StandaloneMaster(request.master) if cluster else None  # a bad master URL fails before anything runs
     if request.replace:
         if request.savepoint:
@@ -81,29 +102,40 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
         client_for(registry, replaced).status()  # exit 12 now, before a driver starts, if it does not run
     elif request.savepoint:
         saved = catalog.load(settings, request.savepoint)
-    upgrade_check = _check_upgrade(settings, request, saved, replaced, progress) if saved or replaced else None
+    if request.rollback_to:
+        way_back = _way_back(settings, registry, request.rollback_to, saved)
+    upgrade_check = (_check_upgrade(settings, request, saved, replaced, progress) if rollback_of is None else
+                     {"skipped": f"rollback: the version {rollback_of.id} replaced, as it ran before", "at": iso()})
+    follows = (rollback_of or replaced or way_back and way_back.previous or _taken_of(registry, saved))
     job = registry.new_job(
         request.name or Path(app).stem.replace("_", "-"), app=app, app_args=request.app_args,
         master=request.master, submit_args=request.submit_args, detached=request.detach,
         restored_from=saved.path if saved else None, upgrade_check=upgrade_check, confs=request.confs,
+        follows=follows.id if follows else None,
+        rollback={"rollback_of": rollback_of.id, "at": iso()} if rollback_of else None,
     )
+    job.note("started", _started(job, request, saved, replaced, rollback_of))
+    if upgrade_check is not None:
+        job.note("check", _check_said(upgrade_check))
     try:
         process = _launch(settings, job, app, request, conf_args, master, saved, replaced is not None, progress)
     except BaseException as exc:
-        job.ended = {"state": "failed", "error": str(exc), "at": iso()}
+        job.end("failed", error=str(exc))
         registry.save(job)
         raise
     registry.save(job)
-    if master is not None:
-        return await_cluster_driver(registry, job, request.detach, sleep, clock, start_timeout)
     handover = None
     if replaced is not None:
         handover = take_over(settings, registry, job, process, replaced, request.savepoint_path,
                              request.stop_timeout, progress, sleep, clock, start_timeout)
-        rolled_back = _on_probation(settings, registry, job, replaced, handover, request, progress, sleep, clock,
-                                    start_timeout)
+        way_back = WayBack(replaced, handover.path, {q.name: q.batch_id for q in handover.queries})
+    if way_back is not None and request.probation is not None:
+        rolled_back = _on_probation(settings, registry, job, process, way_back, request, conditions, progress,
+                                    sleep, clock, start_timeout)
         if rolled_back is not None:
-            return rolled_back
+            return replace(rolled_back, replaced=handover) if handover else rolled_back
+    if master is not None:
+        return await_cluster_driver(registry, job, request.detach, sleep, clock, start_timeout)
     if request.detach:
         info = await_start(registry, job, process, sleep, clock, start_timeout)
     else:
@@ -111,48 +143,114 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
     return replace(info, replaced=handover) if handover else info
 
 
-def _on_probation(settings: Settings, registry: Registry, job: Job, replaced: Job, handover: Stopped,
-                  request: RunRequest, progress: Progress | None, sleep, clock, start_timeout: float) -> JobView | None:
-    """The new version watched after the hand-over: None if it passes (or --no-rollback), else its view once
-    the version it replaced runs again."""
-    if request.probation is None:
-        return None
-    cut = {q.name: q.batch_id for q in handover.queries}
-    failure = watch_probation(registry, job, cut, request.probation, request.restore_grace, sleep, clock)
-    if failure is None:
-        return None
-    again = _roll_back(settings, registry, job, replaced, handover, failure, progress, sleep, clock, start_timeout)
-    return replace(describe_job(registry.load(job.id)), replaced=handover, rolled_back=again)
+def _way_back(settings: Settings, registry: Registry, reference: str, saved: Savepoint) -> WayBack:
+    """--rollback-to: the savepoint, and the registered job it was taken of (whose application, arguments
+    and options a rollback starts again)."""
+    fallback = catalog.load(settings, reference)
+    previous = _taken_of(registry, fallback)
+    if previous is None:
+        origin = fallback.manifest.get("origin") or {}
+        raise BadArgumentError(f"--rollback-to {reference}: that savepoint was not taken of a job this home runs "
+                               f"(origin: {origin.get('kind', 'unknown')} {origin.get('job_id') or ''}), so its "
+                               "application and options are unknown: run the previous version with -s instead")
+    return WayBack(previous, fallback.path, {q["name"]: _batch(q) for q in saved.queries})
 
 
-def _roll_back(settings: Settings, registry: Registry, failed: Job, previous: Job, handover: Stopped, failure: str,
+def _batch(query: dict[str, Any]) -> int:
+    return query["batch_id"] if query.get("batch_id") is not None else -1
+
+
+def _taken_of(registry: Registry, saved: Savepoint | None) -> Job | None:
+    """The registered job a savepoint was taken of, if it was one of this home's."""
+    job_id = ((saved.manifest.get("origin") or {}) if saved else {}).get("job_id")
+    if not isinstance(job_id, str):
+        return None
+    try:
+        return registry.load(job_id)
+    except SparkpointError:  # not this home's, or its entry is gone or broken: no lineage to show
+        return None
+
+
+def _started(job: Job, request: RunRequest, saved: Savepoint | None, replaced: Job | None,
+             rollback_of: Job | None) -> str:
+    command = " ".join([Path(job.app).name, *job.app_args])
+    where = (f"to take over from {replaced.id}" if replaced else
+             f"restored from {saved.path}" if saved else "with no savepoint")
+    why = f", in place of {rollback_of.id}, which failed on probation" if rollback_of else ""
+    return f"{command} ({request.deploy_mode} mode), {where}{why}"
+
+
+def _check_said(upgrade_check: dict[str, Any]) -> str:
+    if "skipped" in upgrade_check:
+        return f"skipped ({upgrade_check['skipped']})"
+    return f"it restores (checked in {upgrade_check['seconds']:.1f} s)"
+
+
+def _on_probation(settings: Settings, registry: Registry, job: Job, process: subprocess.Popen | None,
+                  way_back: WayBack, request: RunRequest, conditions: list[HealthCondition],
+                  progress: Progress | None, sleep, clock, start_timeout: float) -> JobView | None:
+    """The new version watched: None if it passes, else its view once the version before it runs again."""
+    try:
+        probation = watch_probation(registry, job, way_back.cut, request.probation, request.restore_grace,
+                                    conditions, sleep, clock)
+    except KeyboardInterrupt:
+        _probation_interrupted(registry, job, process, request.detach, way_back)
+        raise
+    if probation.failure is None:
+        latest = registry.load(job.id)
+        latest.note("probation", probation.detail)
+        registry.save(latest)
+        return None
+    again = _roll_back(settings, registry, job, way_back, probation, progress, sleep, clock, start_timeout)
+    return replace(describe_job(registry.load(job.id)), rolled_back=again)
+
+
+def _probation_interrupted(registry: Registry, job: Job, process: subprocess.Popen | None, detached: bool,
+                           way_back: WayBack) -> None:
+    """Ctrl-C or SIGTERM during the probation: a foreground job ends with its command; a detached one runs
+    on, unwatched. Either way the history says so, with the way back."""
+    latest = registry.load(job.id)
+    running_on = detached or process is None
+    latest.note("probation", "interrupted: " + (
+        f"it runs on unwatched, with no automatic rollback; {way_back.previous.id}'s version restores from "
+        f"{way_back.savepoint}" if running_on else "the job is cancelled with its command"))
+    registry.save(latest)
+    if not running_on:
+        end_interrupted(registry, latest, process)
+
+
+def _roll_back(settings: Settings, registry: Registry, failed: Job, way_back: WayBack, probation: Probation,
                progress: Progress | None, sleep, clock, start_timeout: float) -> JobView:
-    """Start the version ``failed`` replaced again, with the application path, arguments, spark-submit options,
-    confs and deploy mode of its record, from the hand-over's savepoint: it continues at exactly the cut.
+    """Start the version ``failed`` followed again, with the application path, arguments, spark-submit options,
+    confs and deploy mode of its record, from the way back's savepoint: it continues at exactly that cut.
     Detached: its output goes to its driver.log. The failed job's record says so first, so that a relaunch
     that fails too leaves the way back written down."""
+    previous, failure = way_back.previous, probation.failure
+    if probation.still_running:  # unhealthy, not failed: its queries are stopped before its driver is ended
+        with contextlib.suppress(SparkpointError):  # gone meanwhile, or not answering: ending the driver counts
+            client_for(registry, failed).cancel()
     end_driver(failed, grace=10.0, sleep=sleep, clock=clock)  # a failed driver may linger (a JVM left waiting)
     failed = registry.load(failed.id)
-    failed.rollback = {"rolled_back_to": None, "error": failure, "savepoint": handover.path, "at": iso()}
+    failed.rollback = {"rolled_back_to": None, "error": failure, "savepoint": way_back.savepoint, "at": iso()}
+    if probation.still_running:
+        failed.end("failed", error=failure)
+    failed.note("rolled_back", f"failed on probation ({probation.detail}); {previous.id}'s version starts again "
+                               f"from {way_back.savepoint}")
     registry.save(failed)
     try:
         again = run_job(settings, RunRequest(
             app=previous.app, app_args=previous.app_args, submit_args=previous.submit_args, master=previous.master,
-            confs=previous.confs, name=previous.name, detach=True, savepoint=handover.path, check=False,
+            confs=previous.confs, name=previous.name, detach=True, savepoint=way_back.savepoint, check=False,
             deploy_mode="cluster" if previous.submission_id else "client",
-        ), progress, sleep, clock, start_timeout)
+        ), progress, sleep, clock, start_timeout, rollback_of=failed)
     except SparkpointError as exc:
         raise JobFailedError(f"job {failed.id} failed on probation ({failure}), and starting {previous.id}'s version "
-                             f"again failed too: {exc}; its savepoint from the hand-over is {handover.path}") from None
-    now = iso()
-    restarted = registry.load(again.id)
-    restarted.upgrade_check = {"skipped": f"rollback: the version {failed.id} replaced, as it ran before", "at": now}
-    restarted.rollback = {"rollback_of": failed.id, "at": now}
-    registry.save(restarted)
+                             f"again failed too: {exc}; the savepoint to start it from is "
+                             f"{way_back.savepoint}") from None
     failed = registry.load(failed.id)
-    failed.rollback = {**failed.rollback, "rolled_back_to": again.id, "at": now}
+    failed.rollback = {**failed.rollback, "rolled_back_to": again.id, "at": iso()}
     registry.save(failed)
-    return describe_job(registry.load(again.id))
+    return again
 
 
 def _check_upgrade(settings: Settings, request: RunRequest, saved: Savepoint | None, replaced: Job | None,

@@ -20,7 +20,7 @@ from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, clie
 from sparkpoint.jobs.savepoint import create_savepoint, job_sources
 from sparkpoint.results import Result
 from sparkpoint.savepoints.create import SavedQuery
-from sparkpoint.times import iso, poll_until
+from sparkpoint.times import poll_until
 
 STOP_REPORT_GRACE = 30.0  # beyond the stop's own timeout, for an agent to report its queries' end
 
@@ -34,7 +34,8 @@ def stop_job(settings: Settings, reference: str, target_dir: str | None = None, 
     registry = Registry(settings.home_url())
     job = registry.resolve(reference)
     result, exiting = stop_with_savepoint(settings, registry, job, target_dir, timeout, progress, sleep, clock)
-    return replace(result, job=record_stopped(registry, job, cancelled, exiting, result.phases))
+    return replace(result, job=record_stopped(registry, job, cancelled, exiting, result.phases,
+                                              f"stopped with savepoint {result.path}"))
 
 
 def stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target_dir: str | None, timeout: float,
@@ -135,14 +136,15 @@ def _waiting_message(report: dict[str, Any]) -> str:
 
 
 def record_stopped(registry: Registry, job: Job, cancelled: bool, exiting: DriverExit,
-                    phases: dict[str, float]) -> JobView:
+                   phases: dict[str, float], reason: str) -> JobView:
     """Once the stopped driver has exited: record how the job ended (and how long that took)."""
     phases["driver_exit"] = exiting.wait()
     job = registry.load(job.id)
     if cancelled or state_of(job) in ACTIVE_STATES or state_of(job) == "lost":
-        job.ended = {"state": "cancelled" if cancelled else "finished", "reason": "stopped with savepoint",
-                     "at": iso()}
-        registry.save(job)
+        job.end("cancelled" if cancelled else "finished", reason=reason)
+    else:  # its agent recorded the end already: the history still says why it came
+        job.note("stopped", reason)
+    registry.save(job)
     return describe_job(registry.load(job.id))
 
 
@@ -161,6 +163,6 @@ def cancel_job(settings: Settings, reference: str, sleep: Callable[[float], None
         grace = 0.0  # an agent gone, wedged or not up yet: nobody else will end the driver
     end_driver(job, grace=grace, sleep=sleep, clock=clock)
     job = registry.load(job.id)  # as it is now: what others wrote meanwhile (a rollback's record) stays
-    job.ended = {"state": "cancelled", "reason": "cancel", "previous_state": state, "at": iso()}
+    job.end("cancelled", reason="cancel", previous_state=state)
     registry.save(job)
     return describe_job(registry.load(job.id))

@@ -21,6 +21,7 @@ import hmac
 import json
 import os
 import re
+import sys
 import threading
 import time
 from http import HTTPStatus
@@ -245,7 +246,12 @@ class Agent:
                       0.2):
             return
         missing = sorted(set(self.expected_queries) - set(self.started_queries.values()))
-        if missing and not self.allow_non_restored:
+        if missing and self.allow_non_restored:
+            # Allowed, never silent: the driver's output says so, and the job's history (from agent.json).
+            print(f"sparkpoint: --allow-non-restored-state: the saved state of {', '.join(missing)} is not used: "
+                  "the application started no query of that name", file=sys.stderr, flush=True)
+            self._write_state("running", not_restored={"queries": missing, "at": iso()})
+        elif missing:
             self.restore_error = (
                 f"the savepoint holds state for {', '.join(missing)} but the application did not start "
                 f"{'that query' if len(missing) == 1 else 'those queries'} within {self.restore_grace:g} s; "

@@ -304,19 +304,22 @@ def test_probation_reports_a_new_version_that_failed(tmp_path):
 
     registry, job = probation_job(tmp_path, {"state": "failed", "error": "query 'q' failed: RuntimeError: boom"})
     clock = FakeClock()
-    failure = watch_probation(registry, job, {"q": 4}, 30, 60, clock.sleep, clock)
-    assert failure == "query 'q' failed: RuntimeError: boom"
+    probation = watch_probation(registry, job, {"q": 4}, 30, 60, [], clock.sleep, clock)
+    assert probation.failure == "query 'q' failed: RuntimeError: boom" and not probation.still_running
     assert clock.now == 0  # at the first look
 
 
 def test_probation_without_input_ends_after_the_grace_and_the_probation(tmp_path):
     """No batch commits (no input, and here no agent answering): the new version is not failed, so it stays."""
-    from sparkpoint.jobs.rollback import watch_probation
+    from sparkpoint.jobs.rollback import parse_condition, watch_probation
 
     registry, job = probation_job(tmp_path, {"state": "running"})
     clock = FakeClock()
-    assert watch_probation(registry, job, {"q": 4}, 2, 3, clock.sleep, clock) is None
-    assert 5 <= clock.now <= 5.5
+    probation = watch_probation(registry, job, {"q": 4}, 2, 3, [parse_condition("processing_rate>=10")],
+                                clock.sleep, clock)
+    assert probation.failure is None and 5 <= clock.now <= 5.5
+    assert probation.detail == ("no batch committed in 5 s (no input?): it runs, but its processing is unproven; "
+                                "--healthy-when not judged")
 
 
 def test_probation_takes_a_lost_driver_for_failed_only_once_it_stays_lost(tmp_path):
@@ -327,5 +330,66 @@ def test_probation_takes_a_lost_driver_for_failed_only_once_it_stays_lost(tmp_pa
     job.pid, job.pid_start = 2**22 + 1, "0"  # no such process: the driver is gone, its end unrecorded
     registry.save(job)
     clock = FakeClock()
-    failure = watch_probation(registry, job, {"q": 4}, 30, 60, clock.sleep, clock)
-    assert failure == "the new version is lost" and LOST_SETTLE <= clock.now <= LOST_SETTLE + 0.5
+    probation = watch_probation(registry, job, {"q": 4}, 30, 60, [], clock.sleep, clock)
+    assert probation.failure == "the new version is lost" and LOST_SETTLE <= clock.now <= LOST_SETTLE + 0.5
+
+
+@pytest.mark.parametrize("text", ["processing_rate", "processing_rate>=", "latency<=5", "processing_rate=>5",
+                                  "processing_rate>=-1", "processing_rate>=5 and input_rate>=1"])
+def test_a_healthy_when_condition_that_does_not_parse_names_the_form(text):
+    from sparkpoint.jobs.rollback import parse_condition
+
+    with pytest.raises(BadArgumentError, match="write METRIC>=NUMBER .* processing_rate, input_rate"):
+        parse_condition(text)
+
+
+def test_healthy_when_judges_the_median_of_the_batches_that_read_rows():
+    from sparkpoint.jobs.registry import LiveQuery
+    from sparkpoint.jobs.rollback import _judged, parse_condition
+
+    def report(name, batch, rate):
+        return LiveQuery.from_report({"name": name, "batch_id": batch, "processing_rate": rate, "input_rate": rate})
+
+    # q's batches: 80, 120, 400 (median 120) and an idle batch (0/s), which does not count.
+    seen = [report("q", 5, 80.0), report("q", 6, 0.0), report("q", 7, 120.0), report("q", 8, 400.0)]
+    passed = _judged([parse_condition("processing_rate >= 100")], seen, 30)
+    assert passed.failure is None and passed.detail == (
+        "passed: ran 30 s past its first commit after the cut; processing_rate of q: 120.0/s (median of 3 batches) "
+        "meets processing_rate>=100")
+    failed = _judged([parse_condition("processing_rate>=100"), parse_condition("processing_rate>=1e3")], seen, 30)
+    assert failed.still_running and failed.failure == (
+        "unhealthy: processing_rate of q: 120.0/s (median of 3 batches), --healthy-when processing_rate>=1000")
+    idle = _judged([parse_condition("input_rate<5")], [report("q", 6, 0.0)], 30)
+    assert idle.failure is None and idle.detail.endswith("input_rate<5 not judged for q (no batch read a row)")
+
+
+@pytest.mark.parametrize(("options", "words"), [
+    ({"rollback_to": "sp"}, "--rollback-to goes with -s"),
+    ({"healthy_when": ["processing_rate>=1"]}, "--healthy-when is judged on probation: use it with --replace or "
+                                               "--rollback-to"),
+    ({"savepoint": "sp", "rollback_to": "sp", "probation": None}, "--no-rollback leaves nothing for --rollback-to"),
+    ({"replace": "j", "deploy_mode": "cluster", "master": "spark://127.0.0.1:1"}, "run -s with --rollback-to"),
+])
+def test_run_refuses_a_way_back_it_cannot_take_before_anything_starts(tmp_path, options, words):
+    app = tmp_path / "app.py"
+    app.write_text("")
+    with pytest.raises(BadArgumentError, match=words):
+        run.run_job(Settings(home=str(tmp_path / "home")), run.RunRequest(app=str(app), **options))
+    assert not (tmp_path / "home" / "jobs").exists()
+
+
+def test_rollback_to_a_savepoint_of_no_registered_job_is_refused(tmp_path):
+    """Its application and options would be unknown: a savepoint of a plain checkpoint has no job to restart."""
+    from checkpoints import hdfs_checkpoint
+
+    from sparkpoint.savepoints.create import savepoint_checkpoint
+
+    home = tmp_path / "home"
+    settings = Settings(home=str(home))
+    saved = savepoint_checkpoint(settings, str(hdfs_checkpoint(tmp_path / "cp", committed=2)), name="q").path
+    app = tmp_path / "app.py"
+    app.write_text("")
+    with pytest.raises(BadArgumentError, match="that savepoint was not taken of a job this home runs .origin: "
+                                               "checkpoint"):
+        run.run_job(settings, run.RunRequest(app=str(app), savepoint=saved, rollback_to=saved))
+    assert not (home / "jobs").exists()

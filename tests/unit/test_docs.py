@@ -20,7 +20,7 @@ from checkpoints import hdfs_checkpoint
 import sparkpoint
 from sparkpoint import errors
 from sparkpoint.adapters.processes import process_start
-from sparkpoint.cli.main import cli, main
+from sparkpoint.cli.main import Terminated, cli, main
 from sparkpoint.jobs.protocol import read_agent_file, write_agent_file
 from sparkpoint.jobs.registry import Registry
 from sparkpoint.savepoints import compat
@@ -86,9 +86,9 @@ def test_the_exit_code_table_is_the_error_classes_codes():
     documented = {int(code) for code in re.findall(r"^\| (\d+) \|", section("Exit codes"), re.MULTILINE)}
     classes = error_classes()
     assert "VanishedError" in {cls.__name__ for cls in classes}  # the walk reaches beyond errors.py
-    # 0 success, 1 the root (a bug), 2 Click's usage errors besides BadArgumentError, 130 Ctrl-C: from cli.main,
-    # as the next test shows.
-    assert documented == {cls.exit_code for cls in classes} | {0, 1, 2, 130}
+    # 0 success, 1 the root (a bug), 2 Click's usage errors besides BadArgumentError, 130 Ctrl-C, 143 SIGTERM:
+    # from cli.main, as the next test shows.
+    assert documented == {cls.exit_code for cls in classes} | {0, 1, 2, 130, 143}
 
 
 def test_the_codes_no_error_class_carries_come_from_main(capsys, home, monkeypatch):
@@ -97,6 +97,7 @@ def test_the_codes_no_error_class_carries_come_from_main(capsys, home, monkeypat
     assert capsys.readouterr().err.splitlines()[-1].startswith("sparkpoint: error: No such option '--no-such-flag'")
     # Click ends the line the terminal's ^C is on before the message.
     for raised, code, line in ((KeyboardInterrupt, 130, "\nsparkpoint: interrupted\n"),
+                               (Terminated, 143, "\nsparkpoint: terminated\n"),
                                (RuntimeError, 1, "sparkpoint: internal error, a bug")):
         def scan(*args, raised=raised, **kwargs):
             raise raised()

@@ -135,3 +135,59 @@ def test_a_triggered_savepoint_runs_in_a_process_of_its_own_without_the_cli(tmp_
     assert "sparkpoint.cli" not in subprocess.run(
         [sys.executable, "-c", "import sys, sparkpoint.jobs.triggers; print(sorted(sys.modules))"],
         capture_output=True, text=True, check=True).stdout
+
+
+def test_the_history_has_what_the_cli_recorded_and_what_only_the_driver_saw_in_time_order(tmp_path):
+    from sparkpoint.jobs.registry import history_of
+
+    registry = Registry(str(tmp_path))
+    job = new_job(registry)
+    job.note("started", "app.py, restored from sp-1")
+    job.history[-1]["at"] = "2026-11-23T10:00:00.000Z"
+    registry.save(job)
+    write_agent_file(job.directory, {"state": "failed", "error": "query 'q' failed: boom",
+                                     "ended_at": "2026-11-23T10:05:00.000Z",
+                                     "not_restored": {"queries": ["audit"], "at": "2026-11-23T10:01:00.000Z"}})
+    assert [(e["event"], e["detail"]) for e in history_of(registry.load(job.id))] == [
+        ("started", "app.py, restored from sp-1"),
+        ("state_not_restored", "--allow-non-restored-state: the saved state of audit is not used: the application "
+                               "started no query of that name"),
+        ("failed", "query 'q' failed: boom"),
+    ]
+    # Once the CLI recorded the end itself (a cancel), the driver's account of it is not repeated.
+    job = registry.load(job.id)
+    job.end("cancelled", reason="cancel")
+    registry.save(job)
+    assert [e["event"] for e in history_of(registry.load(job.id))] == ["started", "state_not_restored", "cancelled"]
+
+
+@pytest.mark.parametrize("history", [{"event": "x"}, ["started"], None])
+def test_a_history_of_another_shape_makes_the_entry_broken(tmp_path, history):
+    registry = Registry(str(tmp_path))
+    job = new_job(registry)
+    path = Path(job.directory) / "job.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "history": history}))
+    with pytest.raises(CorruptRecordError, match=r"malformed \(history is "):
+        registry.load(job.id)
+
+
+def test_list_shows_the_line_of_versions_a_job_continues(tmp_path):
+    """v1 replaced by v2, which failed on probation; v1's version again: the line ends at each job."""
+    registry = Registry(str(tmp_path))
+    v1 = new_job(registry, "posts")
+    v2 = registry.new_job("posts", app="/apps/v2.py", app_args=["--fast"], master="local[2]", submit_args=[],
+                          follows=v1.id)
+    again = registry.new_job("posts", app="app.py", app_args=[], master="local[2]", submit_args=[], follows=v2.id)
+    for job, state in ((v1, "finished"), (v2, "failed")):
+        job.end(state)
+        registry.save(job)
+    listed = {job.id: job for job in list_jobs(Settings(home=str(tmp_path)), include_all=True)}
+    assert [(v.id, v.command, v.state) for v in listed[again.id].lineage] == [
+        (v1.id, "app.py --password hunter2", "finished"), (v2.id, "v2.py --fast", "failed"),
+        (again.id, "app.py", "lost")]
+    assert listed[v1.id].lineage == []  # it follows none
+    # A link to a job no longer registered, or back into the line (an edited record), ends the line there.
+    v1_record = Path(v1.directory) / "job.json"
+    v1_record.write_text(json.dumps({**json.loads(v1_record.read_text()), "follows": again.id}))
+    listed = {job.id: job for job in list_jobs(Settings(home=str(tmp_path)), include_all=True)}
+    assert [v.id for v in listed[again.id].lineage] == [v1.id, v2.id, again.id]

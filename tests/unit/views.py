@@ -14,5 +14,6 @@ def live_query(**given) -> LiveQuery:
 
 
 def job_view(**given) -> ListedJob:
-    unset = {f.name: None for f in fields(ListedJob)} | {"queries": [], "source": "registry"}
+    unset = {f.name: None for f in fields(ListedJob)} | {"queries": [], "history": [], "lineage": [],
+                                                         "source": "registry"}
     return ListedJob(**(unset | given))

@@ -231,8 +231,10 @@ def driver_start(job: Job) -> str | None:
 
 def state_of(job: Job) -> str:
     """The job's state, from what the CLI recorded, what the agent recorded, and the process."""
-    if job.ended and job.ended.get("state") == "cancelled":
-        return "cancelled"
+    # What the CLI decided wins over how the application then ended: a cancel, or a failed probation (a
+    # version cancelled for missing --healthy-when, whose application then finishes).
+    if job.ended and job.ended.get("state") in ("cancelled", "failed"):
+        return job.ended["state"]
     agent_state = job.agent.get("state")
     if agent_state in ("finished", "failed"):
         return agent_state
@@ -259,7 +261,8 @@ def driver_status(job: Job) -> dict[str, Any]:
         return {"driverState": "UNKNOWN", "message": str(exc)}
 
 
-def _number(value: Any) -> float | None:
+def json_number(value: Any) -> float | None:
+    """A number of JSON from another process (an agent's report), or None: a bool or a string is not one."""
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -284,7 +287,7 @@ class LiveQuery(Result):
         values = {f.name: report.get(f.name) for f in fields(cls)}
         # An agent's report is JSON from another process: a count or rate that is not a number shows as none.
         for name in ("batch_id", "input_rate", "processing_rate", "state_rows", "state_bytes"):
-            values[name] = _number(values[name])
+            values[name] = json_number(values[name])
         return cls(**values)
 
 

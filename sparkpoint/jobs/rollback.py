@@ -9,9 +9,10 @@ import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sparkpoint.errors import BadArgumentError, SparkpointError
-from sparkpoint.jobs.registry import Job, LiveQuery, Registry, client_for, describe_job, state_of
+from sparkpoint.jobs.registry import Job, Registry, client_for, describe_job, json_number, state_of
 from sparkpoint.times import poll_until
 
 LOST_SETTLE = 3.0  # seconds a driver must stay lost (gone, its end unrecorded) to count as failed
@@ -25,7 +26,7 @@ _CONDITION = re.compile(r"\s*([a-z_]+)\s*(>=|<=|>|<)\s*([0-9]+(?:\.[0-9]*)?(?:[e
 @dataclass(frozen=True)
 class HealthCondition:
     """``metric comparison bound``: holds when the median of the metric over a query's batches on probation
-    compares so (batches that read no row are left out: their rates are 0 by definition)."""
+    compares so (batches that read no row are left out: their rates are 0 or undefined)."""
 
     metric: str
     comparison: str
@@ -65,7 +66,7 @@ def watch_probation(registry: Registry, job: Job, cut: dict[str, int], seconds: 
     started = clock()
     first_commit: list[float] = []
     lost_since: list[float] = []
-    batches: dict[tuple[str, int], LiveQuery] = {}  # (query, batch) -> its report: each batch counted once
+    batches: dict[tuple[str, int], Batch] = {}  # (query, batch id) -> its progress: each batch counted once
 
     def decided() -> tuple[Probation] | None:
         latest = registry.load(job.id)
@@ -78,8 +79,7 @@ def watch_probation(registry: Registry, job: Job, cut: dict[str, int], seconds: 
             return (Probation(error, f"failed after {clock() - started:.0f} s: {error}"),)
         if state in ("finished", "cancelled"):
             return (Probation(None, f"ended on purpose ({state}) during the probation: nothing to roll back"),)
-        for query in _reported_after(registry, latest, cut):
-            batches[(query.name, query.batch_id)] = query
+        batches.update({(b.query, b.batch_id): b for b in _batches_after(registry, latest, cut)})
         if not first_commit and batches:
             first_commit.append(clock())
         since = clock() - (first_commit[0] if first_commit else started)
@@ -93,12 +93,23 @@ def watch_probation(registry: Registry, job: Job, cut: dict[str, int], seconds: 
     return poll_until(decided, None, 0.5, clock=clock, sleep=sleep)[0]
 
 
-def _judged(conditions: list[HealthCondition], reports: list[LiveQuery], seconds: float) -> Probation:
+@dataclass(frozen=True)
+class Batch:
+    """A batch a query ran, as its progress report gives it (the agent keeps the last 100 per query)."""
+
+    query: str
+    batch_id: int
+    input_rows: int
+    input_rate: float | None
+    processing_rate: float | None
+
+
+def _judged(conditions: list[HealthCondition], batches: list[Batch], seconds: float) -> Probation:
     passed = f"passed: ran {seconds:g} s past its first commit after the cut"
     judged = []
     for condition in conditions:
-        for name in sorted({q.name for q in reports}):
-            values = [getattr(q, condition.metric) for q in reports if q.name == name and _read_rows(q)]
+        for name in sorted({b.query for b in batches}):
+            values = [getattr(b, condition.metric) for b in batches if b.query == name and b.input_rows > 0]
             values = [v for v in values if v is not None]
             if not values:
                 judged.append(f"{condition} not judged for {name} (no batch read a row)")
@@ -112,15 +123,28 @@ def _judged(conditions: list[HealthCondition], reports: list[LiveQuery], seconds
     return Probation(None, "; ".join([passed, *judged]))
 
 
-def _read_rows(query: LiveQuery) -> bool:
-    return bool(query.input_rate or query.processing_rate)
-
-
-def _reported_after(registry: Registry, job: Job, cut: dict[str, int]) -> list[LiveQuery]:
-    """The job's queries whose last progress report is of a batch after the cut, as its agent reports them."""
+def _batches_after(registry: Registry, job: Job, cut: dict[str, int]) -> list[Batch]:
+    """The batches the job's queries ran after the cut, as its agent reports them."""
     try:
-        queries = client_for(registry, job, timeout=2.0).status()["queries"]
+        recent = client_for(registry, job, timeout=2.0).status().get("recent_batches")
     except SparkpointError:
         return []  # not up yet, or between answers: asked again at the next poll
-    reported = [LiveQuery.from_report(q) for q in queries if isinstance(q, dict)]
-    return [q for q in reported if q.name in cut and q.batch_id is not None and q.batch_id > cut[q.name]]
+    batches = []
+    for name, reports in (recent if isinstance(recent, dict) else {}).items():
+        for report in reports if name in cut and isinstance(reports, list) else []:
+            batch = _batch(name, report)
+            if batch is not None and batch.batch_id > cut[name]:
+                batches.append(batch)
+    return batches
+
+
+def _batch(name: str, report: Any) -> Batch | None:
+    """A batch of an agent's report (JSON from another process): None unless its ids and counts are numbers."""
+    if not isinstance(report, dict) or not all(_is_int(report.get(key)) for key in ("batch_id", "input_rows")):
+        return None
+    return Batch(name, report["batch_id"], report["input_rows"], **{key: json_number(report.get(key))
+                                                                    for key in METRICS})
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

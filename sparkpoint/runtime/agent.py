@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
+import math
 import os
 import re
 import sys
@@ -27,6 +28,7 @@ import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from collections import deque
 from collections.abc import Callable
 
 from sparkpoint.adapters.processes import process_start
@@ -38,6 +40,7 @@ MAX_BODY = 64 * 1024
 MAX_CONNECTIONS = 32  # each holds a thread: beyond this, a connection is closed at once
 REQUEST_SECONDS = 10.0  # for a connection to send its request (an idle one holds its thread until then)
 DRAIN_SECONDS = 10.0
+RECENT_BATCHES = 100  # per query, as Spark's recentProgress keeps
 # How Spark wraps a query's failure: "[STREAM_FAILED] Query [id = …, runId = …] terminated with exception: <cause>".
 _TERMINATED = re.compile(r"^\[STREAM_FAILED\] Query \[[^\]]*\] terminated with exception: ")
 _ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)*)\]")
@@ -48,6 +51,11 @@ def _progress(query) -> dict[str, Any]:
     if not progress:
         return {}
     return json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
+
+
+def _rate(value: Any) -> float | None:
+    """A rate of a progress report: Spark's NaN (no time elapsed, or no row) is JSON's null."""
+    return None if value is None or math.isnan(value) else float(value)
 
 
 def describe(query) -> dict[str, Any]:
@@ -154,6 +162,8 @@ class Agent:
         self.restore_grace = restore_grace
         self.started_queries: dict[str, str] = {}  # query id -> name
         self.failures: dict[str, str] = {}  # query name -> Spark's error, one line
+        # query name -> its last batches' progress (a probation judges their rates: each batch, not a sample)
+        self.recent_batches: dict[str, deque[dict[str, Any]]] = {}
         self.restore_error: str | None = None
         self._server: ThreadingHTTPServer | None = None
         self._lock = threading.Lock()
@@ -178,7 +188,21 @@ class Agent:
             "app_id": session.sparkContext.applicationId if session is not None else None,
             "queries": [describe(q) for q in self.queries()],
             "failures": self.failures,
+            "recent_batches": self._recent_batches(),
         }
+
+    def record_progress(self, progress: Any) -> None:
+        """A query's progress report (its listener's): kept for the last RECENT_BATCHES batches."""
+        report = {"batch_id": progress.batchId, "input_rows": progress.numInputRows,
+                  "input_rate": _rate(progress.inputRowsPerSecond),
+                  "processing_rate": _rate(progress.processedRowsPerSecond)}
+        name = progress.name or str(progress.id)
+        with self._lock:
+            self.recent_batches.setdefault(name, deque(maxlen=RECENT_BATCHES)).append(report)
+
+    def _recent_batches(self) -> dict[str, list[dict[str, Any]]]:
+        with self._lock:
+            return {name: list(batches) for name, batches in self.recent_batches.items()}
 
     def begin_stop(self, timeout: float) -> dict[str, Any]:
         """Start ending every query at its next boundary; a second request joins the stop under way (a
@@ -220,7 +244,7 @@ class Agent:
                     agent.started_queries[str(event.id)] = event.name
 
             def onQueryProgress(self, event):
-                pass
+                agent.record_progress(event.progress)
 
             def onQueryIdle(self, event):
                 pass

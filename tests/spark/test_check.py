@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -128,8 +132,24 @@ def test_run_checks_first_and_replace_refuses_an_incompatible_version_before_tou
     assert again["state"] == "running" and again["restored_from"] == failed["replaced"]["path"]
     assert again["rollback"]["rollback_of"] == failed["id"] and again["upgrade_check"]["skipped"].startswith("rollback")
     assert (again["app"], again["name"]) == (v1["app"], v1["name"])
-    history = {job["id"]: job["state"] for job in cli_json(home, "list", "--all")}
-    assert (history[v1["id"]], history[failed["id"]], history[again["id"]]) == ("finished", "failed", "running")
+    listed = {job["id"]: job for job in cli_json(home, "list", "--all")}
+    assert [(v["id"], v["command"].split()[1], v["state"]) for v in listed[again["id"]]["lineage"]] == [
+        (v1["id"], "v1", "finished"), (failed["id"], "fails-third", "failed"), (again["id"], "v1", "running")]
+    # Each job's history says what was decided, and why.
+    # (stopped: its agent had recorded the end by the time the CLI did; finished, if not)
+    assert [e["event"] for e in listed[v1["id"]]["history"]][:2] == ["started", "check"]
+    assert listed[v1["id"]]["history"][2]["event"] in ("stopped", "finished")
+    assert listed[v1["id"]]["history"][2]["detail"].startswith(f"replaced by {failed['id']}, savepoint ")
+    events = {e["event"]: e["detail"] for e in listed[failed["id"]]["history"]}
+    assert events["check"].startswith("it restores") and events["took_over"].startswith(f"from {v1['id']}, stopped at "
+                                                                                       f"batch {cut} (posts)")
+    assert events["rolled_back"].startswith("failed on probation (failed after ") and "v2 cannot handle" in events[
+        "rolled_back"] and events["rolled_back"].endswith(f"starts again from {failed['replaced']['path']}")
+    events = [(e["event"], e["detail"]) for e in listed[again["id"]]["history"]]
+    assert events[:2] == [("started", f"post_counts.py v1 {saved['inputs']} {root / 'out-v1-again'} (client mode), "
+                                      f"restored from {failed['replaced']['path']}, in place of {failed['id']}, "
+                                      "which failed on probation"),
+                          ("check", f"skipped (rollback: the version {failed['id']} replaced, as it ran before)")]
     # Exactly once: v1's output, before the hand-over and after the rollback, counts every post once.
     wait_for(lambda: final_counts(root / "out-v1-again") == expected_counts(saved["inputs"]),
              what="v1 after the rollback to count all input", timeout=180)
@@ -167,3 +187,20 @@ def commits(job: dict) -> list[int]:
 
 def commit_time(job: dict, batch: int) -> float:
     return (Path(job["checkpoint_root"]) / "posts" / "commits" / str(batch)).stat().st_mtime
+
+
+def test_a_check_ended_by_sigterm_leaves_no_sandbox_and_no_driver(saved):
+    """A CI runner's timeout, say: exit 143, and the clean-up of Ctrl-C."""
+    out = saved["root"] / "out-sigterm"
+    before = set(Path(tempfile.gettempdir()).glob("sparkpoint-check-*"))
+    process = subprocess.Popen([sys.executable, "-m", "sparkpoint", "--home", str(saved["home"]), "check", "-s",
+                                saved["savepoint"], APP, "v1", str(saved["inputs"]), str(out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sandbox = wait_for(lambda: set(Path(tempfile.gettempdir()).glob("sparkpoint-check-*")) - before,
+                       what="the check's sandbox")
+    wait_for(lambda: processes_mentioning(str(next(iter(sandbox)))), what="the check's driver")
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 143 and err.strip().splitlines()[-1] == "sparkpoint: terminated", err
+    assert not any(path.exists() for path in sandbox)
+    assert wait_for(lambda: not processes_mentioning("sparkpoint-check-"), timeout=15, what="no check driver")

@@ -120,3 +120,24 @@ def test_pit_stop_on_a_cluster_with_savepoints_on_s3_then_migration_to_local(clu
     assert alarms(tmp_path / "out-v3", 3) == {("hall", 500), ("garage", 520)}
     assert not (tmp_path / "out-v3" / "batch-2.json").exists()
     assert cli_json(home, "stop", v3["id"])["queries"][0]["batch_id"] == 3
+
+    # A way back on the cluster: a new version in cluster mode, from v2's live savepoint, with --rollback-to that
+    # savepoint (v2 ran in cluster mode) and a condition it cannot meet. It runs batch 3, fails its probation, is
+    # cancelled, and v2's version runs again, in cluster mode, from the savepoint's cut, as v2's record says.
+    code, out, err = cli(home, "run", "--output", "json", "--detach", "--master", master, "--deploy-mode", "cluster",
+                         "--name", "alarms", "-s", live_v2["id"], "--rollback-to", live_v2["id"], "--no-check",
+                         "--probation", "5", "--healthy-when", "processing_rate>=1e9", APP, "v2", str(events),
+                         str(tmp_path / "out-v4"))
+    assert code == 13 and "failed on probation (unhealthy: processing_rate of alarms: " in err, err
+    v4 = json.loads(out)
+    again = v4["rolled_back"]
+    assert alarms(tmp_path / "out-v4", 3) == {("hall", 500), ("garage", 520)}  # it ran before it was judged
+    assert v4["state"] == "failed" and v4["rollback"]["rolled_back_to"] == again["id"]
+    assert again["state"] == "running" and again["submission_id"].startswith("driver-")
+    assert again["restored_from"] == live_v2["path"] and again["rollback"]["rollback_of"] == v4["id"]
+    assert alarms(tmp_path / "out-v2", 3) == {("hall", 500), ("garage", 520)}  # v2's version, again, at the cut
+    listed = {j["id"]: j for j in cli_json(home, "list", "--all")}
+    assert [v["id"] for v in listed[again["id"]]["lineage"]] == [v1["id"], v2["id"], v4["id"], again["id"]]
+    assert listed[v4["id"]]["app_state"] in ("FINISHED", "KILLED")
+    assert cli_json(home, "cancel", again["id"])["state"] == "cancelled"
+    assert wait_for(lambda: not processes_mentioning(f"jobs/{again['id']}"), timeout=30, what="its processes to end")

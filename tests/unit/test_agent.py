@@ -45,7 +45,7 @@ def test_token_file_is_private_and_agent_binds_loopback(agent):
 def test_the_right_job_and_token_are_answered(agent):
     running, registry, job = agent
     client = AgentClient(*running.address, job.id, registry.token(job))
-    assert client.status() == {"job_id": job.id, "app_id": None, "queries": [], "failures": {}}
+    assert client.status() == {"job_id": job.id, "app_id": None, "queries": [], "failures": {}, "recent_batches": {}}
     with pytest.raises(SparkpointError, match="no stop was requested"):
         client.stop_report()
     first = client.request_stop(0.1)

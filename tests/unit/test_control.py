@@ -344,14 +344,13 @@ def test_a_healthy_when_condition_that_does_not_parse_names_the_form(text):
 
 
 def test_healthy_when_judges_the_median_of_the_batches_that_read_rows():
-    from sparkpoint.jobs.registry import LiveQuery
-    from sparkpoint.jobs.rollback import _judged, parse_condition
+    from sparkpoint.jobs.rollback import Batch, _judged, parse_condition
 
-    def report(name, batch, rate):
-        return LiveQuery.from_report({"name": name, "batch_id": batch, "processing_rate": rate, "input_rate": rate})
+    def batch(batch_id, rows, rate):
+        return Batch("q", batch_id, rows, rate, rate)
 
-    # q's batches: 80, 120, 400 (median 120) and an idle batch (0/s), which does not count.
-    seen = [report("q", 5, 80.0), report("q", 6, 0.0), report("q", 7, 120.0), report("q", 8, 400.0)]
+    # q's batches: 80, 120, 400 (median 120) and an idle batch (no row, NaN rates), which does not count.
+    seen = [batch(5, 10, 80.0), batch(6, 0, None), batch(7, 10, 120.0), batch(8, 10, 400.0)]
     passed = _judged([parse_condition("processing_rate >= 100")], seen, 30)
     assert passed.failure is None and passed.detail == (
         "passed: ran 30 s past its first commit after the cut; processing_rate of q: 120.0/s (median of 3 batches) "
@@ -359,8 +358,35 @@ def test_healthy_when_judges_the_median_of_the_batches_that_read_rows():
     failed = _judged([parse_condition("processing_rate>=100"), parse_condition("processing_rate>=1e3")], seen, 30)
     assert failed.still_running and failed.failure == (
         "unhealthy: processing_rate of q: 120.0/s (median of 3 batches), --healthy-when processing_rate>=1000")
-    idle = _judged([parse_condition("input_rate<5")], [report("q", 6, 0.0)], 30)
+    idle = _judged([parse_condition("input_rate<5")], [batch(6, 0, 0.0)], 30)
     assert idle.failure is None and idle.detail.endswith("input_rate<5 not judged for q (no batch read a row)")
+
+
+def test_the_probation_counts_each_batch_the_agent_reports_once_and_what_is_not_a_batch_never(tmp_path):
+    """The agent's listener keeps every batch's progress (a poll every half second would miss fast batches)."""
+    from types import SimpleNamespace
+
+    from sparkpoint.jobs.rollback import Batch, _batches_after
+    from sparkpoint.runtime.agent import Agent
+
+    registry, job = probation_job(tmp_path, {})
+    agent = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: None)
+    agent.start()
+    agent._write_state("running")  # as once the application's session is up
+    try:
+        for batch_id, rows, rate in ((3, 5, 50.0), (4, 5, 60.0), (5, 0, float("nan"))):
+            agent.record_progress(SimpleNamespace(name="q", id="id-1", batchId=batch_id, numInputRows=rows,
+                                                  inputRowsPerSecond=rate, processedRowsPerSecond=rate))
+        agent.record_progress(SimpleNamespace(name="other", id="id-2", batchId=9, numInputRows=1,
+                                              inputRowsPerSecond=1.0, processedRowsPerSecond=1.0))
+        with agent._lock:  # a report of another shape (a newer agent's, a bug's) is no batch
+            agent.recent_batches["q"].append({"batch_id": "6", "input_rows": 1})
+            agent.recent_batches["q"].append({"batch_id": True, "input_rows": 1})
+        latest = registry.load(job.id)
+        assert _batches_after(registry, latest, {"q": 3}) == [Batch("q", 4, 5, 60.0, 60.0),
+                                                              Batch("q", 5, 0, None, None)]
+    finally:
+        agent.finish(0, None)
 
 
 @pytest.mark.parametrize(("options", "words"), [

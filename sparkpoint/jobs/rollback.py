@@ -74,6 +74,10 @@ def watch_probation(registry: Registry, job: Job, cut: dict[str, int], seconds: 
         # A driver gone without a record of its end is lost; a cancel records its end just after ending the
         # driver, so lost counts only once it has lasted.
         lost_since[:] = (lost_since or [clock()]) if state == "lost" else []
+        if state == "failed" and (latest.agent.get("stop") or latest.agent.get("cancel_requested_at")):
+            error = describe_job(latest, state=state).error
+            return (Probation(None, "stopped or cancelled on request during the probation (its application then "
+                                    f"failed: {error}): nothing to roll back"),)
         if state == "failed" or (lost_since and clock() - lost_since[0] >= LOST_SETTLE):
             error = describe_job(latest, state=state).error or f"the new version is {state}"
             return (Probation(error, f"failed after {clock() - started:.0f} s: {error}"),)

@@ -224,6 +224,14 @@ class Agent:
             stop.delivered.set()
         return report
 
+    def cancel_on_request(self) -> list[str]:
+        """`cancel`'s request: recorded first, so that the application's end, even a failure (an application
+        that raises once its queries are gone), is known to have been asked for."""
+        with self._lock:
+            state = self._record.get("state", "running")
+        self._write_state(state, cancel_requested_at=iso())
+        return self.cancel()
+
     def cancel(self) -> list[str]:
         names = []
         for query in self.queries():
@@ -468,7 +476,7 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
                     return
                 self._reply(HTTPStatus.OK, {"stop": agent.begin_stop(max(0.0, min(timeout, 3600.0)))})
             elif self.path == "/v1/cancel":
-                self._reply(HTTPStatus.OK, {"cancelled": agent.cancel()})
+                self._reply(HTTPStatus.OK, {"cancelled": agent.cancel_on_request()})
             else:
                 self._reply(HTTPStatus.NOT_FOUND, {"error": "no such endpoint"})
 

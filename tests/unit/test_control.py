@@ -419,3 +419,16 @@ def test_rollback_to_a_savepoint_of_no_registered_job_is_refused(tmp_path):
                                                "checkpoint"):
         run.run_job(settings, run.RunRequest(app=str(app), savepoint=saved, rollback_to=saved))
     assert not (home / "jobs").exists()
+
+
+@pytest.mark.parametrize("asked", [{"cancel_requested_at": "2026-11-23T10:00:00.000Z"},
+                                   {"stop": {"done": True, "queries": []}}])
+def test_an_application_that_fails_after_a_requested_stop_or_cancel_is_not_rolled_back(tmp_path, asked):
+    from sparkpoint.jobs.rollback import watch_probation
+
+    registry, job = probation_job(tmp_path, {"state": "failed", "error": "awaitTermination raised", **asked})
+    clock = FakeClock()
+    probation = watch_probation(registry, job, {"q": 4}, 30, 60, [], clock.sleep, clock)
+    assert probation.failure is None and probation.detail == (
+        "stopped or cancelled on request during the probation (its application then failed: awaitTermination "
+        "raised): nothing to roll back")

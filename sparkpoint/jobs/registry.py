@@ -67,6 +67,7 @@ class Job:
     # The job whose state this one continues: the one it replaced or was rolled back from, or the one -s's
     # savepoint was taken of. `list` follows these links back to show a job's versions.
     follows: str | None = None
+    app_sha256: str | None = None  # the application file as launched: a rollback starts it only if unchanged
     history: list[dict[str, Any]] = field(default_factory=list)  # events, oldest first: what was decided, and why
     agent: dict[str, Any] = field(default_factory=dict)  # agent.json, as last read
     driver: dict[str, Any] = field(default_factory=dict)  # the master's view of a cluster-mode driver, as last asked
@@ -193,6 +194,7 @@ _RECORD_TYPES: RecordTypes = {
     "confs": (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v), False),
     "rollback": (lambda v: isinstance(v, dict), True),
     "follows": (lambda v: isinstance(v, str), True),
+    "app_sha256": (lambda v: isinstance(v, str), True),
     "history": (lambda v: isinstance(v, list) and all(isinstance(e, dict) for e in v), False),
 }
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 import subprocess
 
 from sparkpoint.config import Settings
-from sparkpoint.errors import JobFailedError
+from sparkpoint.errors import JobFailedError, SparkpointError
 from sparkpoint.jobs.drivers import await_end, end_driver
 from sparkpoint.jobs.protocol import answer_handover, handover_waiting
 from sparkpoint.jobs.registry import Job, Registry
@@ -18,12 +18,21 @@ from sparkpoint.savepoints.restore import restore
 from sparkpoint.times import poll_until
 
 
+class HandoverFailedError(JobFailedError):
+    """The old job stopped with a savepoint, and then the new one could not take over from it."""
+
+    def __init__(self, message: str, savepoint: str):
+        super().__init__(message)
+        self.savepoint = savepoint
+
+
 def take_over(settings: Settings, registry: Registry, job: Job, process: subprocess.Popen, replaced: Job,
               savepoint_path: str | None, stop_timeout: float, progress, sleep, clock,
               timeout: float) -> Stopped:
     """Stop ``replaced`` with a savepoint and restore it into ``job``, whose driver is already up and waiting:
     the new JVM's start-up overlaps the old job's last batch, and the old one runs on until the new
     one is ready. If anything fails before the hand-over, the new driver is told to give up."""
+    stopped = None
     try:
         _await_handover_waiting(registry, job, process, replaced, sleep, clock, timeout)
         stopped, exiting = stop_with_savepoint(settings, registry, replaced, savepoint_path,
@@ -37,7 +46,13 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
             end_driver(job, grace=30.0, sleep=sleep, clock=clock)
             job.end("cancelled", reason=f"hand-over from {replaced.id} failed: {exc}")
             registry.save(job)
-        raise
+        if stopped is None or not isinstance(exc, SparkpointError):
+            raise  # the old job runs on (or an interrupt: the caller's to report)
+        # The old job is stopped: its savepoint is the way back, which the caller takes.
+        record_stopped(registry, replaced, False, exiting, stopped.phases,
+                       f"stopped for {job.id}, whose hand-over then failed; savepoint {stopped.path}")
+        raise HandoverFailedError(f"the hand-over from {replaced.id} failed after it stopped: {exc}",
+                                  stopped.path) from exc
     job.restored_from = saved.path
     job.note("took_over", f"from {replaced.id}, stopped at batch {_cuts(stopped)} with savepoint {saved.path}")
     registry.save(job)

@@ -21,6 +21,7 @@ from typing import Any
 from sparkpoint.adapters import spark_submit
 from sparkpoint.adapters.processes import process_start
 from sparkpoint.adapters.standalone import StandaloneMaster, submission_properties
+from sparkpoint.adapters.storage import digest_of, storage_for
 from sparkpoint.adapters.transfer import Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import (
@@ -34,7 +35,7 @@ from sparkpoint.jobs.check import CheckRequest, Launch, check_upgrade
 from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start, end_driver, end_interrupted
 from sparkpoint.jobs.registry import Job, JobView, Registry, client_for, describe_job
 from sparkpoint.jobs.rollback import HealthCondition, Probation, parse_condition, watch_probation
-from sparkpoint.jobs.replace import take_over
+from sparkpoint.jobs.replace import HandoverFailedError, take_over
 from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.jobs.savepoint import savepoint_job
@@ -104,6 +105,8 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
         saved = catalog.load(settings, request.savepoint)
     if request.rollback_to:
         way_back = _way_back(settings, registry, request.rollback_to, saved)
+    if request.probation is not None and (replaced or way_back):
+        _check_restartable(replaced or way_back.previous)
     upgrade_check = (_check_upgrade(settings, request, saved, replaced, progress) if rollback_of is None else
                      {"skipped": f"rollback: the version {rollback_of.id} replaced, as it ran before", "at": iso()})
     follows = (rollback_of or replaced or way_back and way_back.previous or _taken_of(registry, saved))
@@ -112,7 +115,7 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
         master=request.master, submit_args=request.submit_args, detached=request.detach,
         restored_from=saved.path if saved else None, upgrade_check=upgrade_check, confs=request.confs,
         follows=follows.id if follows else None,
-        rollback={"rollback_of": rollback_of.id, "at": iso()} if rollback_of else None,
+        rollback={"rollback_of": rollback_of.id, "at": iso()} if rollback_of else None, app_sha256=app_digest(app),
     )
     job.note("started", _started(job, request, saved, replaced, rollback_of))
     if upgrade_check is not None:
@@ -126,8 +129,16 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
     registry.save(job)
     handover = None
     if replaced is not None:
-        handover = take_over(settings, registry, job, process, replaced, request.savepoint_path,
-                             request.stop_timeout, progress, sleep, clock, start_timeout)
+        try:
+            handover = take_over(settings, registry, job, process, replaced, request.savepoint_path,
+                                 request.stop_timeout, progress, sleep, clock, start_timeout)
+        except HandoverFailedError as exc:  # the old job stopped, the new one did not start: nothing runs
+            if request.probation is None:
+                raise JobFailedError(f"{exc}; {replaced.id}'s version restores from {exc.savepoint} (run -s)") from None
+            way_back = WayBack(replaced, exc.savepoint, {})
+            again = _roll_back(settings, registry, job, way_back, Probation(str(exc), str(exc)), progress, sleep,
+                               clock, start_timeout)
+            return replace(describe_job(registry.load(job.id)), rolled_back=again)
         way_back = WayBack(replaced, handover.path, {q.name: q.batch_id for q in handover.queries})
     if way_back is not None and request.probation is not None:
         rolled_back = _on_probation(settings, registry, job, process, way_back, request, conditions, progress,
@@ -141,6 +152,23 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
     else:
         info = await_end(registry, job, process)
     return replace(info, replaced=handover) if handover else info
+
+
+def app_digest(app: str) -> str | None:
+    try:
+        return digest_of(*storage_for(app), algorithm="sha256")[1]
+    except OSError:
+        return None
+
+
+def _check_restartable(previous: Job) -> None:
+    """A rollback starts the previous version's recorded application file: refused before anything is stopped
+    or started if that file is gone or is not the code that ran (a deploy that overwrote it in place)."""
+    digest = app_digest(previous.app)
+    if previous.app_sha256 is not None and digest != previous.app_sha256:
+        how = "is gone" if digest is None else "has changed since it started (another version's code?)"
+        raise BadArgumentError(f"{previous.id}'s application {previous.app} {how}, so a rollback could not start "
+                               "its version again; keep each version in a file of its own, or pass --no-rollback")
 
 
 def _way_back(settings: Settings, registry: Registry, reference: str, saved: Savepoint) -> WayBack:
@@ -226,6 +254,11 @@ def _roll_back(settings: Settings, registry: Registry, failed: Job, way_back: Wa
     Detached: its output goes to its driver.log. The failed job's record says so first, so that a relaunch
     that fails too leaves the way back written down."""
     previous, failure = way_back.previous, probation.failure
+    try:
+        _check_restartable(previous)
+    except BadArgumentError as exc:  # changed during the probation
+        raise JobFailedError(f"job {failed.id} failed on probation ({failure}) and is not rolled back: {exc}; "
+                             f"{previous.id}'s version restores from {way_back.savepoint} (run -s)") from None
     if probation.still_running:  # unhealthy, not failed: its queries are stopped before its driver is ended
         with contextlib.suppress(SparkpointError):  # gone meanwhile, or not answering: ending the driver counts
             client_for(registry, failed).cancel()

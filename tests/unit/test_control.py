@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -364,8 +365,6 @@ def test_healthy_when_judges_the_median_of_the_batches_that_read_rows():
 
 def test_the_probation_counts_each_batch_the_agent_reports_once_and_what_is_not_a_batch_never(tmp_path):
     """The agent's listener keeps every batch's progress (a poll every half second would miss fast batches)."""
-    from types import SimpleNamespace
-
     from sparkpoint.jobs.rollback import Batch, _batches_after
     from sparkpoint.runtime.agent import Agent
 
@@ -432,3 +431,67 @@ def test_an_application_that_fails_after_a_requested_stop_or_cancel_is_not_rolle
     assert probation.failure is None and probation.detail == (
         "stopped or cancelled on request during the probation (its application then failed: awaitTermination "
         "raised): nothing to roll back")
+
+
+def test_a_hand_over_that_fails_after_the_old_job_stopped_names_the_way_back(tmp_path, monkeypatch):
+    """The restore into the new job fails (a full disk, say) once the old job is stopped: the new driver is told
+    to give up, the old job's record says why it stopped, and the error carries the savepoint to go back to."""
+    from sparkpoint.errors import StorageError
+    from sparkpoint.jobs import replace as handover
+    from sparkpoint.jobs.stop import Stopped
+
+    registry = Registry(str(tmp_path))
+    old = registry.new_job("old", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    new = registry.new_job("new", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    answer = {}
+    monkeypatch.setattr(handover, "_await_handover_waiting", lambda *args: None)
+    monkeypatch.setattr(handover, "answer_handover", lambda directory, said: answer.update(said))
+    stopped = Stopped(path="/sp/old-1", id="old-1", job="old", created_at="t", bytes=1, file_count=1, queries=[],
+                      phases={"boundary": 0.1, "savepoint": 0.1})
+    exited = SimpleNamespace(wait=lambda: 0.2)
+    monkeypatch.setattr(handover, "stop_with_savepoint", lambda *args: (stopped, exited))
+    monkeypatch.setattr(handover.savepoint, "load", lambda *args: SimpleNamespace(path="/sp/old-1", queries=[]))
+
+    def full_disk(*args, **kwargs):
+        raise StorageError("no space left on device")
+
+    monkeypatch.setattr(handover, "restore", full_disk)
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # the new driver gave up already
+    with pytest.raises(handover.HandoverFailedError) as failed:
+        handover.take_over(Settings(home=str(tmp_path)), registry, new, ended, old, None, 60, None,
+                           lambda s: None, lambda: 0.0, 10)
+    assert failed.value.savepoint == "/sp/old-1" and failed.value.exit_code == 13
+    assert str(failed.value) == (f"the hand-over from {old.id} failed after it stopped: no space left on device")
+    assert answer["abort"].startswith(f"the hand-over from {old.id} failed")
+    history = registry.load(old.id).history
+    assert history[-1]["detail"] == f"stopped for {new.id}, whose hand-over then failed; savepoint /sp/old-1"
+
+
+def test_a_way_back_to_an_application_file_that_changed_is_refused_before_anything_starts(tmp_path):
+    """A deploy that overwrote v1's file with v2's: a rollback would start v2's code as if it were v1's."""
+    from checkpoints import hdfs_checkpoint
+
+    from sparkpoint.adapters.storage import storage_for
+    from sparkpoint.savepoints.create import QuerySource, take
+
+    settings = Settings(home=str(tmp_path / "home"))
+    registry = Registry(settings.home)
+    app = tmp_path / "app.py"
+    app.write_text("# v1\n")
+    v1 = registry.new_job("posts", app=str(app), app_args=[], master="local[2]", submit_args=[],
+                          app_sha256=run.app_digest(str(app)))
+    v1.end("finished", reason="stopped with savepoint")
+    registry.save(v1)
+    storage, location = storage_for(str(hdfs_checkpoint(tmp_path / "cp", committed=2)))
+    saved = take(settings, "posts", [QuerySource("q", location)], storage, None,
+                 origin={"kind": "job", "job_id": v1.id}).path
+    app.write_text("# v2, deployed over v1\n")
+    with pytest.raises(BadArgumentError, match=f"{v1.id}'s application {app} has changed since it started"):
+        run.run_job(settings, run.RunRequest(app=str(app), savepoint=saved, rollback_to=saved, check=False))
+    app.unlink()
+    v2 = tmp_path / "v2.py"
+    v2.write_text("")
+    with pytest.raises(BadArgumentError, match=f"{v1.id}'s application {app} is gone"):
+        run.run_job(settings, run.RunRequest(app=str(v2), savepoint=saved, rollback_to=saved, check=False))
+    assert [job.id for job in registry.all()] == [v1.id]  # nothing registered, nothing launched

@@ -107,8 +107,11 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
         way_back = _way_back(settings, registry, request.rollback_to, saved)
     if request.probation is not None and (replaced or way_back):
         _check_restartable(replaced or way_back.previous)
-    upgrade_check = (_check_upgrade(settings, request, saved, replaced, progress) if rollback_of is None else
-                     {"skipped": f"rollback: the version {rollback_of.id} replaced, as it ran before", "at": iso()})
+    upgrade_check = None  # nothing is restored: nothing to check
+    if rollback_of is not None:
+        upgrade_check = {"skipped": f"rollback: the version {rollback_of.id} replaced, as it ran before", "at": iso()}
+    elif saved or replaced:
+        upgrade_check = _check_upgrade(settings, request, saved, replaced, progress)
     follows = (rollback_of or replaced or way_back and way_back.previous or _taken_of(registry, saved))
     job = registry.new_job(
         request.name or Path(app).stem.replace("_", "-"), app=app, app_args=request.app_args,

@@ -133,13 +133,19 @@ def test_run_checks_first_and_replace_refuses_an_incompatible_version_before_tou
     assert again["rollback"]["rollback_of"] == failed["id"] and again["upgrade_check"]["skipped"].startswith("rollback")
     assert (again["app"], again["name"]) == (v1["app"], v1["name"])
     listed = {job["id"]: job for job in cli_json(home, "list", "--all")}
+    # The line of versions: the fixture's v1, stopped; v1 run again from its savepoint (-s), replaced; the v2 that
+    # failed; v1 once more.
     assert [(v["id"], v["command"].split()[1], v["state"]) for v in listed[again["id"]]["lineage"]] == [
-        (v1["id"], "v1", "finished"), (failed["id"], "fails-third", "failed"), (again["id"], "v1", "running")]
+        (saved["job"]["id"], "v1", "finished"), (v1["id"], "v1", "finished"), (failed["id"], "fails-third", "failed"),
+        (again["id"], "v1", "running")]
     # Each job's history says what was decided, and why.
-    # (stopped: its agent had recorded the end by the time the CLI did; finished, if not)
-    assert [e["event"] for e in listed[v1["id"]]["history"]][:2] == ["started", "check"]
-    assert listed[v1["id"]]["history"][2]["event"] in ("stopped", "finished")
-    assert listed[v1["id"]]["history"][2]["detail"].startswith(f"replaced by {failed['id']}, savepoint ")
+    # v1's end: the application's exit, as its agent recorded it, then the CLI's word on why (or the CLI's
+    # "finished", if the driver had not recorded its end)
+    events = [(e["event"], e["detail"]) for e in listed[v1["id"]]["history"]]
+    assert [event for event, _ in events][:2] == ["started", "check"]
+    assert events[2:] in ([("finished", "the application exited (0)"), ("stopped", events[-1][1])],
+                          [("finished", events[-1][1])])
+    assert events[-1][1].startswith(f"replaced by {failed['id']}, savepoint ")
     events = {e["event"]: e["detail"] for e in listed[failed["id"]]["history"]}
     assert events["check"].startswith("it restores") and events["took_over"].startswith(f"from {v1['id']}, stopped at "
                                                                                        f"batch {cut} (posts)")

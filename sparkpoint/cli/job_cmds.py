@@ -174,6 +174,8 @@ def _render_checked(checked: Checked) -> None:
         echo(f"  problem: {problem.message}")
     for note in checked.notes:
         echo(f"  note: {note}")
+    if checked.log:
+        echo(f"  driver log: {checked.log}")
     for query in checked.queries:
         if query.started and not query.error:
             echo(f"  {query.name}: operators [{', '.join(query.operators) or 'none'}], {query.sources} source(s)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import tempfile
 import time
@@ -22,8 +23,8 @@ from sparkpoint.adapters import spark_submit
 from sparkpoint.adapters.local_files import write_json
 from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
 from sparkpoint.adapters.transfer import NullProgress, Progress
-from sparkpoint.config import Settings
-from sparkpoint.errors import NotFoundError, SparkFailureError
+from sparkpoint.config import Settings, local_home
+from sparkpoint.errors import NotFoundError, SparkFailureError, SparkpointError
 from sparkpoint.jobs.protocol import CHECK_REPORT, CHECK_REQUEST
 from sparkpoint.savepoints import compat
 from sparkpoint.savepoints.savepoint import Savepoint
@@ -69,7 +70,8 @@ def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, p
     began = clock()
     sandbox = tempfile.mkdtemp(prefix="sparkpoint-check-")
     checkpoints = os.path.join(sandbox, "checkpoints")
-    process, start = None, None
+    log = os.path.join(sandbox, "driver.log")
+    process, start, checked, kept = None, None, None, None
     try:
         compat.prepare_sandbox(saved, checkpoints, settings.transfer_workers, progress)
         first_start = max(30.0, request.timeout - request.restore_grace - MARGIN)
@@ -77,7 +79,6 @@ def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, p
         argv = [spark_submit.spark_submit(), "--master", CHECK_MASTER, "--name", "sparkpoint-check",
                 "--conf", f"spark.sql.streaming.checkpointLocation={checkpoints}", *conf_args, *request.submit_args,
                 CHECK_DRIVER, sandbox, app, *request.app_args]
-        log = os.path.join(sandbox, "driver.log")
         process = spark_submit.launch(argv, spark_submit.driver_environment(), log)
         start = process_start(process.pid)
         progress.waiting(f"trying {os.path.basename(app)} on a sandbox restore of {saved.manifest['id']}")
@@ -87,18 +88,42 @@ def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, p
             raise SparkFailureError(f"the check did not finish within {request.timeout:g} s: "
                                     f"{_last_line(log) or 'the driver printed nothing'}")
         report = _read_report(Path(sandbox) / CHECK_REPORT, process.returncode, log)
+        checked = compat.verdict(saved, app, report, request.allow_non_restored_state)
+    except SparkpointError as exc:
+        kept = _keep_log(settings, log, saved)
+        raise type(exc)(f"{exc}{_log_said(kept)}") from None
     finally:
         try:
             if process is not None and pid_alive(process.pid, start):  # interrupted: nothing to save, no grace
                 terminate_group(process.pid, start, grace=0.0, sleep=sleep, clock=clock)
         finally:
+            if checked is not None and not checked.compatible:
+                kept = _keep_log(settings, log, saved)
             shutil.rmtree(sandbox, ignore_errors=True)
-    checked = compat.verdict(saved, app, report, request.allow_non_restored_state)
     undecided = [p for p in checked.problems if p.kind in compat.UNDECIDED]
     if undecided and len(undecided) == len(checked.problems):
         raise SparkFailureError("the check could not decide: " + "; ".join(p.message for p in undecided)
-                                + " (`--no-check` skips it)")
-    return replace(checked, seconds=round(clock() - began, 3))
+                                + f" (`--no-check` skips it){_log_said(kept)}")
+    return replace(checked, seconds=round(clock() - began, 3), log=kept)
+
+
+def _keep_log(settings: Settings, log: str, saved: Savepoint) -> str | None:
+    """A check that did not pass keeps its driver's log, in ``<home>/checks/``: the sandbox goes, and one
+    line of reason is not always enough to see why."""
+    if not os.path.isfile(log):
+        return None
+    directory = Path(local_home(settings.home_url())) / "checks"
+    kept = directory / f"{saved.manifest['id']}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}.log"
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        shutil.copyfile(log, kept)
+    except OSError:
+        return None  # a log that cannot be kept does not hide the check's answer
+    return str(kept)
+
+
+def _log_said(kept: str | None) -> str:
+    return f" (the check's driver log: {kept})" if kept else ""
 
 
 def _read_report(path: Path, exit_code: int, log: str) -> dict:

@@ -310,7 +310,7 @@ def _check_upgrade(settings: Settings, request: RunRequest, saved: Savepoint | N
         problems = "; ".join(problem.message for problem in checked.problems)
         raise IncompatibleUpgradeError(f"{request.app} will not restore from {saved.manifest['id']}, so nothing was "
                                        f"stopped or started: {problems} (`sparkpoint check` shows the details; "
-                                       "--no-check skips it)")
+                                       f"--no-check skips it){'; driver log: ' + checked.log if checked.log else ''}")
     return {"compatible": True, "savepoint": saved.path if not replaced else None, "seconds": checked.seconds,
             "notes": checked.notes, "at": iso()}
 

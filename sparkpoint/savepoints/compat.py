@@ -63,6 +63,7 @@ class Checked(Result):
     notes: list[str]  # what does not stop the restore but changes what it does (pinned confs, new queries)
     queries: list[CheckedQuery]
     seconds: float = field(default=0.0)
+    log: str | None = None  # a check that did not pass: its driver's log, kept in <home>/checks/
 
 
 def prepare_sandbox(savepoint: Savepoint, directory: str, workers: int = 4,

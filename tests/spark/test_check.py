@@ -64,7 +64,7 @@ def test_a_compatible_change_passes_and_nothing_is_written_or_processed(saved, v
     started = time.monotonic()
     code, answer, stderr, out = check(saved, version)
     assert code == 0, stderr
-    assert answer["compatible"] is True and answer["problems"] == []
+    assert answer["compatible"] is True and answer["problems"] == [] and answer["log"] is None
     assert [(q["name"], q["started"], q["operators"], q["sources"]) for q in answer["queries"]] == [
         ("posts", True, ["stateStoreSave"], 1)]
     assert batches(out) == []  # its foreachBatch sink never ran: the backlog of 4 files was not processed
@@ -89,6 +89,8 @@ def test_an_incompatible_change_fails_with_a_line_of_its_own(saved, version, kin
     assert code == 16, stderr
     assert answer["compatible"] is False
     assert [problem["kind"] for problem in answer["problems"]] == [kind]
+    # The driver's log outlives the sandbox.
+    assert Path(answer["log"]).parent == saved["home"] / "checks" and Path(answer["log"]).stat().st_size > 0
     assert answer["problems"][0]["message"].startswith(words), answer["problems"][0]["message"]
     assert stderr.strip().splitlines()[-1] == (f"sparkpoint: error: {APP} will not restore from {saved['savepoint']}: "
                                                "1 problem(s)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,14 @@ class Settings:
         disk, or a shared mount such as NFS): Spark writes checkpoints there through Hadoop's local file
         system, and the registry keeps owner-only tokens and process ids that object stores cannot."""
         return local_home(self.home)
+
+    def scratch_dir(self, prefix: str) -> str:
+        """A new private directory for sparkpoint's own throwaway work (a check's sandbox), below the home's
+        ``tmp/``: on the device of the home's savepoints and checkpoints, so a restore there links files
+        instead of copying them (``$TMPDIR`` is often a small tmpfs). Its creator removes it."""
+        parent = Path(self.home_url()) / "tmp"
+        parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return tempfile.mkdtemp(prefix=prefix, dir=parent)
 
 
 

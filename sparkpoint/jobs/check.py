@@ -13,7 +13,6 @@ import json
 import os
 import secrets
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -68,7 +67,7 @@ def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, p
     conf_args = spark_submit.conf_arguments(request.confs)
     progress = progress or NullProgress()
     began = clock()
-    sandbox = tempfile.mkdtemp(prefix="sparkpoint-check-")
+    sandbox = settings.scratch_dir("sparkpoint-check-")
     checkpoints = os.path.join(sandbox, "checkpoints")
     log = os.path.join(sandbox, "driver.log")
     process, start, checked, kept = None, None, None, None

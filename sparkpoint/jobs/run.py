@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
@@ -298,7 +297,7 @@ def _check_upgrade(settings: Settings, request: RunRequest, saved: Savepoint | N
         return {"skipped": "--no-check", "at": iso()}
     checking = CheckRequest(**{f.name: getattr(request, f.name) for f in fields(Launch)},
                             timeout=request.restore_grace + 240.0)
-    scratch = tempfile.mkdtemp(prefix="sparkpoint-precheck-") if replaced else None
+    scratch = settings.scratch_dir("sparkpoint-precheck-") if replaced else None
     try:
         if replaced is not None:
             saved = load_savepoint(savepoint_job(settings, replaced.id, scratch, progress=progress).path)

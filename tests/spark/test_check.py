@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -69,6 +68,7 @@ def test_a_compatible_change_passes_and_nothing_is_written_or_processed(saved, v
         ("posts", True, ["stateStoreSave"], 1)]
     assert batches(out) == []  # its foreachBatch sink never ran: the backlog of 4 files was not processed
     assert processes_mentioning("sparkpoint-check-") == [] and processes_mentioning(str(out)) == []
+    assert list((saved["home"] / "tmp").iterdir()) == []  # the sandbox is gone
     assert cli(saved["home"], "verify", saved["savepoint"])[0] == 0
     print(f"check of {version}: {time.monotonic() - started:.1f} s (the driver: {answer['seconds']} s)")
 
@@ -114,6 +114,7 @@ def test_run_checks_first_and_replace_refuses_an_incompatible_version_before_tou
     listed = cli_json(home, "list")
     assert [(job["id"], job["state"], job["pid"]) for job in listed] == [(v1["id"], "running", v1["pid"])]
     assert {p.name for p in (home / "savepoints" / "posts").iterdir()} == before  # the check's savepoint is gone
+    assert list((home / "tmp").iterdir()) == []  # and so is its scratch directory
     assert batches(root / "out-paid") == []
 
     # A v2 that passes the check but raises in its third batch with input: rolled back to v1, at the cut. Input
@@ -200,11 +201,12 @@ def commit_time(job: dict, batch: int) -> float:
 def test_a_check_ended_by_sigterm_leaves_no_sandbox_and_no_driver(saved):
     """A CI runner's timeout, say: exit 143, and the clean-up of Ctrl-C."""
     out = saved["root"] / "out-sigterm"
-    before = set(Path(tempfile.gettempdir()).glob("sparkpoint-check-*"))
+    scratch = saved["home"] / "tmp"  # sparkpoint's throwaway work: on the home's device, not in $TMPDIR
+    before = set(scratch.glob("sparkpoint-check-*"))
     process = subprocess.Popen([sys.executable, "-m", "sparkpoint", "--home", str(saved["home"]), "check", "-s",
                                 saved["savepoint"], APP, "v1", str(saved["inputs"]), str(out)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    sandbox = wait_for(lambda: set(Path(tempfile.gettempdir()).glob("sparkpoint-check-*")) - before,
+    sandbox = wait_for(lambda: set(scratch.glob("sparkpoint-check-*")) - before,
                        what="the check's sandbox")
     wait_for(lambda: processes_mentioning(str(next(iter(sandbox)))), what="the check's driver")
     process.send_signal(signal.SIGTERM)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,14 @@ def test_missing_config_file_and_bad_env_value(tmp_path):
 def test_documented_defaults_match_the_code():
     documented = yaml.safe_load((REPO / "conf" / "sparkpoint.yaml").read_text())
     assert documented == {f.name: getattr(Settings(), f.name) for f in dataclasses.fields(Settings)}
+
+
+def test_scratch_directories_are_private_and_below_the_home(tmp_path):
+    import stat
+
+    settings = Settings(home=str(tmp_path / "home"))
+    first, second = settings.scratch_dir("sparkpoint-check-"), settings.scratch_dir("sparkpoint-check-")
+    assert first != second and Path(first).parent == tmp_path / "home" / "tmp"
+    assert Path(first).name.startswith("sparkpoint-check-")
+    for directory in (first, tmp_path / "home" / "tmp"):
+        assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700

@@ -83,21 +83,10 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
     conditions = [parse_condition(text) for text in request.healthy_when]
     registry = Registry(settings.home_url())
     saved, replaced, way_back = None, None, None
+    _refuse_what_cannot_go_together(request)
     cluster = request.deploy_mode == "cluster"
-    if cluster and request.replace:
-        raise BadArgumentError("--replace needs the new driver on this machine (client mode): in cluster mode, "
-                               "stop the job, then run -s with --rollback-to")
-    if (request.rollback_to or conditions) and request.probation is None:
-        raise BadArgumentError("--no-rollback leaves nothing for --rollback-to or --healthy-when to do: drop one")
-    if request.rollback_to and not request.savepoint:
-        raise BadArgumentError("--rollback-to goes with -s (with --replace, the rollback goes to the hand-over's "
-                               "savepoint by itself)")
-    if conditions and not (request.replace or request.rollback_to):
-        raise BadArgumentError("--healthy-when is judged on probation: use it with --replace or --rollback-to")
     master = StandaloneMaster(request.master) if cluster else None  # a bad master URL fails before anything runs
     if request.replace:
-        if request.savepoint:
-            raise BadArgumentError("--replace restores from the savepoint it takes of that job: drop -s")
         replaced = registry.resolve(request.replace)
         client_for(registry, replaced).status()  # exit 12 now, before a driver starts, if it does not run
     elif request.savepoint:
@@ -154,6 +143,21 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
     else:
         info = await_end(registry, job, process)
     return replace(info, replaced=handover) if handover else info
+
+
+def _refuse_what_cannot_go_together(request: RunRequest) -> None:
+    if request.replace and request.deploy_mode == "cluster":
+        raise BadArgumentError("--replace needs the new driver on this machine (client mode): in cluster mode, "
+                               "stop the job, then run -s with --rollback-to")
+    if request.replace and request.savepoint:
+        raise BadArgumentError("--replace restores from the savepoint it takes of that job: drop -s")
+    if (request.rollback_to or request.healthy_when) and request.probation is None:
+        raise BadArgumentError("--no-rollback leaves nothing for --rollback-to or --healthy-when to do: drop one")
+    if request.rollback_to and not request.savepoint:
+        raise BadArgumentError("--rollback-to goes with -s (with --replace, the rollback goes to the hand-over's "
+                               "savepoint by itself)")
+    if request.healthy_when and not (request.replace or request.rollback_to):
+        raise BadArgumentError("--healthy-when is judged on probation: use it with --replace or --rollback-to")
 
 
 def app_digest(app: str) -> str | None:

@@ -14,6 +14,7 @@ from sparkpoint.adapters.local_cluster import ClusterStatus
 from sparkpoint.cli.catalog_cmds import _render_list
 from sparkpoint.cli.cluster_cmds import _render_status
 from sparkpoint.cli.job_cmds import _render_jobs
+from sparkpoint.jobs.listing import Version
 from sparkpoint.cli.savepoint_cmds import _render_created, _render_inspected, _render_verified
 from sparkpoint.savepoints.catalog import Entry
 from sparkpoint.savepoints.create import Created, SavedQuery
@@ -57,8 +58,10 @@ def test_the_savepoints_table(capsys):
 
 
 def test_the_jobs_table(capsys):
+    line = [Version("alarms-1a2b", "alarms.py v1", "finished"), Version("alarms-9f8e", "alarms.py v2", "failed"),
+            Version("alarms-3f9c", "alarms.py v1", "running")]
     jobs = [job_view(id="alarms-3f9c", name="alarms", state="running", app_id="local-1795000000",
-                     last_savepoint="/h/savepoints/alarms/sp-1",
+                     last_savepoint="/h/savepoints/alarms/sp-1", lineage=line,
                      queries=[live_query(name="alarms", batch_id=41, input_rate=1234.5, processing_rate=2000.0,
                                          state_rows=1200),
                               live_query(name="counts", batch_id=7, input_rate=None, processing_rate=0.75,
@@ -73,6 +76,7 @@ def test_the_jobs_table(capsys):
         │             │         │                  │ counts │ 7     │ -        │ 0.8/s     │ -          │                │
         │ adhoc (ui)  │ running │ app-20261122     │ -      │ -     │ -        │ -         │ -          │ -              │
         └─────────────┴─────────┴──────────────────┴────────┴───────┴──────────┴───────────┴────────────┴────────────────┘
+        alarms-3f9c: alarms-1a2b (alarms.py v1, finished) → alarms-9f8e (alarms.py v2, failed) → alarms-3f9c (alarms.py v1, running)
         """)
 
 

@@ -111,9 +111,11 @@ def _render_disposed(disposed: Disposed) -> None:
 @click.option("--mode", type=click.Choice(["auto", "copy", "link"]), default="auto", show_default=True,
               help="auto: hard links on the same local file system, copies elsewhere.")
 @click.option("--query", type=PATH_PART, help="Restore only this query, into CHECKPOINT_DIR itself.")
+@click.option("--fork", is_flag=True, help="Give each restored query a new query id: a variant started next to "
+                                           "another from the same savepoint is a query of its own to its sinks.")
 @output_option
 @pass_app
-def restore_cmd(app, loaded, checkpoint_dir, claim, mode, query, output):
+def restore_cmd(app, loaded, checkpoint_dir, claim, mode, query, fork, output):
     """Materialize SAVEPOINT as checkpoints for any launcher.
 
     Each query is restored to CHECKPOINT_DIR/<query name>, the location Spark uses with
@@ -126,6 +128,7 @@ def restore_cmd(app, loaded, checkpoint_dir, claim, mode, query, output):
     result = restore(
         loaded, checkpoint_dir, mode="claim" if claim else mode, query=query,
         workers=settings.transfer_workers, progress=app.progress(), storage_options=settings.storage_options,
+        fork=fork,
     )
     emit(output, result, _render_restored)
 
@@ -133,7 +136,7 @@ def restore_cmd(app, loaded, checkpoint_dir, claim, mode, query, output):
 def _render_restored(restored: Restored) -> None:
     echo(f"Restored savepoint {restored.id} ({restored.transfer}):")
     for q in restored.queries:
-        echo(f"  {q.name} -> {q.checkpoint} (resumes after batch {q.batch_id})")
+        echo(f"  {q.name} -> {q.checkpoint} (resumes after batch {q.batch_id}, as query {q.query_id})")
 
 
 @click.command("verify")

@@ -50,6 +50,7 @@ class RunRequest(Launch):
     name: str | None = None
     detach: bool = False
     savepoint: str | None = None
+    fork: bool = False  # with savepoint: the restored queries get new query ids
     claim: bool = False
     replace: str | None = None  # a running job to stop with a savepoint and continue from
     savepoint_path: str | None = None  # with replace: where that savepoint goes
@@ -156,6 +157,8 @@ def _refuse_what_cannot_go_together(request: RunRequest) -> None:
     if request.rollback_to and not request.savepoint:
         raise BadArgumentError("--rollback-to goes with -s (with --replace, the rollback goes to the hand-over's "
                                "savepoint by itself)")
+    if request.fork and not request.savepoint:
+        raise BadArgumentError("--fork gives the queries restored by -s new ids: use it with -s")
     if request.healthy_when and not (request.replace or request.rollback_to):
         raise BadArgumentError("--healthy-when is judged on probation: use it with --replace or --rollback-to")
 
@@ -325,7 +328,7 @@ def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_ar
     process), or a submission to the standalone master (None; the submission id is recorded in ``job``)."""
     if saved is not None:
         restore(saved, job.checkpoint_root, mode="claim" if request.claim else "auto",
-                workers=settings.transfer_workers, progress=progress)
+                workers=settings.transfer_workers, progress=progress, fork=request.fork)
     driver_settings = {
         "SPARKPOINT_RESTORE_GRACE": str(request.restore_grace),
         "SPARKPOINT_ALLOW_NON_RESTORED_STATE": "1" if request.allow_non_restored_state else "0",

@@ -8,6 +8,7 @@ import errno
 import fcntl
 import os
 import secrets
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ from sparkpoint.errors import BadArgumentError, NotFoundError, SavepointInvalidE
 from sparkpoint.results import Result
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints.savepoint import Savepoint, dispose
-from sparkpoint.spark.relocate import relocate_metadata
+from sparkpoint.spark.relocate import QUERY_METADATA, relocate_metadata, with_query_id
 
 RESTORE_MODES = ("auto", "copy", "link", "claim")
 
@@ -41,10 +42,13 @@ def restore(
     workers: int = 4,
     progress: transfer.Progress | None = None,
     storage_options: dict | None = None,
+    fork: bool = False,
 ) -> Restored:
     """Materialize the savepoint as checkpoints below ``target`` (``target/<query>``), or, with
     ``query``, that one query's checkpoint at ``target`` itself. The savepoint is untouched
-    unless ``mode='claim'``, which disposes of it once the restored copy is verified.
+    unless ``mode='claim'``, which disposes of it once the restored copy is verified. With ``fork``, each
+    restored query gets a new query id: a second variant from the same savepoint is another query to the
+    sinks that key their idempotence on it.
 
     Its length is one try block on purpose: whatever fails between the first placement and the last
     commit undoes every placement of this restore, and only those."""
@@ -55,6 +59,7 @@ def restore(
     _check_target(savepoint, target_storage, target)
     chosen = [savepoint.query(query)] if query else savepoint.queries
     destinations = {q["name"]: (target if query else join(target, q["name"])) for q in chosen}
+    query_ids = {q["name"]: str(uuid.uuid4()) if fork else q["query_id"] for q in chosen}
     resolved = _transfer_mode(mode, savepoint, target_storage, target)
     with translate_errors(savepoint.path):
         dir_mode = savepoint.storage.mode(savepoint.path)
@@ -63,11 +68,12 @@ def restore(
         for name, dest in destinations.items():
             placements[name] = _Placement(target_storage, dest, dir_mode)
         staging = {name: placement.staging for name, placement in placements.items()}
-        items, relocations = _restore_items(savepoint, chosen, staging, destinations, target_storage, resolved)
+        items, relocations = _restore_items(savepoint, chosen, staging, destinations, target_storage, resolved,
+                                            query_ids if fork else None)
         for name, placement in placements.items():
             if not target_storage.local:
                 placement.files = [t.dst_path for _, t in items if t.dst_path.startswith(staging[name] + "/")]
-                placement.files += [dst for _, dst, dest in relocations if dest == destinations[name]]
+                placement.files += [dst for _, dst, dest, _ in relocations if dest == destinations[name]]
         results = transfer.run([t for _, t in items], workers, progress, f"restore {savepoint.manifest['id']}",
                                dir_mode)
         _check_results(items, results)
@@ -90,7 +96,7 @@ def restore(
         # Claimed only once the restored copy is complete and verified: a failure before this
         # point leaves the savepoint as it was.
         dispose(savepoint.path, storage_options)
-    return _restored(savepoint, mode, resolved, chosen, destinations)
+    return _restored(savepoint, mode, resolved, chosen, destinations, query_ids)
 
 
 def _check_target(savepoint: Savepoint, target_storage: Storage, target: str) -> None:
@@ -101,20 +107,25 @@ def _check_target(savepoint: Savepoint, target_storage: Storage, target: str) ->
             raise TargetNotEmptyError(f"restore target {target} is a file, not a directory")
 
 
-def _write_relocated(savepoint: Savepoint, relocations: list[tuple[dict[str, Any], str, str]],
+def _write_relocated(savepoint: Savepoint, relocations: list[tuple[dict[str, Any], str, str, str | None]],
                      target_storage: Storage) -> None:
-    """The files that name their checkpoint's location, rewritten for their new one (checked first)."""
-    for entry, dst, dest in relocations:
+    """The files rewritten as they are restored (checked first): those that name their checkpoint's location,
+    for the new one; a forked query's ``metadata``, with its new query id. Written, never linked: the
+    savepoint's own file stays as it is."""
+    for entry, dst, dest, new_query_id in relocations:
         with translate_errors(dst):
             raw = savepoint.storage.read_bytes(join(savepoint.path, entry["path"]))
             _check_digest(savepoint, entry, raw)
-            target_storage.write_atomic(dst, relocate_metadata(raw, _spark_uri(dest)))
+            rewritten = (with_query_id(raw, new_query_id, entry["path"]) if new_query_id is not None
+                         else relocate_metadata(raw, _spark_uri(dest)))
+            target_storage.write_atomic(dst, rewritten)
 
 
 @dataclass(frozen=True)
 class RestoredQuery(Result):
     name: str
     checkpoint: str  # where Spark finds it: spark.sql.streaming.checkpointLocation/<name>, or the target itself
+    query_id: str  # the id Spark will run it under: the saved query's, or with fork a new one
     batch_id: int  # the last committed batch: the restored query resumes after it
     planned_batch_id: int | None  # a batch planned but not committed at the cut: replayed first
 
@@ -129,11 +140,11 @@ class Restored(Result):
 
 
 def _restored(savepoint: Savepoint, mode: str, resolved: str, chosen: list[dict[str, Any]],
-              destinations: dict[str, str]) -> Restored:
+              destinations: dict[str, str], query_ids: dict[str, str]) -> Restored:
     return Restored(
         savepoint=savepoint.path, id=savepoint.manifest["id"], mode=mode, transfer=resolved,
-        queries=[RestoredQuery(q["name"], destinations[q["name"]], q["batch_id"], q.get("planned_batch_id"))
-                 for q in chosen],
+        queries=[RestoredQuery(q["name"], destinations[q["name"]], query_ids[q["name"]], q["batch_id"],
+                               q.get("planned_batch_id")) for q in chosen],
     )
 
 
@@ -245,19 +256,26 @@ def _restore_items(
     destinations: dict[str, str],
     target_storage: Storage,
     mode: transfer.Mode,
-) -> tuple[list[tuple[dict[str, Any], transfer.Transfer]], list[tuple[dict[str, Any], str, str]]]:
-    """The files to transfer as they are, and the metadata files to rewrite for the new location.
-    Files are written below ``placements``; rewritten paths name the final ``destinations``."""
+    new_query_ids: dict[str, str] | None,
+) -> tuple[list[tuple[dict[str, Any], transfer.Transfer]], list[tuple[dict[str, Any], str, str, str | None]]]:
+    """The files to transfer as they are, and those to rewrite: metadata files for the new location, and with
+    ``new_query_ids`` (a fork) each query's ``metadata``. Files are written below ``placements``; rewritten
+    paths name the final ``destinations``."""
     items = []
     relocations = []
     for q in chosen:
         prefix = f"{mf.QUERIES_DIR}/{q['name']}/"
         dest = destinations[q["name"]]
-        relocate = set(q.get("relocate", []))
+        new_id = new_query_ids[q["name"]] if new_query_ids else None
+        forked = {prefix + QUERY_METADATA} if new_id else set()
+        relocate = set(q.get("relocate", [])) | forked
+        if forked - {entry["path"] for entry in q["files"]}:
+            raise SavepointInvalidError(f"savepoint {savepoint.path}: query {q['name']} has no {QUERY_METADATA} file, "
+                                        "so it cannot be forked")
         for entry in q["files"]:
             dst = join(placements[q["name"]], entry["path"][len(prefix):])
             if entry["path"] in relocate:
-                relocations.append((entry, dst, dest))
+                relocations.append((entry, dst, dest, new_id if entry["path"] in forked else None))
             elif not _checksum_of_relocated(entry["path"], relocate):
                 # (A relocated file's checksum companion would be stale: Hadoop would refuse to read it.)
                 src = join(savepoint.path, entry["path"])

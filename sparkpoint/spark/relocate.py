@@ -10,6 +10,19 @@ from sparkpoint.spark.fields import json_array, json_object, typed
 from sparkpoint.spark.logs import json_line, parse_log
 
 _SCHEMA_PATH_TAIL = re.compile(r"/state/\d+/_stateSchema/.+$")
+QUERY_METADATA = "metadata"  # a query checkpoint's identity: {"id": "<query id>"}
+
+
+def with_query_id(raw: bytes, query_id: str, where: str) -> bytes:
+    """A query checkpoint's ``metadata`` with another query id (a fork), its other keys as they were."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise NotACheckpointError(f"{where}: not the JSON of a query's metadata") from None
+    data = json_object(data, where, "a query's metadata")
+    if not isinstance(data.get("id"), str):
+        raise NotACheckpointError(f"{where}: a query's metadata without its id")
+    return json.dumps({**data, "id": query_id}, separators=(",", ":")).encode()
 
 
 def relocate_metadata(raw: bytes, location_uri: str, where: str = "operator metadata") -> bytes:

@@ -60,7 +60,10 @@ def test_savepoint_list_inspect_verify_restore_dispose(capsys, home, checkpoint,
 
     restored = run_json(capsys, "restore", created["id"], str(tmp_path / "restored"))
     assert restored["queries"] == [{"name": "alarms", "checkpoint": str(tmp_path / "restored" / "alarms"),
-                                    "batch_id": 3, "planned_batch_id": 4}]
+                                    "query_id": "6a1b0c5e-query-id", "batch_id": 3, "planned_batch_id": 4}]
+    forked = run_json(capsys, "restore", "--fork", created["id"], str(tmp_path / "forked"))["queries"][0]
+    assert forked["query_id"] != "6a1b0c5e-query-id"
+    assert json.loads((tmp_path / "forked" / "alarms" / "metadata").read_text()) == {"id": forked["query_id"]}
 
     code, out, err = run(capsys, "savepoint", "--dispose", created["id"])
     assert code == 0 and "Disposed of savepoint" in out and err == ""
@@ -269,9 +272,10 @@ def test_the_savepoint_renderers_print_names_and_paths_literally(capsys):
     assert rendered(capsys, cmds._render_disposed, Disposed(path=HOSTILE, id=HOSTILE, disposed=True, bytes=0)) == [
         f"Disposed of savepoint {SHOWN} (0 B): {SHOWN}"]
     restored = Restored(savepoint=HOSTILE, id=HOSTILE, mode="auto", transfer="copy",
-                        queries=[RestoredQuery(name=HOSTILE, checkpoint=HOSTILE, batch_id=3, planned_batch_id=None)])
+                        queries=[RestoredQuery(name=HOSTILE, checkpoint=HOSTILE, query_id=HOSTILE, batch_id=3,
+                                               planned_batch_id=None)])
     assert rendered(capsys, cmds._render_restored, restored) == [
-        f"Restored savepoint {SHOWN} (copy):", f"  {SHOWN} -> {SHOWN} (resumes after batch 3)"]
+        f"Restored savepoint {SHOWN} (copy):", f"  {SHOWN} -> {SHOWN} (resumes after batch 3, as query {SHOWN})"]
     # The forged line of the issue: a missing file whose name returns the carriage and claims validity.
     forged = "queries/q/x\r\x1b[2KSavepoint sp-1 is valid: 40 files, 2.1 KiB verified"
     verified = Verification(path="sp", id="sp-1", valid=False, files=40, bytes=2150, problems=[f"missing: {forged}"])

@@ -71,6 +71,27 @@ def test_restore_reproduces_the_cut_and_leaves_the_savepoint_untouched(checkpoin
     assert sp.verify(saved).valid
 
 
+@pytest.mark.parametrize("mode", ["copy", "link"])
+def test_a_fork_gets_a_new_query_id_and_leaves_everything_else_and_the_savepoint_as_they_were(checkpoint, tmp_path,
+                                                                                             mode):
+    write(checkpoint / "metadata", json.dumps({"id": "6a1b0c5e-query-id", "future": 1}))
+    saved = sp.load(create(checkpoint, tmp_path / "sps")["path"])
+    before = tree(saved.path)
+    kept = restore(saved, str(tmp_path / "kept"), mode=mode).queries[0]
+    first = restore(saved, str(tmp_path / "a"), mode=mode, fork=True).queries[0]
+    second = restore(saved, str(tmp_path / "b"), mode=mode, fork=True).queries[0]
+    assert kept.query_id == "6a1b0c5e-query-id"
+    assert len({kept.query_id, first.query_id, second.query_id}) == 3
+    for restored in (first, second):
+        forked = tree(restored.checkpoint)
+        assert json.loads(forked.pop("metadata")) == {"id": restored.query_id, "future": 1}
+        assert ".metadata.crc" not in forked  # Hadoop would refuse a file whose checksum no longer matches
+        original = tree(os.path.join(saved.path, "queries", "q"))
+        original.pop("metadata"), original.pop(".metadata.crc")
+        assert forked == original
+    assert tree(saved.path) == before and sp.verify(saved).valid  # a linked metadata was never written through
+
+
 def test_restore_single_query_into_the_directory_itself(checkpoint, tmp_path):
     saved = sp.load(create(checkpoint, tmp_path / "sps")["path"])
     out = restore(saved, str(tmp_path / "here"), query="q")

@@ -1,0 +1,42 @@
+"""`run -s SAVEPOINT --fork`: two variants from one savepoint, running side by side, are two queries (new query
+ids) that continue from the same state."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from clitools import cli_json, wait_for
+from test_check import APP, batches, feed, final_counts
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_two_forks_of_one_savepoint_are_two_queries_with_the_same_state(tmp_path):
+    home, inputs = tmp_path / "home", tmp_path / "in"
+    feed(inputs, 0)
+    v1 = cli_json(home, "run", "--detach", "--name", "posts", APP, "v1", str(inputs), str(tmp_path / "out-v1"))
+    wait_for(lambda: len(batches(tmp_path / "out-v1")) >= 1, what="v1's first batch")
+    feed(inputs, 1)
+    wait_for(lambda: len(batches(tmp_path / "out-v1")) >= 2, what="v1's second batch")
+    original_id = cli_json(home, "list")[0]["queries"][0]["id"]
+    stopped = cli_json(home, "stop", v1["id"])
+    assert stopped["queries"][0]["query_id"] == original_id
+
+    forks = [cli_json(home, "run", "--detach", "--no-check", "--name", f"posts-{variant}", "-s", stopped["id"],
+                      "--fork", APP, "v1", str(inputs), str(tmp_path / f"out-{variant}")) for variant in "ab"]
+    feed(inputs, 2)
+    for variant in "ab":
+        wait_for(lambda v=variant: batches(tmp_path / f"out-{v}"), what=f"fork {variant}'s first batch")
+    listed = {job["id"]: job for job in cli_json(home, "list")}
+    ids = [listed[fork["id"]]["queries"][0]["id"] for fork in forks]
+    assert len({original_id, *ids}) == 3  # two queries of their own, neither the original
+    for fork, query_id in zip(forks, ids, strict=True):
+        checkpoint = Path(fork["checkpoint_root"]) / "posts"
+        assert json.loads((checkpoint / "metadata").read_text())["id"] == query_id
+    # The same state continued: each fork's counts after file 2 are v1's counts plus file 2's posts.
+    counts = [final_counts(tmp_path / f"out-{variant}") for variant in "ab"]
+    assert counts[0] == counts[1] and counts[0] == {"p2/like": 3, "p3/like": 2, "p0/like": 2}
+    for fork in forks:
+        assert cli_json(home, "cancel", fork["id"])["state"] == "cancelled"

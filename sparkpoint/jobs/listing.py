@@ -31,7 +31,7 @@ class Version(Result):
     """A job in a line of versions (v1 → v2 failed on probation → v1 again): what ran, and how it is now."""
 
     id: str
-    command: str  # the application's file name and arguments
+    command: str  # the application's file name (not its arguments: they may hold secrets)
     state: str
 
 
@@ -52,8 +52,7 @@ def lineage(job: Job, jobs: dict[str, tuple[Job, str]]) -> list[Version]:
     while current in jobs and current not in seen:  # a link back to the line (an edited record) ends it too
         seen.add(current)
         entry, state = jobs[current]
-        line.append(Version(id=entry.id, command=" ".join([os.path.basename(entry.app), *entry.app_args]),
-                            state=state))
+        line.append(Version(id=entry.id, command=os.path.basename(entry.app), state=state))
         current = entry.follows
     return line[::-1]
 

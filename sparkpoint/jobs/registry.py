@@ -260,7 +260,7 @@ def driver_status(job: Job) -> dict[str, Any]:
     try:
         return StandaloneMaster(job.master, timeout=2.0).driver_state(job.submission_id)
     except SparkpointError as exc:
-        return {"driverState": "UNKNOWN", "message": str(exc)}
+        return {"driverState": "UNKNOWN", "message": str(exc), "unreachable": True}
 
 
 def json_number(value: Any) -> float | None:

@@ -73,7 +73,10 @@ def watch_probation(registry: Registry, job: Job, cut: dict[str, int], seconds: 
         state = state_of(latest)
         # A driver gone without a record of its end is lost; a cancel records its end just after ending the
         # driver, so lost counts only once it has lasted.
-        lost_since[:] = (lost_since or [clock()]) if state == "lost" else []
+        # A master that does not answer says nothing of its driver (UNKNOWN): that is no sign of a failure, and
+        # rolling back a healthy version for a master's hiccup would be one.
+        unheard = bool(latest.submission_id) and latest.driver.get("unreachable") is True
+        lost_since[:] = (lost_since or [clock()]) if state == "lost" and not unheard else []
         if state == "failed" and (latest.agent.get("stop") or latest.agent.get("cancel_requested_at")):
             error = describe_job(latest, state=state).error
             return (Probation(None, "stopped or cancelled on request during the probation (its application then "
@@ -114,7 +117,9 @@ def _judged(conditions: list[HealthCondition], batches: list[Batch], seconds: fl
     for condition in conditions:
         for name in sorted({b.query for b in batches}):
             values = [getattr(b, condition.metric) for b in batches if b.query == name and b.input_rows > 0]
-            values = [v for v in values if v is not None]
+            # A run's first batch reads rows at an input rate of 0 (Spark has no previous trigger to measure
+            # from): no measure at all, so not one of the values.
+            values = [v for v in values if v is not None and not (condition.metric == "input_rate" and v == 0)]
             if not values:
                 judged.append(f"{condition} not judged for {name} (no batch read a row)")
                 continue

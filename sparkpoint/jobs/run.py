@@ -28,11 +28,12 @@ from sparkpoint.errors import (
     IncompatibleUpgradeError,
     JobFailedError,
     NotFoundError,
+    SavepointInvalidError,
     SparkpointError,
 )
 from sparkpoint.jobs.check import CheckRequest, Launch, check_upgrade
 from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start, end_driver, end_interrupted
-from sparkpoint.jobs.registry import Job, JobView, Registry, client_for, describe_job
+from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, client_for, describe_job, state_of
 from sparkpoint.jobs.rollback import HealthCondition, Probation, parse_condition, watch_probation
 from sparkpoint.jobs.replace import HandoverFailedError, take_over
 from sparkpoint.savepoints import catalog
@@ -157,6 +158,9 @@ def _refuse_what_cannot_go_together(request: RunRequest) -> None:
     if request.rollback_to and not request.savepoint:
         raise BadArgumentError("--rollback-to goes with -s (with --replace, the rollback goes to the hand-over's "
                                "savepoint by itself)")
+    if request.claim and (request.rollback_to or request.replace):
+        raise BadArgumentError("--claim-mode claim disposes of the savepoint the rollback would start the previous "
+                               "version from: drop one")
     if request.fork and not request.savepoint:
         raise BadArgumentError("--fork gives the queries restored by -s new ids: use it with -s")
     if request.healthy_when and not (request.replace or request.rollback_to):
@@ -185,6 +189,9 @@ def _way_back(settings: Settings, registry: Registry, reference: str, saved: Sav
     and options a rollback starts again)."""
     fallback = catalog.load(settings, reference)
     previous = _taken_of(registry, fallback)
+    if previous is not None and state_of(previous) in ACTIVE_STATES:
+        raise BadArgumentError(f"--rollback-to {reference}: its job {previous.id} still runs, and a rollback would "
+                               "start its version a second time: stop it first (`sparkpoint stop`), or use --replace")
     if previous is None:
         origin = fallback.manifest.get("origin") or {}
         raise BadArgumentError(f"--rollback-to {reference}: that savepoint was not taken of a job this home runs "
@@ -210,7 +217,7 @@ def _taken_of(registry: Registry, saved: Savepoint | None) -> Job | None:
 
 def _started(job: Job, request: RunRequest, saved: Savepoint | None, replaced: Job | None,
              rollback_of: Job | None) -> str:
-    command = " ".join([Path(job.app).name, *job.app_args])
+    command = Path(job.app).name  # not its arguments: they may hold secrets, and the record keeps them private
     where = (f"to take over from {replaced.id}" if replaced else
              f"restored from {saved.path}" if saved else "with no savepoint")
     why = f", in place of {rollback_of.id}, which failed on probation" if rollback_of else ""
@@ -265,7 +272,12 @@ def _roll_back(settings: Settings, registry: Registry, failed: Job, way_back: Wa
     previous, failure = way_back.previous, probation.failure
     try:
         _check_restartable(previous)
-    except BadArgumentError as exc:  # changed during the probation
+        catalog.load(settings, way_back.savepoint)  # still there (not disposed or pruned meanwhile)
+    except (BadArgumentError, NotFoundError, SavepointInvalidError) as exc:  # changed during the probation
+        latest = registry.load(failed.id)
+        latest.note("probation", f"failed ({probation.detail}); not rolled back: {exc}" +
+                    ("; it still runs" if probation.still_running else ""))
+        registry.save(latest)
         raise JobFailedError(f"job {failed.id} failed on probation ({failure}) and is not rolled back: {exc}; "
                              f"{previous.id}'s version restores from {way_back.savepoint} (run -s)") from None
     if probation.still_running:  # unhealthy, not failed: its queries are stopped before its driver is ended

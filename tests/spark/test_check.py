@@ -138,9 +138,9 @@ def test_run_checks_first_and_replace_refuses_an_incompatible_version_before_tou
     listed = {job["id"]: job for job in cli_json(home, "list", "--all")}
     # The line of versions: the fixture's v1, stopped; v1 run again from its savepoint (-s), replaced; the v2 that
     # failed; v1 once more.
-    assert [(v["id"], v["command"].split()[1], v["state"]) for v in listed[again["id"]]["lineage"]] == [
-        (saved["job"]["id"], "v1", "finished"), (v1["id"], "v1", "finished"), (failed["id"], "fails-third", "failed"),
-        (again["id"], "v1", "running")]
+    assert [(v["id"], v["command"], v["state"]) for v in listed[again["id"]]["lineage"]] == [
+        (saved["job"]["id"], "post_counts.py", "finished"), (v1["id"], "post_counts.py", "finished"),
+        (failed["id"], "post_counts.py", "failed"), (again["id"], "post_counts.py", "running")]
     # Each job's history says what was decided, and why.
     # v1's end: the application's exit, as its agent recorded it, then the CLI's word on why (or the CLI's
     # "finished", if the driver had not recorded its end)
@@ -155,9 +155,8 @@ def test_run_checks_first_and_replace_refuses_an_incompatible_version_before_tou
     assert events["rolled_back"].startswith("failed on probation (failed after ") and "v2 cannot handle" in events[
         "rolled_back"] and events["rolled_back"].endswith(f"starts again from {failed['replaced']['path']}")
     events = [(e["event"], e["detail"]) for e in listed[again["id"]]["history"]]
-    assert events[:2] == [("started", f"post_counts.py v1 {saved['inputs']} {root / 'out-v1-again'} (client mode), "
-                                      f"restored from {failed['replaced']['path']}, in place of {failed['id']}, "
-                                      "which failed on probation"),
+    assert events[:2] == [("started", f"post_counts.py (client mode), restored from {failed['replaced']['path']}, "
+                                      f"in place of {failed['id']}, which failed on probation"),
                           ("check", f"skipped (rollback: the version {failed['id']} replaced, as it ran before)")]
     # Exactly once: v1's output, before the hand-over and after the rollback, counts every post once.
     wait_for(lambda: final_counts(root / "out-v1-again") == expected_counts(saved["inputs"]),

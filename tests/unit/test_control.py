@@ -362,6 +362,9 @@ def test_healthy_when_judges_the_median_of_the_batches_that_read_rows():
     failed = _judged([parse_condition("processing_rate>=100"), parse_condition("processing_rate>=1e3")], seen, 30)
     assert failed.still_running and failed.failure == (
         "unhealthy: processing_rate of q: 120.0/s (median of 3 batches), --healthy-when processing_rate>=1000")
+    # A run's first batch reads rows at an input rate of 0 (Spark measures from the previous trigger): no measure.
+    first = _judged([parse_condition("input_rate>=50")], [Batch("q", 5, 10, 0.0, 90.0), batch(6, 10, 100.0)], 30)
+    assert first.failure is None and "input_rate of q: 100.0/s (median of 1 batches)" in first.detail
     idle = _judged([parse_condition("input_rate<5")], [batch(6, 0, 0.0)], 30)
     assert idle.failure is None and idle.detail.endswith("input_rate<5 not judged for q (no batch read a row)")
 
@@ -396,6 +399,8 @@ def test_the_probation_counts_each_batch_the_agent_reports_once_and_what_is_not_
     ({"healthy_when": ["processing_rate>=1"]}, "--healthy-when is judged on probation: use it with --replace or "
                                                "--rollback-to"),
     ({"savepoint": "sp", "rollback_to": "sp", "probation": None}, "--no-rollback leaves nothing for --rollback-to"),
+    ({"savepoint": "sp", "rollback_to": "sp", "claim": True}, "--claim-mode claim disposes of the savepoint the "
+                                                              "rollback would start the previous version from"),
     ({"replace": "j", "deploy_mode": "cluster", "master": "spark://127.0.0.1:1"}, "run -s with --rollback-to"),
 ])
 def test_run_refuses_a_way_back_it_cannot_take_before_anything_starts(tmp_path, options, words):
@@ -489,6 +494,16 @@ def test_a_way_back_to_an_application_file_that_changed_is_refused_before_anythi
     storage, location = storage_for(str(hdfs_checkpoint(tmp_path / "cp", committed=2)))
     saved = take(settings, "posts", [QuerySource("q", location)], storage, None,
                  origin={"kind": "job", "job_id": v1.id}).path
+    v1_running = registry.load(v1.id)  # a way back to a job that still runs would start it twice
+    v1_running.ended, v1_running.pid, v1_running.pid_start = None, os.getpid(), process_start(os.getpid())
+    registry.save(v1_running)
+    from sparkpoint.jobs.protocol import write_agent_file
+
+    write_agent_file(v1.directory, {"state": "running", "pid": os.getpid()})
+    with pytest.raises(BadArgumentError, match=f"its job {v1.id} still runs, and a rollback would start its version "
+                                               "a second time"):
+        run.run_job(settings, run.RunRequest(app=str(app), savepoint=saved, rollback_to=saved, check=False))
+    write_agent_file(v1.directory, {"state": "finished", "pid": os.getpid()})
     app.write_text("# v2, deployed over v1\n")
     with pytest.raises(BadArgumentError, match=f"{v1.id}'s application {app} has changed since it started"):
         run.run_job(settings, run.RunRequest(app=str(app), savepoint=saved, rollback_to=saved, check=False))
@@ -498,3 +513,18 @@ def test_a_way_back_to_an_application_file_that_changed_is_refused_before_anythi
     with pytest.raises(BadArgumentError, match=f"{v1.id}'s application {app} is gone"):
         run.run_job(settings, run.RunRequest(app=str(v2), savepoint=saved, rollback_to=saved, check=False))
     assert [job.id for job in registry.all()] == [v1.id]  # nothing registered, nothing launched
+
+
+def test_a_master_that_does_not_answer_is_no_failure_of_the_new_version(tmp_path):
+    """A cluster-mode version whose master is unreachable for a while is not taken for lost and rolled back."""
+    from clitools import closed_port
+
+    from sparkpoint.jobs.rollback import watch_probation
+
+    registry, job = probation_job(tmp_path, {"state": "running"})
+    job.submission_id, job.master = "driver-20261123-0001", f"spark://127.0.0.1:{closed_port()}"
+    registry.save(job)
+    assert state_of(registry.load(job.id)) == "lost"  # as list shows it: the master says nothing
+    clock = FakeClock()
+    probation = watch_probation(registry, job, {"q": 4}, 2, 3, [], clock.sleep, clock)
+    assert probation.failure is None and probation.detail.startswith("no batch committed in 5 s")

@@ -58,8 +58,8 @@ def test_the_savepoints_table(capsys):
 
 
 def test_the_jobs_table(capsys):
-    line = [Version("alarms-1a2b", "alarms.py v1", "finished"), Version("alarms-9f8e", "alarms.py v2", "failed"),
-            Version("alarms-3f9c", "alarms.py v1", "running")]
+    line = [Version("alarms-1a2b", "alarms_v1.py", "finished"), Version("alarms-9f8e", "alarms_v2.py", "failed"),
+            Version("alarms-3f9c", "alarms_v1.py", "running")]
     jobs = [job_view(id="alarms-3f9c", name="alarms", state="running", app_id="local-1795000000",
                      last_savepoint="/h/savepoints/alarms/sp-1", lineage=line,
                      queries=[live_query(name="alarms", batch_id=41, input_rate=1234.5, processing_rate=2000.0,
@@ -76,7 +76,7 @@ def test_the_jobs_table(capsys):
         │             │         │                  │ counts │ 7     │ -        │ 0.8/s     │ -          │                │
         │ adhoc (ui)  │ running │ app-20261122     │ -      │ -     │ -        │ -         │ -          │ -              │
         └─────────────┴─────────┴──────────────────┴────────┴───────┴──────────┴───────────┴────────────┴────────────────┘
-        alarms-3f9c: alarms-1a2b (alarms.py v1, finished) → alarms-9f8e (alarms.py v2, failed) → alarms-3f9c (alarms.py v1, running)
+        alarms-3f9c: alarms-1a2b (alarms_v1.py, finished) → alarms-9f8e (alarms_v2.py, failed) → alarms-3f9c (alarms_v1.py, running)
         """)
 
 

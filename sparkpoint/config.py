@@ -47,13 +47,17 @@ class Settings:
         system, and the registry keeps owner-only tokens and process ids that object stores cannot."""
         return local_home(self.home)
 
+    def private_dir(self, name: str) -> Path:
+        """``<home>/<name>``, made owner-only if it is new: the home holds tokens, arguments and state."""
+        directory = Path(self.home_url()) / name
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return directory
+
     def scratch_dir(self, prefix: str) -> str:
         """A new private directory for sparkpoint's own throwaway work (a check's sandbox), below the home's
         ``tmp/``: on the device of the home's savepoints and checkpoints, so a restore there links files
         instead of copying them (``$TMPDIR`` is often a small tmpfs). Its creator removes it."""
-        parent = Path(self.home_url()) / "tmp"
-        parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return tempfile.mkdtemp(prefix=prefix, dir=parent)
+        return tempfile.mkdtemp(prefix=prefix, dir=self.private_dir("tmp"))
 
 
 

@@ -22,7 +22,7 @@ from sparkpoint.adapters import spark_submit
 from sparkpoint.adapters.local_files import write_json
 from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
 from sparkpoint.adapters.transfer import NullProgress, Progress
-from sparkpoint.config import Settings, local_home
+from sparkpoint.config import Settings
 from sparkpoint.errors import NotFoundError, SparkFailureError, SparkpointError
 from sparkpoint.jobs.protocol import CHECK_REPORT, CHECK_REQUEST
 from sparkpoint.savepoints import compat
@@ -111,10 +111,9 @@ def _keep_log(settings: Settings, log: str, saved: Savepoint) -> str | None:
     line of reason is not always enough to see why."""
     if not os.path.isfile(log):
         return None
-    directory = Path(local_home(settings.home_url())) / "checks"
-    kept = directory / f"{saved.manifest['id']}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}.log"
+    name = f"{saved.manifest['id']}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}.log"
     try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        kept = settings.private_dir("checks") / name
         shutil.copyfile(log, kept)
     except OSError:
         return None  # a log that cannot be kept does not hide the check's answer

@@ -15,34 +15,16 @@ from pathlib import Path
 
 import pytest
 from clitools import cli, cli_json, processes_mentioning, wait_for
+from posts import APP, batches, feed, final_counts, v1_after_two_batches
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-APP = str(Path(__file__).parent / "apps" / "post_counts.py")
-
-
-def feed(directory: Path, index: int, paid: bool = False) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".posts-{index:03d}.tmp"
-    tmp.write_text("\n".join(json.dumps({"post": f"p{(index + i) % 4}", "kind": "like", "paid": paid})
-                             for i in range(3)))
-    os.replace(tmp, directory / f"posts-{index:03d}.json")
-
-
-def batches(directory: Path) -> list[Path]:
-    return sorted(directory.glob("batch-*.json")) if directory.is_dir() else []
-
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """v1 ran two batches and was stopped with a savepoint; more input arrived since (a backlog)."""
     root = tmp_path_factory.mktemp("check")
     home, inputs = root / "home", root / "in"
-    feed(inputs, 0)
-    job = cli_json(home, "run", "--detach", "--name", "posts", APP, "v1", str(inputs), str(root / "out-v1"))
-    wait_for(lambda: len(batches(root / "out-v1")) >= 1, what="v1's first batch")
-    feed(inputs, 1)
-    wait_for(lambda: len(batches(root / "out-v1")) >= 2, what="v1's second batch")
+    job = v1_after_two_batches(home, inputs, root / "out-v1")
     stopped = cli_json(home, "stop", job["id"])
     for index in range(2, 6):
         feed(inputs, index, paid=True)
@@ -174,14 +156,6 @@ def feed_until(directory: Path, first: int, stop: threading.Event) -> None:
     while not stop.wait(1.5):
         feed(directory, index)
         index += 1
-
-
-def final_counts(directory: Path) -> dict[str, int]:
-    """Each (post, kind)'s count as the last batch that updated it says (update mode)."""
-    counts = {}
-    for path in sorted(batches(directory), key=lambda p: int(p.stem.split("-")[1])):
-        counts.update({f"{row['post']}/{row['kind']}": row["count"] for row in json.loads(path.read_text())})
-    return counts
 
 
 def expected_counts(directory: Path) -> dict[str, int]:

@@ -8,18 +8,14 @@ from pathlib import Path
 
 import pytest
 from clitools import cli_json, wait_for
-from test_check import APP, batches, feed, final_counts
+from posts import APP, batches, feed, final_counts, v1_after_two_batches
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def test_two_forks_of_one_savepoint_are_two_queries_with_the_same_state(tmp_path):
     home, inputs = tmp_path / "home", tmp_path / "in"
-    feed(inputs, 0)
-    v1 = cli_json(home, "run", "--detach", "--name", "posts", APP, "v1", str(inputs), str(tmp_path / "out-v1"))
-    wait_for(lambda: len(batches(tmp_path / "out-v1")) >= 1, what="v1's first batch")
-    feed(inputs, 1)
-    wait_for(lambda: len(batches(tmp_path / "out-v1")) >= 2, what="v1's second batch")
+    v1 = v1_after_two_batches(home, inputs, tmp_path / "out-v1")
     original_id = cli_json(home, "list")[0]["queries"][0]["id"]
     stopped = cli_json(home, "stop", v1["id"])
     assert stopped["queries"][0]["query_id"] == original_id

@@ -24,9 +24,11 @@ from sparkpoint.savepoints import manifest as mf
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 KILLS_PER_OPERATION = 12
-# A kill point is retried this often, each time a quarter of the delay, the last time frozen as soon as the
-# work is seen: what makes every point land mid-work, whatever the machine's load.
-ATTEMPTS_PER_POINT = 4
+# A kill point is tried with its delay, a quarter of it, a sixteenth; then frozen as soon as the work is seen,
+# up to FROZEN_ATTEMPTS times: what makes every point land mid-work, whatever the machine's load. Work that ends
+# within one 2 ms poll of its start (a small dispose) escapes a single frozen attempt now and then (CI, stop 19).
+SHRINKING_ATTEMPTS = 3
+FROZEN_ATTEMPTS = 6
 IDLE_EVERY = 5
 
 
@@ -121,12 +123,12 @@ def test_the_cli_killed_at_random_points(live_query, tmp_path):
     def kill_point(operation, prepare, check):
         """One kill point: a random delay inside the operation's observed duration (the last run left to
         finish). A run that finishes first is checked like the others, then the point is tried again on new
-        work with a quarter of the delay, the last time with none (frozen as soon as its work is seen)."""
+        work with a quarter of the delay, and at last with none (frozen as soon as its work is seen)."""
         counts[operation][0] += 1
         delay = rng.uniform(0, observed[operation])
-        for attempt in range(ATTEMPTS_PER_POINT):
+        for attempt in range(SHRINKING_ATTEMPTS + FROZEN_ATTEMPTS):
             argv, under_way = prepare()
-            landed, window = kill_mid_work(argv, under_way, delay if attempt < ATTEMPTS_PER_POINT - 1 else 0,
+            landed, window = kill_mid_work(argv, under_way, delay / 4**attempt if attempt < SHRINKING_ATTEMPTS else 0,
                                            logs / f"{operation}.log")
             counts[operation][1 if landed else 2] += 1
             if not landed:
@@ -134,7 +136,6 @@ def test_the_cli_killed_at_random_points(live_query, tmp_path):
             check()
             if landed:
                 return
-            delay /= 4
 
     def new_directories(before):
         return [d for d in savepoints.iterdir() if d not in before]

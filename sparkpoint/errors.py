@@ -116,6 +116,13 @@ class IncompatibleUpgradeError(SparkpointError):
     exit_code = 16
 
 
+class RescaleRefusedError(SparkpointError):
+    """`rescale` cannot repartition this state exactly (an operator, state store or key type it does not
+    handle): refused by name before anything is written, the savepoint untouched."""
+
+    exit_code = 17
+
+
 class StopInterruptedError(SparkpointError):
     """Ctrl-C during a stop: the driver goes on ending its queries, but no savepoint is taken; says
     where their checkpoints stay."""

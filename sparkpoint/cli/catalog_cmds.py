@@ -10,20 +10,56 @@ from sparkpoint.cli.context import PATH_PART, echo, emit, human_bytes, output_op
 from sparkpoint.cli.context import console as make_console
 
 if TYPE_CHECKING:  # the core is imported inside each command, so that --help stays fast
-    from sparkpoint.savepoints.catalog import Entry, Pruned
+    from sparkpoint.savepoints.catalog import Entry, Node, Pruned
 
 @click.command("savepoints")
 @click.option("--job", type=PATH_PART, help="Only this job's savepoints.")
 @click.option("--dir", "directory", metavar="DIR", help="A savepoints directory [default: the home's].")
+@click.option("--tree", is_flag=True, help="Show the lineage: each savepoint under the one it derives from (its job "
+                                           "was restored from it, or it was rescaled from it), across jobs.")
 @output_option
 @pass_app
-def savepoints_cmd(app, job, directory, output):
+def savepoints_cmd(app, job, directory, tree, output):
     """List savepoints, newest first, with incomplete leftovers that prune removes."""
     from sparkpoint.savepoints import catalog
 
     settings = app.settings
     entries = catalog.scan(directory or settings.savepoints_dir(), settings.storage_options)
+    if tree:
+        roots = catalog.lineage(entries)
+        emit(output, [r for r in roots if job is None or _has_job(r, job)], _render_tree)
+        return
     emit(output, [e for e in entries if job is None or e.job == job], _render_list)
+
+
+def _has_job(node: Node, job: str) -> bool:
+    return node.entry.job == job or any(_has_job(child, job) for child in node.children)
+
+
+def _render_tree(roots: list[Node]) -> None:
+    from rich.tree import Tree
+
+    if not roots:
+        click.echo("No savepoints.", err=True)
+        return
+    console = make_console()
+    for root in roots:
+        tree = Tree(_node_label(root))
+        _grow(tree, root)
+        console.print(tree)
+
+
+def _grow(tree, node: Node) -> None:
+    for child in node.children:
+        _grow(tree.add(_node_label(child)), child)
+
+
+def _node_label(node: Node):
+    entry, origin = node.entry, node.entry.origin or {}
+    queries = ", ".join(f"{q['name']}@{q['batch_id']}" for q in entry.queries) or "-"
+    how = {"rescale": f"rescaled to {origin.get('partitions')} partitions", "job": f"job {origin.get('job_id')}",
+           "checkpoint": "of a checkpoint"}.get(origin.get("kind"), origin.get("kind") or "")
+    return text(entry.id, "bold") + text(f"  {entry.job}  {entry.created_at}  {queries}  {how}")
 
 
 def _render_list(entries: list[Entry]) -> None:

@@ -22,6 +22,9 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
 @click.option("--allow-non-restored-state", is_flag=True, help="Start even if saved state has no query to take it.")
 @click.option("--fork", is_flag=True, help="With -s: new query ids (a second variant from one savepoint, an A/B "
                                            "test, is then a query of its own to sinks that key on the query id).")
+@click.option("--partitions", type=click.IntRange(min=1), metavar="N",
+              help="With -s: rescale the savepoint's state to N partitions first (`sparkpoint rescale`; the "
+                   "rescaled savepoint joins the catalog) and restore that one.")
 @click.option("--claim-mode", type=click.Choice(["no_claim", "claim"]), default="no_claim", show_default=True,
               help="claim: the savepoint is handed over to the job (disposed of after a verified restore).")
 @click.option("--restore-grace", type=Seconds(min=1), default=60.0, show_default=True,
@@ -56,7 +59,7 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, required=True,
                 metavar="[SPARK_SUBMIT_OPTIONS] APP.py [APP_ARGS]")
 @pass_app
-def run_cmd(app, name, from_savepoint, fork, allow_non_restored_state, claim_mode, restore_grace, replace,
+def run_cmd(app, name, from_savepoint, fork, partitions, allow_non_restored_state, claim_mode, restore_grace, replace,
             savepoint_path, stop_timeout, probation, rollback_to, healthy_when, no_rollback, no_check, master,
             deploy_mode, confs, detach, output, args):
     """Run a streaming application under spark-submit as a managed job.
@@ -81,7 +84,7 @@ def run_cmd(app, name, from_savepoint, fork, allow_non_restored_state, claim_mod
     submit_args, application, app_args = split_arguments(list(args), RUN_OPTIONS)
     request = run.RunRequest(
         app=application, app_args=app_args, submit_args=submit_args, name=name, master=master,
-        confs=list(confs), detach=detach, savepoint=from_savepoint, fork=fork,
+        confs=list(confs), detach=detach, savepoint=from_savepoint, fork=fork, partitions=partitions,
         allow_non_restored_state=allow_non_restored_state,
         claim=claim_mode == "claim", restore_grace=restore_grace, replace=replace, savepoint_path=savepoint_path,
         stop_timeout=stop_timeout, deploy_mode=deploy_mode, check=not no_check,

@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
     from sparkpoint.jobs.triggers import TriggerRecord
     from sparkpoint.savepoints.create import Created
     from sparkpoint.savepoints.inspect import Inspected
+    from sparkpoint.savepoints.rescale import Rescaled
     from sparkpoint.savepoints.restore import Restored
     from sparkpoint.savepoints.savepoint import Disposed, Verification
 
@@ -210,4 +211,42 @@ def _render_inspected(inspected: Inspected) -> None:
         console.print(table)
 
 
-COMMANDS = (savepoint_cmd, restore_cmd, verify_cmd, inspect_cmd)
+@click.command("rescale")
+@click.argument("loaded", metavar="SAVEPOINT", type=SAVEPOINT)
+@click.argument("target_dir", required=False)
+@click.option("--partitions", type=click.IntRange(min=1), required=True,
+              help="The number of state partitions (spark.sql.shuffle.partitions) the new savepoint pins.")
+@click.option("--query", type=PATH_PART, help="Rescale only this query [default: every stateful query].")
+@output_option
+@pass_app
+def rescale_cmd(app, loaded, target_dir, partitions, query, output):
+    """Write a new savepoint of SAVEPOINT with its state repartitioned to N partitions.
+
+    Each key goes where Spark's hash partitioning puts it with N partitions, and the offset log pins N,
+    so the restored query runs with N. SAVEPOINT is not modified. The new savepoint goes to TARGET_DIR,
+    or by default to the catalog beside SAVEPOINT. Needs a local Spark (pyspark): RocksDB state is
+    repartitioned by Spark's own repartitioner, HDFS-backed state by sparkpoint; both are read back by
+    Spark and checked before the savepoint is written.
+    """
+    from sparkpoint.savepoints.rescale import rescale
+
+    emit(output, rescale(app.settings, loaded, partitions, target_dir, query=query, progress=app.progress()),
+         _render_rescaled)
+
+
+def _render_rescaled(rescaled: Rescaled) -> None:
+    created = rescaled.savepoint
+    echo(f"Rescaled savepoint {rescaled.source_id} in {rescaled.seconds:.1f} s: {created.id}")
+    echo(f"  path: {created.path}")
+    for q in rescaled.queries:
+        if q.partitions_before is None or q.partitions_before == q.partitions:
+            echo(f"  {q.name}: unchanged ({'no state' if q.partitions is None else f'{q.partitions} partitions'})")
+            continue
+        rows = sum(store["rows"] for store in q.stores)
+        echo(f"  {q.name}: {q.partitions_before} -> {q.partitions} partitions, {rows} state rows, "
+             f"resumes after batch {q.batch_id}")
+        if q.dropped_planned_batch is not None:
+            echo(f"    its planned batch {q.dropped_planned_batch} is planned again after the rescale")
+
+
+COMMANDS = (savepoint_cmd, restore_cmd, verify_cmd, inspect_cmd, rescale_cmd)

@@ -37,6 +37,7 @@ from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, clie
 from sparkpoint.jobs.rollback import HealthCondition, Probation, parse_condition, watch_probation
 from sparkpoint.jobs.replace import HandoverFailedError, take_over
 from sparkpoint.savepoints import catalog
+from sparkpoint.savepoints.rescale import needs_rescale, rescale
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.jobs.savepoint import savepoint_job
 from sparkpoint.savepoints.savepoint import Savepoint
@@ -52,6 +53,7 @@ class RunRequest(Launch):
     detach: bool = False
     savepoint: str | None = None
     fork: bool = False  # with savepoint: the restored queries get new query ids
+    partitions: int | None = None  # with savepoint: rescale it to this many state partitions first
     claim: bool = False
     replace: str | None = None  # a running job to stop with a savepoint and continue from
     savepoint_path: str | None = None  # with replace: where that savepoint goes
@@ -93,6 +95,8 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
         client_for(registry, replaced).status()  # exit 12 now, before a driver starts, if it does not run
     elif request.savepoint:
         saved = catalog.load(settings, request.savepoint)
+        if request.partitions is not None and needs_rescale(saved, request.partitions):
+            saved = load_savepoint(rescale(settings, saved, request.partitions, progress=progress).savepoint.path)
     if request.rollback_to:
         way_back = _way_back(settings, registry, request.rollback_to, saved)
     if request.probation is not None and (replaced or way_back):
@@ -163,6 +167,9 @@ def _refuse_what_cannot_go_together(request: RunRequest) -> None:
                                "version from: drop one")
     if request.fork and not request.savepoint:
         raise BadArgumentError("--fork gives the queries restored by -s new ids: use it with -s")
+    if request.partitions is not None and not request.savepoint:
+        raise BadArgumentError("--partitions rescales the savepoint of -s: use it with -s (to rescale a running job, "
+                               "`stop` it, then run -s with the savepoint the stop took)")
     if request.healthy_when and not (request.replace or request.rollback_to):
         raise BadArgumentError("--healthy-when is judged on probation: use it with --replace or --rollback-to")
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkpoint.adapters.processes import pid_alive
-from sparkpoint.adapters.storage import Storage, join, storage_for, translate_errors
+from sparkpoint.adapters.storage import Storage, basename, join, storage_for, translate_errors
 from sparkpoint.config import Settings
 from sparkpoint.lookup import by_id, the_one
 from sparkpoint.paths import is_url
@@ -66,6 +66,10 @@ class Entry:
     queries: list[dict[str, Any]] = field(default_factory=list)
     problem: str | None = None
     marker: dict[str, Any] | None = None
+    # Lineage: the id of the savepoint this one derives from (the one its job was restored from, or that it
+    # was rescaled from), and how it was taken (the manifest's origin: kind job, checkpoint or rescale).
+    parent: str | None = None
+    origin: dict[str, Any] | None = None
 
     @property
     def created_at(self) -> str | None:
@@ -81,6 +85,8 @@ class Entry:
             "bytes": self.bytes,
             "queries": self.queries,
             "problem": self.problem,
+            "parent": self.parent,
+            "origin": self.origin,
         }
 
 
@@ -106,6 +112,33 @@ def scan(directory: str, storage_options: dict | None = None) -> list[Entry]:
                     if entry is not None:
                         entries.append(entry)
     return sorted(entries, key=lambda e: (e.created or 0, e.id), reverse=True)
+
+
+@dataclass
+class Node:
+    """A savepoint in the lineage tree, with the savepoints derived from it, oldest first."""
+
+    entry: Entry
+    children: list[Node] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.entry.to_json(), "children": [child.to_json() for child in self.children]}
+
+
+def lineage(entries: list[Entry]) -> list[Node]:
+    """The complete savepoints as a forest: a savepoint under the one it derives from when that one is among
+    ``entries``, otherwise a root. Oldest first at every level, as versions follow each other."""
+    nodes = {e.id: Node(e) for e in sorted(entries, key=lambda e: (e.created or 0, e.id)) if e.status == "complete"}
+    order = {savepoint_id: index for index, savepoint_id in enumerate(nodes)}
+    roots = []
+    for node in nodes.values():
+        parent = nodes.get(node.entry.parent or "")
+        # A parent is older than its child: a manifest naming a later one (edited by hand) cannot make a cycle.
+        if parent is not None and order[parent.entry.id] < order[node.entry.id]:
+            parent.children.append(node)
+        else:
+            roots.append(node)
+    return roots
 
 
 def _entries(storage: Storage, path: str) -> list:
@@ -136,6 +169,8 @@ def _classify(storage: Storage, path: str) -> Entry | None:
             created=parse_iso(data["created_at"]),
             bytes=data["bytes"],
             queries=[{"name": q["name"], "batch_id": q["batch_id"]} for q in data["queries"]],
+            parent=basename(data["restored_from"]) if data["restored_from"] else None,
+            origin=data["origin"],
         )
     for marker in (mf.IN_PROGRESS, mf.DISPOSING):
         if marker in names:

@@ -159,7 +159,8 @@ def _query_problems(saved: dict[str, Any], outcome: dict[str, Any], operators: l
     if saved_ops and pinned is not None and wanted is not None and pinned != wanted:
         problems.append(Problem(name, None, "shuffle_partitions",
                                 f"query {name}: the application sets {SHUFFLE_PARTITIONS}={wanted}, its saved state "
-                                f"has {pinned} partitions (Spark would silently keep {pinned})"))
+                                f"has {pinned} partitions (Spark would silently keep {pinned}; "
+                                f"run -s --partitions {wanted} rescales it)"))
     return problems
 
 

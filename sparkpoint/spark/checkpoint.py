@@ -383,7 +383,11 @@ class _StateLayout:
         op_dir = f"state/{op_id}"
         entries = self.reader._list(op_dir)
         info = self._add_operator_metadata(op_dir, entries, files)
-        partitions = sorted((n for n, e in entries.items() if e.is_dir and is_number(n)), key=int)
+        pinned = self._pinned_partitions()
+        # A rescale to fewer partitions (Spark's runner, or sparkpoint's) leaves the old higher ones behind:
+        # Spark reads only the partitions its offset log pins, and so does a savepoint.
+        partitions = sorted((n for n, e in entries.items() if e.is_dir and is_number(n)
+                             and (pinned is None or int(n) < pinned)), key=int)
         store_names: list[str] = []
         data_bytes = 0
         for part in partitions:
@@ -397,10 +401,15 @@ class _StateLayout:
             operator_id=op_id,
             name=info["name"],
             store_names=info["stores"] or store_names,
-            partitions=len(partitions) if info["partitions"] is None else info["partitions"],
+            # Spark keeps the operator metadata's count as first written, even after a rescale.
+            partitions=pinned or info["partitions"] or len(partitions),
             bytes=data_bytes,
             state_variables=info["state_variables"],
         )
+
+    def _pinned_partitions(self) -> int | None:
+        pinned = self.cut.offsets.confs.get(SHUFFLE_PARTITIONS_CONF)
+        return int(pinned) if pinned is not None and is_number(pinned) and int(pinned) > 0 else None
 
     def _add_operator_metadata(self, op_dir: str, entries: dict[str, Entry], files: list[FileRef]) -> dict[str, Any]:
         """Operator metadata and schema files: small, copied up to the cut's last batch."""
@@ -470,9 +479,9 @@ class _StateLayout:
         if unique_ids is not None:
             needed = self._v2_chain(store, entries, unique_ids)
         elif any(k in ("zip", "changelog") for v in by_version.values() for k in v):
-            needed = _chain(by_version, version, snapshot="zip", delta="changelog", where=store.path)
+            needed = state_chain(by_version, version, snapshot="zip", delta="changelog", where=store.path)
         else:
-            needed = _chain(by_version, version, snapshot="snapshot", delta="delta", where=store.path)
+            needed = state_chain(by_version, version, snapshot="snapshot", delta="delta", where=store.path)
         for name in needed:
             self.reader._add(files, store.path, name)
             if name.endswith(".zip"):
@@ -527,7 +536,8 @@ class _StateLayout:
         return needed
 
 
-def _chain(by_version: dict[int, dict[str, str]], version: int, snapshot: str, delta: str, where: str) -> list[str]:
+def state_chain(by_version: dict[int, dict[str, str]], version: int, snapshot: str, delta: str,
+                where: str) -> list[str]:
     """Files that load ``version``: the newest snapshot at or below it, then every delta after it.
 
     This is how both providers load a version (HDFSBackedStateStoreProvider.loadMap,

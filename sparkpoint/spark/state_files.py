@@ -67,7 +67,7 @@ def changelog_lineage(source: bytes | BinaryIO, where: str) -> list[tuple[int, s
     lineage as JSON, ``[{"version": 4, "checkpointUniqueId": "..."}, ...]``, oldest first.
     """
     stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source
-    header = _lz4_block_prefix(stream, where, want=4 + 65535 * 2)
+    header = lz4_blocks(stream, where, want=4 + 65535 * 2)
     try:
         (length,) = struct.unpack(">H", header[:2])
         fmt = header[2 : 2 + length].decode()
@@ -87,8 +87,9 @@ def changelog_lineage(source: bytes | BinaryIO, where: str) -> list[tuple[int, s
     ]
 
 
-def _lz4_block_prefix(stream: BinaryIO, where: str, want: int) -> bytes:
-    """Decode lz4-java block framing until ``want`` bytes (or the end): the header, not the records.
+def lz4_blocks(stream: BinaryIO, where: str, want: int | None = None) -> bytes:
+    """Decode lz4-java block framing (Spark's default state compression codec) until ``want`` bytes, or to
+    the end: a changelog's header, or a whole HDFS state file.
 
     A block is ``LZ4Block``, a token (method | level), then little-endian compressed length, decompressed
     length and checksum; a block of length 0 ends the stream.
@@ -96,13 +97,13 @@ def _lz4_block_prefix(stream: BinaryIO, where: str, want: int) -> bytes:
     import lz4.block
 
     out = bytearray()
-    while len(out) < want:
+    while want is None or len(out) < want:
         head = stream.read(21)
         if not head:
             break
         if not b"LZ4Block".startswith(head[:8]):
             raise NotACheckpointError(
-                f"{where} is not lz4-compressed: sparkpoint reads format-v2 changelogs written with "
+                f"{where} is not lz4-compressed: sparkpoint reads state files written with "
                 "spark.sql.streaming.stateStore.compression.codec=lz4 (the default)"
             )
         if len(head) < 21:
@@ -125,6 +126,30 @@ def _lz4_block_prefix(stream: BinaryIO, where: str, want: int) -> bytes:
             out += lz4.block.decompress(block, uncompressed_size=decompressed)
         except lz4.block.LZ4BlockError:
             raise NotACheckpointError(f"{where}: corrupt lz4 block") from None
+    return bytes(out)
+
+
+# lz4-java's LZ4BlockOutputStream as Spark's LZ4CompressionCodec makes it: 64 KiB blocks (level 6), each with
+# the low 28 bits of its XXHash32 (seed 0x9747b28c), which LZ4BlockInputStream checks.
+_LZ4_BLOCK = 1 << 16
+_LZ4_LEVEL = 6
+_LZ4_SEED = 0x9747B28C
+
+
+def lz4_framed(data: bytes) -> bytes:
+    """``data`` as lz4-java block framing, readable by Spark's lz4 codec."""
+    import lz4.block
+    import xxhash
+
+    out = bytearray()
+    for start in range(0, len(data), _LZ4_BLOCK):
+        chunk = data[start:start + _LZ4_BLOCK]
+        packed = lz4.block.compress(chunk, store_size=False)
+        method, body = (0x20, packed) if len(packed) < len(chunk) else (0x10, chunk)
+        checksum = xxhash.xxh32_intdigest(chunk, seed=_LZ4_SEED) & 0x0FFFFFFF
+        out += b"LZ4Block" + bytes([method | _LZ4_LEVEL]) + struct.pack("<iii", len(body), len(chunk), checksum)
+        out += body
+    out += b"LZ4Block" + bytes([0x10 | _LZ4_LEVEL]) + struct.pack("<iii", 0, 0, 0)
     return bytes(out)
 
 

@@ -15,13 +15,27 @@ from typing import Any
 from sparkpoint.errors import EnvironmentSetupError, SparkFailureError
 
 
+TIMERS = "timers"
+
+
 def read_options(operator: dict[str, Any]) -> list[dict[str, str]]:
-    """The state data source options that together read every store of an operator."""
+    """The state data source options that together read every store of an operator. transformWithState's
+    internal column families (``$``-prefixed) are not state variables the source reads by name: its timers
+    are read with ``readRegisteredTimers``, its TTL indexes not at all (they mirror the variables)."""
     if operator.get("state_variables"):
-        return [{"stateVarName": name} for name in operator["state_variables"]]
+        names = operator["state_variables"]
+        options = [{"stateVarName": name} for name in names if not name.startswith("$")]
+        if any(name.startswith("$") and "Timers" in name for name in names):
+            options.append({"readRegisteredTimers": "true"})
+        return options
     if "join" in (operator.get("name") or "").lower():
         return [{"joinSide": "left"}, {"joinSide": "right"}]
     return [{"storeName": store} for store in operator.get("stores") or ["default"]]
+
+
+def store_label(options: dict[str, str]) -> str:
+    """What one read of :func:`read_options` reads: a store, a state variable, a join side, or ``timers``."""
+    return TIMERS if "readRegisteredTimers" in options else next(iter(options.values()))
 
 
 def state_frame(spark, checkpoint: str, batch_id: int, operator_id: int, options: dict[str, str]):
@@ -73,7 +87,7 @@ def read(queries: list[dict[str, Any]], locations: dict[str, str], limit: int = 
                     {
                         "query": query["name"],
                         "operator": operator["id"],
-                        "store": next(iter(options.values())),
+                        "store": store_label(options),
                         "rows": count,
                         "columns": frame.columns,
                         "sample": [[_plain(v) for v in row] for row in sample],

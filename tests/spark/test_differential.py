@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 import workloads
-from workloads import WORKLOADS
+from workloads import WORKLOADS, savepoint_of
 
 from sparkpoint.adapters.storage import storage_for
 from sparkpoint.savepoints import savepoint as sp
-from sparkpoint.savepoints.create import QuerySource, create
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.spark.checkpoint import CheckpointReader
 from sparkpoint.spark.state_rows import read_options, state_frame
@@ -55,15 +54,6 @@ def metadata_files(root) -> set[str]:
     """Operator metadata and state schemas: Spark validates an upgraded query against them."""
     return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "_metadata" in p.parts
             and not p.name.startswith(".")}
-
-
-def savepoint_of(checkpoint: str, name: str, target: str, batch_id=None) -> sp.Savepoint:
-    storage, path = storage_for(checkpoint)
-    target_storage, target = storage_for(target)
-    created = create(
-        [QuerySource(name, path)], storage, target, target_storage, job=name, batch_id=batch_id
-    )
-    return sp.load(created["path"])
 
 
 @pytest.mark.parametrize("kind", list(WORKLOADS))

@@ -16,10 +16,11 @@ DAY = 86400.0
 NOW = 1_800_000_000.0
 
 
-def make_savepoint(checkpoint, directory, job, created):
+def make_savepoint(checkpoint, directory, job, created, **kwargs):
     storage, path = storage_for(str(checkpoint))
     target_storage, target = storage_for(str(directory / job))
-    return create([QuerySource("q", path)], storage, target, target_storage, job=job, clock=lambda: created)
+    return create([QuerySource("q", path)], storage, target, target_storage, job=job, clock=lambda: created,
+                  **kwargs)
 
 
 @pytest.fixture
@@ -121,3 +122,31 @@ def test_a_job_filtered_prune_leaves_other_jobs_leftovers_alone(populated):
     result = catalog.prune(str(directory), keep_last=100, max_age=None, job="billing", clock=lambda: NOW)
     assert [e.id for e in result.deleted] == ["savepoint-billing-crashed"]
     assert (directory / "alarms" / "savepoint-alarms-crashed").exists()
+
+
+def test_the_lineage_puts_each_savepoint_under_the_one_it_derives_from_across_jobs(tmp_path):
+    checkpoint = hdfs_checkpoint(tmp_path / "ckpt", committed=2)
+    directory = tmp_path / "savepoints"
+
+    def made(job, age, parent=None, origin=None):
+        return make_savepoint(checkpoint, directory, job, NOW - age, restored_from=parent and parent["path"],
+                              origin=origin or {"kind": "job", "job_id": f"{job}-1a2b"})
+
+    v1 = made("posts", 50)
+    v2 = made("posts", 40, v1)
+    fork = made("posts-b", 30, v1)
+    rescaled = made("posts", 20, v2, {"kind": "rescale", "savepoint": v2["id"], "partitions": 7, "queries": ["q"]})
+    elsewhere = made("other", 10, {"path": "/gone/savepoints/other/other-20260101T000000Z-0000"})
+    # A manifest that names a later savepoint as its parent (edited by hand) makes no cycle: it stays a root.
+    looped = make_savepoint(checkpoint, directory, "loop", NOW - 60, restored_from=rescaled["path"])
+
+    def shape(nodes):
+        return [(node.entry.id, shape(node.children)) for node in nodes]
+
+    assert shape(catalog.lineage(catalog.scan(str(directory)))) == [
+        (looped["id"], []),
+        (v1["id"], [(v2["id"], [(rescaled["id"], [])]), (fork["id"], [])]),
+        (elsewhere["id"], []),
+    ]
+    entry = next(e for e in catalog.scan(str(directory)) if e.id == rescaled["id"])
+    assert entry.parent == v2["id"] and entry.origin["kind"] == "rescale"

@@ -12,6 +12,7 @@ from pathlib import Path
 import clitools
 import pytest
 from checkpoints import (
+    CONFS,
     changelog_header,
     commit,
     hdfs_checkpoint,
@@ -294,8 +295,20 @@ def test_operator_metadata_names_the_operator_its_stores_and_state_variables(tmp
         **OPERATOR, "stateStoreInfo": [{"storeName": "default", "numPartitions": 5}],
         "operatorPropertiesJson": json.dumps(properties)}))
     (operator,) = plan_of(root).operators
+    # The partitions are the offset log's (2): Spark leaves the metadata's count as first written after a rescale.
     assert (operator.name, operator.store_names, operator.partitions, operator.state_variables) == (
-        "agg", ["default"], 5, ["counts", "lastSeen"])
+        "agg", ["default"], 2, ["counts", "lastSeen"])
+
+
+def test_partitions_beyond_the_pinned_count_are_left_behind_by_a_rescale_and_not_part_of_a_cut(tmp_path):
+    root = hdfs_checkpoint(tmp_path / "c", committed=3, partitions=4)
+    for batch in range(4):  # rescaled from 4 to 2 before batch 0: the offset log pins 2
+        write(root / "offsets" / str(batch), offsets(batch, confs={**CONFS, "spark.sql.shuffle.partitions": "2"}))
+    for part in (2, 3):  # no version 4 (the cut's) in partitions 2 and 3: a cut that needed them would fail
+        (root / "state" / "0" / str(part) / "4.delta").unlink()
+    plan = plan_of(root)
+    assert plan.operators[0].partitions == 2
+    assert not [f.path for f in plan.files if f.path.startswith(("state/0/2/", "state/0/3/"))]
 
 
 @pytest.mark.parametrize(("meta", "complaint"), [

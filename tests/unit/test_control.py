@@ -402,6 +402,8 @@ def test_the_probation_counts_each_batch_the_agent_reports_once_and_what_is_not_
     ({"savepoint": "sp", "rollback_to": "sp", "claim": True}, "--claim-mode claim disposes of the savepoint the "
                                                               "rollback would start the previous version from"),
     ({"replace": "j", "deploy_mode": "cluster", "master": "spark://127.0.0.1:1"}, "run -s with --rollback-to"),
+    ({"partitions": 8}, "--partitions rescales the savepoint of -s: use it with -s"),
+    ({"replace": "j", "partitions": 8}, "--partitions rescales the savepoint of -s"),
 ])
 def test_run_refuses_a_way_back_it_cannot_take_before_anything_starts(tmp_path, options, words):
     app = tmp_path / "app.py"

@@ -1,0 +1,79 @@
+"""Benchmark: `sparkpoint rescale` of a million keys of state, 8 -> 16 partitions, next to a restore of the same
+savepoint, in one run.
+
+The state is scripts/demo_apps/keyed_state.py's (a parquet seed of 1,000,000 keys with 100-character values,
+GROUP BY k with MAX(v), COUNT(*), 8 shuffle partitions), run under `sparkpoint run` until 3 batches, then
+stopped with a savepoint (`sparkpoint stop`). Once on the HDFS-backed store (sparkpoint's own path) and once
+on RocksDB (`--conf ...providerClass=RocksDB`: Spark's repartitioner). For each, ROUNDS times: the wall time of
+`sparkpoint rescale SP --partitions 16` (a CLI process: its own local Spark session included) and of
+`sparkpoint restore SP DIR` (copies, not links: what a move to another cluster costs); min / median / max.
+A figure, never a pass/fail test.
+
+    .venv/bin/python scripts/bench_rescale.py [--rounds 3] [--providers hdfs,rocksdb]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_jobs import sparkpoint
+from bench_stop import await_batches, spread, timed
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYED = str(ROOT / "scripts" / "demo_apps" / "keyed_state.py")
+ROCKSDB = "spark.sql.streaming.stateStore.providerClass=" \
+          "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def stopped_savepoint(work: Path, home: Path, provider: str) -> tuple[str, float]:
+    """The 1M-key job's savepoint, taken by `stop`, and the stop's wall time."""
+    confs = ["--conf", ROCKSDB] if provider == "rocksdb" else []
+    job = sparkpoint(home, "run", "--detach", "--name", f"keyed-{provider}", *confs, KEYED,
+                     str(work), "1")
+    await_batches(Path(job["log"]), 3)
+    started = time.monotonic()
+    stopped = sparkpoint(home, "stop", job["id"])
+    return stopped["id"], time.monotonic() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--providers", default="hdfs,rocksdb")
+    options = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="sparkpoint-bench-rescale-"))
+    home = work / "home"
+    print(f"machine: nproc={os.cpu_count()}, python {sys.version.split()[0]}; command: {' '.join(sys.argv)}")
+    try:
+        for provider in options.providers.split(","):
+            savepoint, stop_seconds = stopped_savepoint(work, home, provider)
+            size = sparkpoint(home, "inspect", savepoint)["bytes"]
+            rescales, restores, rows = [], [], None
+            for round_ in range(options.rounds):
+                seconds, rescaled = timed(home, "rescale", savepoint, "--partitions", "16",
+                                          str(work / f"rescaled-{provider}-{round_}"))
+                rescales.append(seconds)
+                rows = sum(store["rows"] for q in rescaled["queries"] for store in q["stores"])
+                assert all(store["misplaced"] == 0 for q in rescaled["queries"] for store in q["stores"])
+                seconds, _ = timed(home, "restore", "--mode", "copy", savepoint,
+                                   str(work / f"restored-{provider}-{round_}"))
+                restores.append(seconds)
+            print(f"{provider:8s} state {size / 1e6:6.1f} MB, {rows} rows; stop with savepoint {stop_seconds:4.1f} s",
+                  flush=True)
+            print(f"  seconds (min median max)  rescale 8 -> 16: {spread(rescales)}   restore (copy): "
+                  f"{spread(restores)}", flush=True)
+            ratio = statistics.median(rescales) / statistics.median(restores)
+            print(f"  ratio rescale / restore (medians): {ratio:.1f}", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

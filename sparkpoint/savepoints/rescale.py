@@ -1,0 +1,170 @@
+"""`rescale`: a new savepoint whose queries' state is repartitioned to N partitions, exactly where Spark's hash
+partitioning of each stateful operator's keys puts it, with the offset log's pinned partition count changed to
+match. The savepoint rescaled is never modified (NO_CLAIM): the work is done on a scratch restore of it, and
+the new savepoint is taken of that scratch checkpoint, the way every savepoint is taken and verified.
+
+What cannot be repartitioned exactly is refused by name before Spark starts (RescaleRefusedError); see
+spark/repartition.py for what each state store supports and how the result is checked."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sparkpoint.adapters import transfer
+from sparkpoint.adapters.storage import storage_for
+from sparkpoint.config import Settings
+from sparkpoint.errors import BadArgumentError, RescaleRefusedError, SparkFailureError
+from sparkpoint.results import Result
+from sparkpoint.savepoints.create import Created, QuerySource, take
+from sparkpoint.savepoints.restore import restore
+from sparkpoint.savepoints.savepoint import Savepoint
+from sparkpoint.spark.checkpoint import SHUFFLE_PARTITIONS_CONF, companion_names
+
+ORIGIN_KIND = "rescale"
+
+
+@dataclass(frozen=True)
+class RescaledQuery(Result):
+    name: str
+    partitions_before: int | None  # None: the query keeps no state and is left as it was
+    partitions: int | None
+    batch_id: int  # the batch the rescale added: the restored query resumes after it
+    dropped_planned_batch: int | None  # the source's planned batch, planned again after the rescale
+    stores: list[dict[str, Any]]  # per store read back by Spark: operator, store, rows, misplaced
+
+
+@dataclass(frozen=True)
+class Rescaled(Result):
+    source: str  # the savepoint rescaled (path)
+    source_id: str
+    savepoint: Created  # the new one
+    seconds: float
+    queries: list[RescaledQuery]
+
+
+def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_dir: str | None = None, *,
+            query: str | None = None, progress: transfer.Progress | None = None) -> Rescaled:
+    """Rescale ``savepoint``'s stateful queries (or only ``query``) to ``partitions`` state partitions, into a
+    new savepoint in ``target_dir`` (by default the catalog, beside the source)."""
+    started = time.monotonic()
+    progress = progress or transfer.NullProgress()
+    chosen = _chosen(savepoint, partitions, query)
+    scratch = settings.scratch_dir("rescale-")
+    try:
+        restored = restore(savepoint, os.path.join(scratch, "checkpoints"), workers=settings.transfer_workers,
+                           storage_options=settings.storage_options)
+        locations = {q.name: q.checkpoint for q in restored.queries}
+        results = {q["name"]: _unchanged(q) for q in savepoint.queries if q["name"] not in chosen}
+        progress.start(f"rescale {savepoint.manifest['id']} to {partitions} partitions",
+                       sum(op["bytes"] for q in chosen.values() for op in q["operators"]))
+        from sparkpoint.spark import state_rows
+
+        spark = state_rows.spark_session()
+        for name, saved in chosen.items():
+            results[name] = _rescale_query(spark, saved, locations[name], partitions, progress)
+        progress.finish()
+        created = take(settings, savepoint.manifest["job"],
+                       [QuerySource(name, location) for name, location in locations.items()],
+                       storage_for(scratch)[0], target_dir,
+                       origin={"kind": ORIGIN_KIND, "savepoint": savepoint.manifest["id"], "partitions": partitions,
+                               "queries": sorted(chosen)},
+                       restored_from=savepoint.path, progress=progress)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return Rescaled(source=savepoint.path, source_id=savepoint.manifest["id"], savepoint=created,
+                    seconds=round(time.monotonic() - started, 3),
+                    queries=[results[q["name"]] for q in savepoint.queries])
+
+
+def needs_rescale(savepoint: Savepoint, partitions: int) -> bool:
+    """Whether a stateful query of ``savepoint`` pins another partition count than ``partitions``."""
+    return any(q["operators"] and _pinned(q) != partitions for q in savepoint.queries)
+
+
+def _chosen(savepoint: Savepoint, partitions: int, query: str | None) -> dict[str, dict[str, Any]]:
+    """The queries to rescale, each checked: everything refused is refused before anything is written."""
+    from sparkpoint.spark.repartition import HDFS_OPERATORS, RUNNER_OPERATORS, hdfs_refusal
+
+    if partitions < 1:
+        raise BadArgumentError(f"--partitions must be at least 1, not {partitions}")
+    candidates = [savepoint.query(query)] if query else savepoint.queries
+    chosen = {}
+    for saved in candidates:
+        if not saved["operators"]:
+            if query:
+                raise BadArgumentError(f"query {saved['name']} keeps no state: there is nothing to rescale")
+            continue
+        if _pinned(saved) == partitions:
+            continue
+        provider = saved.get("provider") or "none"
+        supported = RUNNER_OPERATORS if provider.startswith("rocksdb") else HDFS_OPERATORS
+        for op in saved["operators"]:
+            if op["name"] not in supported:
+                raise RescaleRefusedError(
+                    f"query {saved['name']} operator {op['id']} ({op['name'] or 'unnamed: written before Spark 4'}) "
+                    f"cannot be rescaled on the {provider} state store: {_why_not(op['name'], provider)}")
+        if provider == "hdfs":
+            refusal = hdfs_refusal(saved["confs"], saved["checkpoint_format_version"])
+            if refusal:
+                raise RescaleRefusedError(f"query {saved['name']}: sparkpoint does not rescale {refusal}")
+        chosen[saved["name"]] = saved
+    if not chosen:
+        which = f"query {query}" if query else "every stateful query"
+        raise BadArgumentError(f"savepoint {savepoint.manifest['id']}: {which} already has {partitions} partitions "
+                               "or no state; nothing to rescale")
+    return chosen
+
+
+def _why_not(name: str | None, provider: str) -> str:
+    if name is None:
+        return "its operator metadata is missing, so its keys cannot be told apart"
+    if name.startswith("transformWithState"):
+        return "transformWithState keeps its state on RocksDB only"
+    return ("Spark partitions its state by no key sparkpoint can reproduce (a global limit or streamline aggregate "
+            "keeps everything in one place)")
+
+
+def _pinned(saved: dict[str, Any]) -> int | None:
+    value = saved["confs"].get(SHUFFLE_PARTITIONS_CONF)
+    return int(value) if value and value.isdigit() else None
+
+
+def _unchanged(saved: dict[str, Any]) -> RescaledQuery:
+    pinned = _pinned(saved) if saved["operators"] else None
+    return RescaledQuery(saved["name"], pinned, pinned, saved["batch_id"], None, [])
+
+
+def _rescale_query(spark, saved: dict[str, Any], checkpoint: str, partitions: int,
+                   progress: transfer.Progress) -> RescaledQuery:
+    from sparkpoint.spark import repartition
+
+    planned = saved.get("planned_batch_id")
+    if planned is not None:
+        # A planned batch cannot stay planned: the rescale takes its id. Its input is planned again after.
+        for name in (str(planned), *companion_names(str(planned))):
+            path = os.path.join(checkpoint, "offsets", name)
+            if os.path.exists(path):
+                os.remove(path)
+    batch_id = saved["batch_id"]
+    before = repartition.count_rows(spark, checkpoint, batch_id, saved["operators"])
+    if saved["provider"].startswith("rocksdb"):
+        progress.waiting(f"Spark repartitions the state of {saved['name']}")
+        new_batch = repartition.run_spark_runner(spark, checkpoint, partitions, saved["checkpoint_format_version"])
+        progress.advance(sum(op["bytes"] for op in saved["operators"]))
+    else:
+        new_batch = repartition.rewrite_hdfs(spark, checkpoint, batch_id, saved["operators"], partitions,
+                                             progress.advance)
+    checks = repartition.check_rescaled(spark, checkpoint, new_batch, saved["operators"], partitions, before)
+    unsound = [c for c in checks if not c.sound]
+    if unsound:
+        detail = "; ".join(f"operator {c.operator} {c.store}: {c.rows_before} rows before, {c.rows_after} after, "
+                           f"{c.misplaced} misplaced" for c in unsound)
+        raise SparkFailureError(f"query {saved['name']}: the rescaled state does not read back whole and in place "
+                                f"({detail}); nothing was written")
+    return RescaledQuery(saved["name"], _pinned(saved), partitions, new_batch, planned,
+                         [{"operator": c.operator, "store": c.store, "rows": c.rows_after, "misplaced": c.misplaced}
+                          for c in checks])

@@ -1,0 +1,240 @@
+"""Repartitioning a stopped query's state to N partitions, in place, in a checkpoint that is sparkpoint's own
+scratch copy (never a user's: Spark's runner leaves a half batch behind when it fails).
+
+Both ways append batch N+1 to a checkpoint committed at N: ``offsets/N+1`` is ``offsets/N`` with
+``spark.sql.shuffle.partitions`` changed, ``commits/N+1`` is ``commits/N``, and state version N+2 holds every
+key in partition ``pmod(murmur3(partition key), N)``. The restarted query resumes after N+1, reading nothing
+twice and skipping nothing, with the new count pinned.
+
+- The RocksDB state store: Spark's own ``OfflineStateRepartitionRunner`` (spark-sql 4.3, reached through the
+  JVM gateway), which covers each operator below with Spark's own key extractors.
+- The HDFS-backed store, which Spark's runner refuses: sparkpoint reads each store's version N+1 (snapshot and
+  deltas), places each key by Spark's hash (spark/placement.py), and writes one snapshot per new partition.
+
+Afterwards Spark's state data source reads version N+2 back: its rows per store must equal version N+1's,
+and every key must sit where Spark's ``hash`` of its partition key puts it, or the rescale fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Any
+
+from sparkpoint.errors import RescaleRefusedError, SparkFailureError
+from sparkpoint.spark import hdfs_store
+from sparkpoint.spark.checkpoint import SHUFFLE_PARTITIONS_CONF, state_chain
+from sparkpoint.spark.logs import parse_log
+from sparkpoint.spark.placement import KeyHasher
+from sparkpoint.spark.state_files import parse_state_file
+from sparkpoint.spark.state_rows import read_options, state_frame, store_label
+
+# Operator names (Spark's operator metadata) -> their stores' partition keys, as Spark's
+# StatePartitionKeyExtractorFactory derives them from the state key.
+RUNNER_OPERATORS = frozenset({
+    "stateStoreSave", "dedupe", "dedupeWithinWatermark", "sessionWindowStateStoreSaveExec", "symmetricHashJoin",
+    "flatMapGroupsWithState", "applyInPandasWithState", "transformWithStateExec", "transformWithStateInPandasExec",
+    "transformWithStateInPySparkExec",
+})
+# The HDFS-backed store holds no transformWithState (it needs RocksDB's column families).
+HDFS_OPERATORS = frozenset({
+    "stateStoreSave", "dedupe", "dedupeWithinWatermark", "sessionWindowStateStoreSaveExec", "symmetricHashJoin",
+    "flatMapGroupsWithState", "applyInPandasWithState",
+})
+ROW_CHECKSUM_CONF = "spark.sql.streaming.stateStore.rowChecksum.enabled"
+COMPRESSION_CONF = "spark.sql.streaming.stateStore.compression.codec"
+FORMAT_VERSION_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+_JOIN_INDEXED = "keyWithIndexToValue"
+
+
+@dataclass(frozen=True)
+class StoreCheck:
+    """One store (or state variable, or join side) read back by Spark after the rescale."""
+
+    operator: int
+    store: str
+    rows_before: int
+    rows_after: int
+    misplaced: int
+
+    @property
+    def sound(self) -> bool:
+        return self.rows_before == self.rows_after and self.misplaced == 0
+
+
+def hdfs_refusal(confs: dict[str, str], format_version: int) -> str | None:
+    """Why sparkpoint's own HDFS path cannot rescale a query with these pinned confs, or None."""
+    if format_version != 1:
+        return "the HDFS-backed state store with checkpoint format version 2"
+    if confs.get(ROW_CHECKSUM_CONF, "false").lower() == "true":
+        return f"HDFS-backed state with {ROW_CHECKSUM_CONF}=true"
+    if confs.get(COMPRESSION_CONF, "lz4") != "lz4":
+        return f"HDFS-backed state compressed with {confs[COMPRESSION_CONF]} (sparkpoint writes lz4, the default)"
+    return None
+
+
+def run_spark_runner(spark, checkpoint: str, partitions: int, format_version: int) -> int:
+    """Spark's OfflineStateRepartitionRunner on ``checkpoint``: the batch it added."""
+    spark.conf.set(FORMAT_VERSION_CONF, str(format_version))  # the runner refuses a mismatch with the checkpoint
+    runner = spark._jvm.org.apache.spark.sql.execution.streaming.state.OfflineStateRepartitionRunner
+    try:
+        return int(runner(spark._jsparkSession, checkpoint, partitions, True).run())
+    except Exception as exc:  # noqa: BLE001 - py4j's error: Spark's message, in one line
+        raise SparkFailureError(f"Spark could not repartition {checkpoint}: {_first_line(exc)}") from None
+
+
+def rewrite_hdfs(spark, checkpoint: str, batch_id: int, operators: list[dict[str, Any]], partitions: int,
+                 advance) -> int:
+    """sparkpoint's own HDFS path: batch ``batch_id + 1`` whose state holds every store's rows of version
+    ``batch_id + 1`` placed in ``partitions`` partitions. ``advance(bytes)`` reports each store done."""
+    version = batch_id + 1
+    offsets = _rescaled_offsets(checkpoint, batch_id, partitions)  # refused here, before the long part
+    for operator in operators:
+        schemas = _key_schemas(spark, checkpoint, batch_id, operator)
+        for store in operator["stores"]:
+            hasher = _store_hasher(operator, store, schemas, checkpoint)
+            rows, read_bytes = _read_store(checkpoint, operator["id"], store, version)
+            buckets: list[list[tuple[bytes, bytes]]] = [[] for _ in range(partitions)]
+            for key, value in rows.items():
+                buckets[hasher.partition(key, partitions)].append((key, value))
+            for partition, bucket in enumerate(buckets):
+                directory = _store_dir(checkpoint, operator["id"], partition, store)
+                os.makedirs(directory, exist_ok=True)
+                _write_atomic(os.path.join(directory, f"{version + 1}.snapshot"), hdfs_store.snapshot(bucket))
+            advance(read_bytes)
+    _write_atomic(os.path.join(checkpoint, "offsets", str(batch_id + 1)), offsets)
+    shutil.copyfile(os.path.join(checkpoint, "commits", str(batch_id)),
+                    os.path.join(checkpoint, "commits", str(batch_id + 1)))
+    return batch_id + 1
+
+
+def count_rows(spark, checkpoint: str, batch_id: int, operators: list[dict[str, Any]]) -> dict[tuple[int, str], int]:
+    """Rows per store (or state variable, or join side) as Spark's state data source reads them, before the
+    rescale: what it must read back after."""
+    counts = {}
+    for operator in operators:
+        for options in read_options(operator):
+            with _spark_reading(operator, options, "state"):
+                counts[(operator["id"], store_label(options))] = state_frame(
+                    spark, checkpoint, batch_id, operator["id"], options).count()
+    return counts
+
+
+def check_rescaled(spark, checkpoint: str, new_batch_id: int, operators: list[dict[str, Any]], partitions: int,
+                   before: dict[tuple[int, str], int]) -> list[StoreCheck]:
+    """Spark's state data source on the new version: rows per store, and keys not where Spark's hash puts them."""
+    checks = []
+    for operator in operators:
+        for options in read_options(operator):
+            store = store_label(options)
+            with _spark_reading(operator, options, "rescaled state"):
+                frame = state_frame(spark, checkpoint, new_batch_id, operator["id"], options)
+                fields = _partition_fields(operator, frame.schema["key"].dataType.fieldNames())
+                wanted = f"pmod(hash({', '.join(f'key.`{f}`' for f in fields)}), {partitions})"
+                after, misplaced = frame.selectExpr(
+                    "count(*)", f"coalesce(sum(if({wanted} = partition_id, 0, 1)), 0)").first()
+            checks.append(StoreCheck(operator["id"], store, before[(operator["id"], store)], int(after),
+                                     int(misplaced)))
+    return checks
+
+
+@contextlib.contextmanager
+def _spark_reading(operator: dict[str, Any], options: dict[str, str], what: str):
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - Spark's error, in one line
+        raise SparkFailureError(f"Spark could not read the {what} of operator {operator['id']} ({options}): "
+                                f"{_first_line(exc)}") from None
+
+
+def _partition_fields(operator: dict[str, Any], key_fields: list[str]) -> list[str]:
+    """The fields of the state data source's key that Spark partitions by: a session window's state key ends
+    with the session, which its partitioning leaves out."""
+    if operator["name"] == "sessionWindowStateStoreSaveExec":
+        return key_fields[:-1]
+    return key_fields
+
+
+def _key_schemas(spark, checkpoint: str, batch_id: int, operator: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The state key's schema (Spark's JSON form) per reader option value: the store, or the join side."""
+    schemas = {}
+    for options in read_options(operator):
+        with _spark_reading(operator, options, "state schema"):
+            schema = state_frame(spark, checkpoint, batch_id, operator["id"], options).schema
+        schemas[store_label(options)] = schema["key"].dataType.jsonValue()
+    return schemas
+
+
+def _store_hasher(operator: dict[str, Any], store: str, schemas: dict[str, dict[str, Any]],
+                  checkpoint: str) -> KeyHasher:
+    where = f"{checkpoint} operator {operator['id']} store {store}"
+    if operator["name"] == "symmetricHashJoin":
+        side, _, kind = store.partition("-")
+        join_key = schemas[side]
+        if kind == _JOIN_INDEXED:  # the join key, then the index of the value among the key's values
+            row_schema = dict(join_key, fields=[*join_key["fields"], {"name": "index", "type": "long"}])
+            return KeyHasher(row_schema, len(join_key["fields"]), where)
+        return KeyHasher(join_key, len(join_key["fields"]), where)
+    schema = schemas[store]
+    return KeyHasher(schema, len(_partition_fields(operator, [f["name"] for f in schema["fields"]])), where)
+
+
+def _store_dir(checkpoint: str, operator_id: int, partition: int, store: str) -> str:
+    directory = os.path.join(checkpoint, "state", str(operator_id), str(partition))
+    return directory if store == "default" else os.path.join(directory, store)
+
+
+def _read_store(checkpoint: str, operator_id: int, store: str, version: int) -> tuple[dict[bytes, bytes], int]:
+    """Every partition's rows of one store at ``version``, and the bytes read."""
+    rows: dict[bytes, bytes] = {}
+    read_bytes = 0
+    op_dir = os.path.join(checkpoint, "state", str(operator_id))
+    for partition in sorted(int(n) for n in os.listdir(op_dir) if n.isdigit()):
+        directory = _store_dir(checkpoint, operator_id, partition, store)
+        if not os.path.isdir(directory):
+            continue
+        by_version: dict[int, dict[str, str]] = {}
+        for name in os.listdir(directory):
+            parsed = parse_state_file(name)
+            if parsed and parsed[1] is None:
+                by_version.setdefault(parsed[0], {})[parsed[2]] = name
+        if not by_version:
+            continue
+        files = []
+        for name in state_chain(by_version, version, snapshot="snapshot", delta="delta", where=directory):
+            with open(os.path.join(directory, name), "rb") as handle:
+                files.append((os.path.join(directory, name), handle.read()))
+        read_bytes += sum(len(raw) for _, raw in files)
+        rows.update(hdfs_store.load(files))
+    return rows, read_bytes
+
+
+def _rescaled_offsets(checkpoint: str, batch_id: int, partitions: int) -> bytes:
+    """``offsets/N+1``: the cut's offsets with the new pinned partition count."""
+    with open(os.path.join(checkpoint, "offsets", str(batch_id)), "rb") as handle:
+        raw = handle.read()
+    version, lines = parse_log(raw, f"{checkpoint}/offsets/{batch_id}")
+    if version != "v1":
+        raise RescaleRefusedError(f"{checkpoint}: its offset log is of format {version}; sparkpoint rewrites "
+                                  "HDFS-backed state for offset logs of format v1 only")
+    metadata = json.loads(lines[0])
+    metadata["conf"] = dict(metadata.get("conf") or {}, **{SHUFFLE_PARTITIONS_CONF: str(partitions)})
+    return "\n".join([version, json.dumps(metadata, separators=(",", ":")), *lines[1:]]).encode()
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    temp = f"{path}.sparkpoint.tmp"
+    with open(temp, "wb") as handle:
+        handle.write(data)
+    os.replace(temp, path)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    for line in text.splitlines():
+        if "Exception" in line or "[" in line:
+            return line.strip()[:600]
+    return text.splitlines()[0][:600] if text else type(exc).__name__

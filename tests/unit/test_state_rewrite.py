@@ -1,0 +1,95 @@
+"""`rescale` without Spark: the HDFS state files it reads and writes, and what it refuses before anything is
+written. Placement and the rescaled state themselves are checked with real Spark (tests/spark/test_rescale.py)."""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+
+import pytest
+from checkpoints import CONFS, hdfs_checkpoint, offsets, operator_metadata, write
+
+from sparkpoint.config import Settings
+from sparkpoint.errors import BadArgumentError, RescaleRefusedError
+from sparkpoint.savepoints import savepoint as sp
+from sparkpoint.savepoints.create import QuerySource, create
+from sparkpoint.savepoints.rescale import rescale
+from sparkpoint.adapters.storage import storage_for
+from sparkpoint.spark import hdfs_store
+from sparkpoint.spark.placement import hash_bytes, hash_int, hash_long
+from sparkpoint.spark.state_files import lz4_blocks, lz4_framed
+
+
+def test_a_snapshot_reads_back_as_written_across_blocks_compressible_or_not():
+    rows = {f"key-{i}".encode(): (os.urandom(300) if i % 2 else b"v" * 300) for i in range(600)}  # ~190 KB
+    written = hdfs_store.snapshot(rows.items())
+    assert written.count(b"LZ4Block") > 3  # several 64 KiB blocks, and the end mark
+    assert hdfs_store.load([("s", written)]) == rows
+
+
+def test_deltas_apply_in_order_and_a_removal_removes():
+    def delta(*records):
+        out = b""
+        for key, value in records:
+            out += struct.pack(">i", len(key)) + key
+            out += struct.pack(">i", -1) if value is None else struct.pack(">i", len(value)) + value
+        return lz4_framed(out + struct.pack(">i", -1))
+
+    snapshot = hdfs_store.snapshot([(b"a", b"1"), (b"b", b"2")])
+    rows = hdfs_store.load([("2.snapshot", snapshot), ("3.delta", delta((b"a", None), (b"c", b"3"))),
+                            ("4.delta", delta((b"b", b"22")))])
+    assert rows == {b"b": b"22", b"c": b"3"}
+
+
+def test_a_file_cut_short_is_not_read_as_fewer_rows():
+    framed = lz4_framed(struct.pack(">i", 3) + b"abc" + struct.pack(">i", 2) + b"xy")  # no end marker
+    with pytest.raises(Exception, match="truncated"):
+        hdfs_store.load([("5.delta", framed)])
+
+
+def test_lz4_framing_round_trips_through_the_reader():
+    data = os.urandom(70_000) + b"z" * 70_000
+    assert lz4_blocks(io.BytesIO(lz4_framed(data)), "f") == data
+
+
+def test_spark_murmur3_of_ints_longs_and_bytes():
+    # Values of Spark 4.3's `SELECT hash(...)` (seed 42), as signed 32-bit integers.
+    signed = lambda h: h - (1 << 32) if h & 0x80000000 else h  # noqa: E731
+    assert signed(hash_int(1, 42)) == -559580957
+    assert signed(hash_long(1, 42)) == -1712319331
+    assert signed(hash_bytes(b"Spark", 42)) == 228093765
+
+
+@pytest.fixture
+def saved(tmp_path):
+    def make(metadata: str | None = None, confs: dict | None = None):
+        root = hdfs_checkpoint(tmp_path / "ckpt", committed=3)
+        if metadata is not None:
+            write(root / "state/0/_metadata/metadata", metadata)
+        if confs is not None:
+            for batch in range(4):
+                write(root / "offsets" / str(batch), offsets(batch, confs={**CONFS, **confs}))
+        storage, path = storage_for(str(root))
+        target_storage, target = storage_for(str(tmp_path / "savepoints"))
+        created = create([QuerySource("q", path)], storage, target, target_storage, job="q")
+        return sp.load(created["path"])
+
+    return make
+
+
+@pytest.mark.parametrize("metadata, confs, refusal, complaint", [
+    (operator_metadata(name="globalStreamingLimit"), None, RescaleRefusedError, "globalStreamingLimit"),
+    (operator_metadata(name="transformWithStateExec"), None, RescaleRefusedError, "RocksDB only"),
+    (None, {"spark.sql.streaming.stateStore.rowChecksum.enabled": "true"}, RescaleRefusedError, "rowChecksum"),
+    (None, {"spark.sql.streaming.stateStore.compression.codec": "zstd"}, RescaleRefusedError, "zstd"),
+    (None, {"spark.sql.shuffle.partitions": "3"}, BadArgumentError, "already has 3 partitions"),
+])
+def test_what_cannot_be_rescaled_is_refused_before_anything_is_written(saved, tmp_path, metadata, confs, refusal,
+                                                                       complaint):
+    savepoint = saved(metadata, confs)
+    home = tmp_path / "home"
+    with pytest.raises(refusal, match=complaint):
+        rescale(Settings(home=str(home)), savepoint, 3, str(tmp_path / "rescaled"))
+    assert not (tmp_path / "rescaled").exists() and not (home / "tmp").exists()
+    assert sp.verify(savepoint).valid

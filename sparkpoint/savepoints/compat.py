@@ -111,7 +111,12 @@ def verdict(savepoint: Savepoint, app: str, report: dict[str, Any], allow_non_re
         operators = [op.get("name") or "?" for op in outcome.get("operators") or []]
         checked.append(CheckedQuery(name=name, started=True, error=outcome.get("error"), operators=operators,
                                     sources=len(outcome["sources"]) if outcome.get("sources") else None))
-        problems += _query_problems(saved, outcome, operators)
+        found = _query_problems(saved, outcome, operators)
+        if name in _rescaled_queries(savepoint):  # its partition count was chosen: the application's is moot
+            notes += [f"{p.message.split(' (Spark would')[0]}, as `rescale` made it: Spark keeps "
+                      f"{saved['confs'].get(SHUFFLE_PARTITIONS)}" for p in found if p.kind == "shuffle_partitions"]
+            found = [p for p in found if p.kind != "shuffle_partitions"]
+        problems += found
         notes += _pinned_conf_notes(saved, outcome.get("confs") or {})
     for name in started.keys() - {q["name"] for q in savepoint.queries}:
         notes.append(f"query {name}: not in the savepoint; it starts without state")
@@ -126,6 +131,11 @@ def verdict(savepoint: Savepoint, app: str, report: dict[str, Any], allow_non_re
             notes.append(f"{failed} (after its saved queries were checked)")
     return Checked(savepoint=savepoint.path, app=app, compatible=not problems, problems=problems, notes=notes,
                    queries=checked)
+
+
+def _rescaled_queries(savepoint: Savepoint) -> list[str]:
+    origin = savepoint.manifest.get("origin") or {}
+    return origin.get("queries") or [] if origin.get("kind") == "rescale" else []
 
 
 def _query_problems(saved: dict[str, Any], outcome: dict[str, Any], operators: list[str]) -> list[Problem]:

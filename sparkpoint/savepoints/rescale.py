@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,32 +50,35 @@ class Rescaled(Result):
 def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_dir: str | None = None, *,
             query: str | None = None, progress: transfer.Progress | None = None) -> Rescaled:
     """Rescale ``savepoint``'s stateful queries (or only ``query``) to ``partitions`` state partitions, into a
-    new savepoint in ``target_dir`` (by default the catalog, beside the source)."""
+    new savepoint in ``target_dir`` (by default the home's catalog, under the source's job label)."""
     started = time.monotonic()
     progress = progress or transfer.NullProgress()
     chosen = _chosen(savepoint, partitions, query)
     scratch = settings.scratch_dir("rescale-")
-    try:
-        restored = restore(savepoint, os.path.join(scratch, "checkpoints"), workers=settings.transfer_workers,
-                           storage_options=settings.storage_options)
-        locations = {q.name: q.checkpoint for q in restored.queries}
-        results = {q["name"]: _unchanged(q) for q in savepoint.queries if q["name"] not in chosen}
-        progress.start(f"rescale {savepoint.manifest['id']} to {partitions} partitions",
-                       sum(op["bytes"] for q in chosen.values() for op in q["operators"]))
-        from sparkpoint.spark import state_rows
+    from sparkpoint.spark import state_rows
 
-        spark = state_rows.spark_session()
-        for name, saved in chosen.items():
-            results[name] = _rescale_query(spark, saved, locations[name], partitions, progress)
-        progress.finish()
-        created = take(settings, savepoint.manifest["job"],
-                       [QuerySource(name, location) for name, location in locations.items()],
-                       storage_for(scratch)[0], target_dir,
-                       origin={"kind": ORIGIN_KIND, "savepoint": savepoint.manifest["id"], "partitions": partitions,
-                               "queries": sorted(chosen)},
-                       restored_from=savepoint.path, progress=progress)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    # Spark starts (seconds) while the savepoint is restored, and counts the rows while Python reads them.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkpoint-spark") as spark_side:
+        try:
+            starting = spark_side.submit(state_rows.spark_session)
+            restored = restore(savepoint, os.path.join(scratch, "checkpoints"), workers=settings.transfer_workers,
+                               storage_options=settings.storage_options)
+            locations = {q.name: q.checkpoint for q in restored.queries}
+            results = {q["name"]: _unchanged(q) for q in savepoint.queries if q["name"] not in chosen}
+            progress.start(f"rescale {savepoint.manifest['id']} to {partitions} partitions",
+                           sum(op["bytes"] for q in chosen.values() for op in q["operators"]))
+            spark = starting.result()
+            for name, saved in chosen.items():
+                results[name] = _rescale_query(spark, spark_side, saved, locations[name], partitions, progress)
+            progress.finish()
+            created = take(settings, savepoint.manifest["job"],
+                           [QuerySource(name, location) for name, location in locations.items()],
+                           storage_for(scratch)[0], target_dir,
+                           origin={"kind": ORIGIN_KIND, "savepoint": savepoint.manifest["id"],
+                                   "partitions": partitions, "queries": sorted(chosen)},
+                           restored_from=savepoint.path, progress=progress)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     return Rescaled(source=savepoint.path, source_id=savepoint.manifest["id"], savepoint=created,
                     seconds=round(time.monotonic() - started, 3),
                     queries=[results[q["name"]] for q in savepoint.queries])
@@ -138,7 +142,7 @@ def _unchanged(saved: dict[str, Any]) -> RescaledQuery:
     return RescaledQuery(saved["name"], pinned, pinned, saved["batch_id"], None, [])
 
 
-def _rescale_query(spark, saved: dict[str, Any], checkpoint: str, partitions: int,
+def _rescale_query(spark, spark_side: ThreadPoolExecutor, saved: dict[str, Any], checkpoint: str, partitions: int,
                    progress: transfer.Progress) -> RescaledQuery:
     from sparkpoint.spark import repartition
 
@@ -149,15 +153,18 @@ def _rescale_query(spark, saved: dict[str, Any], checkpoint: str, partitions: in
             path = os.path.join(checkpoint, "offsets", name)
             if os.path.exists(path):
                 os.remove(path)
-    batch_id = saved["batch_id"]
-    before = repartition.count_rows(spark, checkpoint, batch_id, saved["operators"])
+    batch_id, operators = saved["batch_id"], saved["operators"]
     if saved["provider"].startswith("rocksdb"):
+        before = repartition.count_rows(spark, checkpoint, batch_id, operators)
         progress.waiting(f"Spark repartitions the state of {saved['name']}")
         new_batch = repartition.run_spark_runner(spark, checkpoint, partitions, saved["checkpoint_format_version"])
-        progress.advance(sum(op["bytes"] for op in saved["operators"]))
+        progress.advance(sum(op["bytes"] for op in operators))
     else:
-        new_batch = repartition.rewrite_hdfs(spark, checkpoint, batch_id, saved["operators"], partitions,
-                                             progress.advance)
+        counting = spark_side.submit(repartition.count_rows, spark, checkpoint, batch_id, operators)
+        state = repartition.read_hdfs(checkpoint, batch_id, operators)
+        before = counting.result()
+        new_batch = repartition.write_hdfs(spark, checkpoint, batch_id, operators, state, partitions,
+                                           progress.advance)
     checks = repartition.check_rescaled(spark, checkpoint, new_batch, saved["operators"], partitions, before)
     unsound = [c for c in checks if not c.sound]
     if unsound:

@@ -86,20 +86,27 @@ def run_spark_runner(spark, checkpoint: str, partitions: int, format_version: in
         raise SparkFailureError(f"Spark could not repartition {checkpoint}: {_first_line(exc)}") from None
 
 
-def rewrite_hdfs(spark, checkpoint: str, batch_id: int, operators: list[dict[str, Any]], partitions: int,
-                 advance) -> int:
-    """sparkpoint's own HDFS path: batch ``batch_id + 1`` whose state holds every store's rows of version
-    ``batch_id + 1`` placed in ``partitions`` partitions. ``advance(bytes)`` reports each store done."""
+def read_hdfs(checkpoint: str, batch_id: int, operators: list[dict[str, Any]]) -> dict[tuple[int, str], tuple]:
+    """Every HDFS-backed store's rows at the cut (version ``batch_id + 1``), all partitions together, with the
+    bytes read: (operator id, store) -> (rows, bytes). Python only: it runs while Spark counts the same rows."""
+    return {(operator["id"], store): _read_store(checkpoint, operator["id"], store, batch_id + 1)
+            for operator in operators for store in operator["stores"]}
+
+
+def write_hdfs(spark, checkpoint: str, batch_id: int, operators: list[dict[str, Any]],
+               state: dict[tuple[int, str], tuple], partitions: int, advance) -> int:
+    """sparkpoint's own HDFS path: batch ``batch_id + 1`` whose state holds ``state`` (read_hdfs) placed in
+    ``partitions`` partitions. ``advance(bytes)`` reports each store done."""
     version = batch_id + 1
     offsets = _rescaled_offsets(checkpoint, batch_id, partitions)  # refused here, before the long part
     for operator in operators:
         schemas = _key_schemas(spark, checkpoint, batch_id, operator)
         for store in operator["stores"]:
             hasher = _store_hasher(operator, store, schemas, checkpoint)
-            rows, read_bytes = _read_store(checkpoint, operator["id"], store, version)
+            rows, read_bytes = state[(operator["id"], store)]
             buckets: list[list[tuple[bytes, bytes]]] = [[] for _ in range(partitions)]
-            for key, value in rows.items():
-                buckets[hasher.partition(key, partitions)].append((key, value))
+            for (key, value), partition in zip(rows.items(), hasher.partitions(list(rows), partitions), strict=True):
+                buckets[partition].append((key, value))
             for partition, bucket in enumerate(buckets):
                 directory = _store_dir(checkpoint, operator["id"], partition, store)
                 os.makedirs(directory, exist_ok=True)

@@ -1,5 +1,7 @@
 """`run -s SAVEPOINT --fork`: two variants from one savepoint, running side by side, are two queries (new query
-ids) that continue from the same state."""
+ids) that continue from the same state. `rescale` and `run -s --partitions` from the command line: the version
+restored from a rescaled savepoint continues the same counts on the new partitions, and `savepoints --tree`
+shows the rescaled savepoint under the one it came from."""
 
 from __future__ import annotations
 
@@ -36,3 +38,33 @@ def test_two_forks_of_one_savepoint_are_two_queries_with_the_same_state(tmp_path
     assert counts[0] == counts[1] and counts[0] == {"p2/like": 3, "p3/like": 2, "p0/like": 2}
     for fork in forks:
         assert cli_json(home, "cancel", fork["id"])["state"] == "cancelled"
+
+
+def test_run_s_partitions_continues_the_same_counts_on_the_new_partitions(tmp_path):
+    home, inputs = tmp_path / "home", tmp_path / "in"
+    v1 = v1_after_two_batches(home, inputs, tmp_path / "out-v1")
+    stopped = cli_json(home, "stop", v1["id"])
+
+    rescaled = cli_json(home, "rescale", stopped["id"], "--partitions", "3", str(tmp_path / "rescaled"))
+    (query,) = rescaled["queries"]
+    assert (rescaled["source_id"], query["partitions_before"], query["partitions"]) == (stopped["id"], 2, 3)
+    assert query["batch_id"] == stopped["queries"][0]["batch_id"] + 1
+    assert query["stores"] and all(s["rows"] > 0 and s["misplaced"] == 0 for s in query["stores"])
+    assert cli_json(home, "verify", rescaled["savepoint"]["path"])["valid"]
+
+    wide = cli_json(home, "run", "--detach", "--name", "posts-wide", "-s", stopped["id"], "--partitions", "5", APP,
+                    "v1", str(inputs), str(tmp_path / "out-wide"))
+    assert wide["upgrade_check"]["compatible"]  # the application's 2 partitions do not refuse a rescaled savepoint
+    feed(inputs, 2)
+    wait_for(lambda: batches(tmp_path / "out-wide"), what="the rescaled version's first batch")
+    assert final_counts(tmp_path / "out-wide") == {"p2/like": 3, "p3/like": 2, "p0/like": 2}
+    checkpoint = Path(wide["checkpoint_root"]) / "posts"
+    last = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+    conf = json.loads((checkpoint / "offsets" / str(last)).read_text().splitlines()[1])["conf"]
+    assert conf["spark.sql.shuffle.partitions"] == "5"
+
+    (root,) = [node for node in cli_json(home, "savepoints", "--tree") if node["id"] == stopped["id"]]
+    children = {child["origin"]["partitions"]: child for child in root["children"]}
+    assert set(children) == {5} and children[5]["parent"] == stopped["id"]
+    assert Path(wide["restored_from"]).name == children[5]["id"]
+    assert cli_json(home, "cancel", wide["id"])["state"] == "cancelled"

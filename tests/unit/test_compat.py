@@ -120,6 +120,15 @@ def test_other_shuffle_partitions_without_state_are_no_problem(saved):
     assert checked.compatible
 
 
+def test_a_rescaled_savepoint_keeps_its_partitions_whatever_the_application_sets_with_a_note(saved):
+    saved.manifest["origin"] = {"kind": "rescale", "savepoint": "x", "partitions": 2, "queries": ["alarms"]}
+    checked = compat.verdict(saved, "app.py", report(confs={"spark.sql.shuffle.partitions": "8"}),
+                             allow_non_restored=False)
+    assert checked.compatible and checked.notes == [
+        "query alarms: the application sets spark.sql.shuffle.partitions=8, its saved state has 2 partitions, as "
+        "`rescale` made it: Spark keeps 2"]
+
+
 def test_an_application_that_raises_after_its_queries_were_checked_gets_a_note(saved):
     ran = report()
     ran["app_error"] = "RuntimeError: the queries ended"

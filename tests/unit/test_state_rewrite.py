@@ -17,7 +17,7 @@ from sparkpoint.savepoints.create import QuerySource, create
 from sparkpoint.savepoints.rescale import rescale
 from sparkpoint.adapters.storage import storage_for
 from sparkpoint.spark import hdfs_store
-from sparkpoint.spark.placement import hash_bytes, hash_int, hash_long
+from sparkpoint.spark.placement import KeyHasher, hash_bytes, hash_int, hash_long
 from sparkpoint.spark.state_files import lz4_blocks, lz4_framed
 
 
@@ -93,3 +93,38 @@ def test_what_cannot_be_rescaled_is_refused_before_anything_is_written(saved, tm
         rescale(Settings(home=str(home)), savepoint, 3, str(tmp_path / "rescaled"))
     assert not (tmp_path / "rescaled").exists() and not (home / "tmp").exists()
     assert sp.verify(savepoint).valid
+
+
+def test_the_command_exits_17_with_one_line_naming_the_operator(saved, tmp_path, capsys, monkeypatch):
+    from sparkpoint.cli.main import main
+
+    savepoint = saved(operator_metadata(name="globalStreamingLimit"))
+    monkeypatch.setenv("SPARKPOINT_HOME", str(tmp_path / "home"))
+    assert main(["rescale", savepoint.path, "--partitions", "4"]) == 17
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "globalStreamingLimit" in err and "cannot be rescaled" in err
+
+
+def test_the_vectorized_hash_of_fixed_width_keys_is_the_row_by_row_one():
+    """Keys of (long, int, boolean, double) with nulls: numpy's placement equals the exact per-row one."""
+    import random
+
+    fields = [("a", "long", "<q"), ("b", "integer", "<i"), ("c", "boolean", "<?"), ("d", "double", "<d")]
+    schema = {"type": "struct", "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}}
+                                           for n, t, _ in fields]}
+    rng = random.Random(7)
+    rows = []
+    for _ in range(2000):
+        nulls, slots = 0, b""
+        for index, (_, _, fmt) in enumerate(fields):
+            if rng.random() < 0.1:
+                nulls |= 1 << index
+                slots += bytes(8)
+            else:
+                value = {"<q": rng.randint(-2**63, 2**63 - 1), "<i": rng.randint(-2**31, 2**31 - 1),
+                         "<?": rng.random() < 0.5, "<d": rng.uniform(-1e9, 1e9)}[fmt]
+                slots += struct.pack(fmt, value).ljust(8, b"\0")
+        rows.append(struct.pack("<q", nulls) + slots)
+    hasher = KeyHasher(schema, len(fields), "test")
+    assert hasher.partitions(rows, 7) == [hasher.partition(row, 7) for row in rows]
+    assert len(set(hasher.partitions(rows, 7))) == 7

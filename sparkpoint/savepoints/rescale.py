@@ -26,6 +26,9 @@ from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.spark.checkpoint import SHUFFLE_PARTITIONS_CONF, companion_names
 
 ORIGIN_KIND = "rescale"
+# False in checkpoints of queries started before Spark 3.3 (SPARK-38204): an aggregation's state may then sit
+# where an upstream partitioning on a subset of its keys put it, not where the hash of all its keys would.
+STRICT_DISTRIBUTION_CONF = "spark.sql.streaming.statefulOperator.useStrictDistribution"
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,10 @@ def _chosen(savepoint: Savepoint, partitions: int, query: str | None) -> dict[st
                 raise RescaleRefusedError(
                     f"query {saved['name']} operator {op['id']} ({op['name'] or 'unnamed: written before Spark 4'}) "
                     f"cannot be rescaled on the {provider} state store: {_why_not(op['name'], provider)}")
+        if saved["confs"].get(STRICT_DISTRIBUTION_CONF, "true").lower() == "false":
+            raise RescaleRefusedError(
+                f"query {saved['name']} pins {STRICT_DISTRIBUTION_CONF}=false (it was started before Spark 3.3): its "
+                "operators may be partitioned by fewer columns than their keys, which a rescale cannot know")
         if provider == "hdfs":
             refusal = hdfs_refusal(saved["confs"], saved["checkpoint_format_version"])
             if refusal:

@@ -84,6 +84,8 @@ def saved(tmp_path):
     (None, {"spark.sql.streaming.stateStore.rowChecksum.enabled": "true"}, RescaleRefusedError, "rowChecksum"),
     (None, {"spark.sql.streaming.stateStore.compression.codec": "zstd"}, RescaleRefusedError, "zstd"),
     (None, {"spark.sql.shuffle.partitions": "3"}, BadArgumentError, "already has 3 partitions"),
+    (None, {"spark.sql.streaming.statefulOperator.useStrictDistribution": "false"}, RescaleRefusedError,
+     "useStrictDistribution=false"),
 ])
 def test_what_cannot_be_rescaled_is_refused_before_anything_is_written(saved, tmp_path, metadata, confs, refusal,
                                                                        complaint):

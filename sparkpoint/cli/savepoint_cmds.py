@@ -217,9 +217,12 @@ def _render_inspected(inspected: Inspected) -> None:
 @click.option("--partitions", type=click.IntRange(min=1), required=True,
               help="The number of state partitions (spark.sql.shuffle.partitions) the new savepoint pins.")
 @click.option("--query", type=PATH_PART, help="Rescale only this query [default: every stateful query].")
+@click.option("--replan", is_flag=True,
+              help="A savepoint of a running query has its next batch planned: plan its input again after the "
+                   "rescale (its sink may write that batch twice). Refused without it.")
 @output_option
 @pass_app
-def rescale_cmd(app, loaded, target_dir, partitions, query, output):
+def rescale_cmd(app, loaded, target_dir, partitions, query, replan, output):
     """Write a new savepoint of SAVEPOINT with its state repartitioned to N partitions.
 
     Each key goes where Spark's hash partitioning puts it with N partitions, and the offset log pins N,
@@ -230,8 +233,8 @@ def rescale_cmd(app, loaded, target_dir, partitions, query, output):
     """
     from sparkpoint.savepoints.rescale import rescale
 
-    emit(output, rescale(app.settings, loaded, partitions, target_dir, query=query, progress=app.progress()),
-         _render_rescaled)
+    emit(output, rescale(app.settings, loaded, partitions, target_dir, query=query, replan=replan,
+                         progress=app.progress()), _render_rescaled)
 
 
 def _render_rescaled(rescaled: Rescaled) -> None:

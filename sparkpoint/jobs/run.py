@@ -95,12 +95,12 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
         client_for(registry, replaced).status()  # exit 12 now, before a driver starts, if it does not run
     elif request.savepoint:
         saved = catalog.load(settings, request.savepoint)
-        if request.partitions is not None and needs_rescale(saved, request.partitions):
-            saved = load_savepoint(rescale(settings, saved, request.partitions, progress=progress).savepoint.path)
     if request.rollback_to:
         way_back = _way_back(settings, registry, request.rollback_to, saved)
     if request.probation is not None and (replaced or way_back):
         _check_restartable(replaced or way_back.previous)
+    if saved and request.partitions is not None and needs_rescale(saved, request.partitions):
+        saved = load_savepoint(rescale(settings, saved, request.partitions, progress=progress).savepoint.path)
     upgrade_check = None  # nothing is restored: nothing to check
     if rollback_of is not None:
         upgrade_check = {"skipped": f"rollback: the version {rollback_of.id} replaced, as it ran before", "at": iso()}

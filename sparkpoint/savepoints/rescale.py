@@ -3,7 +3,8 @@ partitioning of each stateful operator's keys puts it, with the offset log's pin
 match. The savepoint rescaled is never modified (NO_CLAIM): the work is done on a scratch restore of it, and
 the new savepoint is taken of that scratch checkpoint, the way every savepoint is taken and verified.
 
-What cannot be repartitioned exactly is refused by name before Spark starts (RescaleRefusedError); see
+What cannot be repartitioned exactly is refused by name (RescaleRefusedError) before any state is rewritten:
+from the manifest before Spark starts, from the state's key schemas before the state is read; see
 spark/repartition.py for what each state store supports and how the result is checked."""
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from sparkpoint.results import Result
 from sparkpoint.savepoints.create import Created, QuerySource, take
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.savepoints.savepoint import Savepoint
-from sparkpoint.spark.checkpoint import SHUFFLE_PARTITIONS_CONF, companion_names
+from sparkpoint.spark.checkpoint import PROVIDER_CLASS_CONF, SHUFFLE_PARTITIONS_CONF, companion_names
 
 ORIGIN_KIND = "rescale"
+KNOWN_PROVIDERS = ("org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",  # the default
+                   "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
 # False in checkpoints of queries started before Spark 3.3 (SPARK-38204): an aggregation's state may then sit
 # where an upstream partitioning on a subset of its keys put it, not where the hash of all its keys would.
 STRICT_DISTRIBUTION_CONF = "spark.sql.streaming.statefulOperator.useStrictDistribution"
@@ -51,18 +54,22 @@ class Rescaled(Result):
 
 
 def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_dir: str | None = None, *,
-            query: str | None = None, progress: transfer.Progress | None = None) -> Rescaled:
+            query: str | None = None, replan: bool = False,
+            progress: transfer.Progress | None = None) -> Rescaled:
     """Rescale ``savepoint``'s stateful queries (or only ``query``) to ``partitions`` state partitions, into a
-    new savepoint in ``target_dir`` (by default the home's catalog, under the source's job label)."""
-    started = time.monotonic()
-    progress = progress or transfer.NullProgress()
-    chosen = _chosen(savepoint, partitions, query)
-    scratch = settings.scratch_dir("rescale-")
+    new savepoint in ``target_dir`` (by default the home's catalog, under the source's job label). ``replan``:
+    a batch planned at the cut is planned again after the rescale (refused otherwise)."""
     from sparkpoint.spark import state_rows
 
-    # Spark starts (seconds) while the savepoint is restored, and counts the rows while Python reads them.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkpoint-spark") as spark_side:
-        try:
+    started = time.monotonic()
+    progress = progress or transfer.NullProgress()
+    chosen = _chosen(savepoint, partitions, query, replan)
+    scratch = settings.scratch_dir("rescale-")
+    owned = not state_rows.session_exists()  # stopped afterwards: a `run` goes on beside its job's driver
+    starting = None
+    try:
+        # Spark starts (seconds) while the savepoint is restored, and counts the rows while Python reads them.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkpoint-spark") as spark_side:
             starting = spark_side.submit(state_rows.spark_session)
             restored = restore(savepoint, os.path.join(scratch, "checkpoints"), workers=settings.transfer_workers,
                                storage_options=settings.storage_options)
@@ -74,14 +81,17 @@ def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_di
             for name, saved in chosen.items():
                 results[name] = _rescale_query(spark, spark_side, saved, locations[name], partitions, progress)
             progress.finish()
-            created = take(settings, savepoint.manifest["job"],
-                           [QuerySource(name, location) for name, location in locations.items()],
-                           storage_for(scratch)[0], target_dir,
-                           origin={"kind": ORIGIN_KIND, "savepoint": savepoint.manifest["id"],
-                                   "partitions": partitions, "queries": sorted(chosen)},
-                           restored_from=savepoint.path, progress=progress)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        created = take(settings, savepoint.manifest["job"],
+                       [QuerySource(name, location) for name, location in locations.items()],
+                       storage_for(scratch)[0], target_dir,
+                       origin={"kind": ORIGIN_KIND, "savepoint": savepoint.manifest["id"], "partitions": partitions,
+                               "queries": sorted(chosen)},
+                       restored_from=savepoint.path, progress=progress)
+    finally:
+        # After the executor has let its thread go: no Spark job reads the scratch directory any more.
+        shutil.rmtree(scratch, ignore_errors=True)
+        if owned and starting is not None and starting.done() and starting.exception() is None:
+            starting.result().stop()
     return Rescaled(source=savepoint.path, source_id=savepoint.manifest["id"], savepoint=created,
                     seconds=round(time.monotonic() - started, 3),
                     queries=[results[q["name"]] for q in savepoint.queries])
@@ -92,7 +102,7 @@ def needs_rescale(savepoint: Savepoint, partitions: int) -> bool:
     return any(q["operators"] and _pinned(q) != partitions for q in savepoint.queries)
 
 
-def _chosen(savepoint: Savepoint, partitions: int, query: str | None) -> dict[str, dict[str, Any]]:
+def _chosen(savepoint: Savepoint, partitions: int, query: str | None, replan: bool) -> dict[str, dict[str, Any]]:
     """The queries to rescale, each checked: everything refused is refused before anything is written."""
     from sparkpoint.spark.repartition import HDFS_OPERATORS, RUNNER_OPERATORS, hdfs_refusal
 
@@ -108,6 +118,17 @@ def _chosen(savepoint: Savepoint, partitions: int, query: str | None) -> dict[st
         if _pinned(saved) == partitions:
             continue
         provider = saved.get("provider") or "none"
+        provider_class = saved["confs"].get(PROVIDER_CLASS_CONF, KNOWN_PROVIDERS[0])
+        if provider_class not in KNOWN_PROVIDERS:
+            raise RescaleRefusedError(f"query {saved['name']} keeps its state in a store sparkpoint does not know "
+                                      f"({provider_class}): only Spark's HDFS-backed and RocksDB stores can be "
+                                      "rescaled")
+        if saved.get("planned_batch_id") is not None and not replan:
+            raise RescaleRefusedError(
+                f"query {saved['name']} had batch {saved['planned_batch_id']} planned at the cut (a savepoint of a "
+                "running query): its sink may hold that batch already, and the rescale's batch takes its id, so the "
+                "input would be written again as the next one. Rescale a savepoint `stop` took (at a batch "
+                "boundary), or `rescale --replan` it if the sink tolerates that")
         supported = RUNNER_OPERATORS if provider.startswith("rocksdb") else HDFS_OPERATORS
         for op in saved["operators"]:
             if op["name"] not in supported:
@@ -154,24 +175,28 @@ def _rescale_query(spark, spark_side: ThreadPoolExecutor, saved: dict[str, Any],
     from sparkpoint.spark import repartition
 
     planned = saved.get("planned_batch_id")
-    if planned is not None:
-        # A planned batch cannot stay planned: the rescale takes its id. Its input is planned again after.
+    if planned is not None:  # --replan: the rescale takes its id; its input is planned again after
         for name in (str(planned), *companion_names(str(planned))):
             path = os.path.join(checkpoint, "offsets", name)
             if os.path.exists(path):
                 os.remove(path)
     batch_id, operators = saved["batch_id"], saved["operators"]
+    schemas = repartition.key_schemas(spark, checkpoint, batch_id, operators)
     if saved["provider"].startswith("rocksdb"):
         before = repartition.count_rows(spark, checkpoint, batch_id, operators)
         progress.waiting(f"Spark repartitions the state of {saved['name']}")
         new_batch = repartition.run_spark_runner(spark, checkpoint, partitions, saved["checkpoint_format_version"])
         progress.advance(sum(op["bytes"] for op in operators))
     else:
+        plan = repartition.plan_hdfs(checkpoint, batch_id, operators, partitions, schemas)
         counting = spark_side.submit(repartition.count_rows, spark, checkpoint, batch_id, operators)
-        state = repartition.read_hdfs(checkpoint, batch_id, operators)
+        try:
+            state = repartition.read_hdfs(checkpoint, batch_id, operators)
+        except BaseException:
+            spark.sparkContext.cancelAllJobs()  # the count reads the scratch directory about to be removed
+            raise
         before = counting.result()
-        new_batch = repartition.write_hdfs(spark, checkpoint, batch_id, operators, state, partitions,
-                                           progress.advance)
+        new_batch = repartition.write_hdfs(checkpoint, batch_id, plan, state, partitions, progress.advance)
     checks = repartition.check_rescaled(spark, checkpoint, new_batch, saved["operators"], partitions, before)
     unsound = [c for c in checks if not c.sound]
     if unsound:

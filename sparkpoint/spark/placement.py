@@ -67,6 +67,24 @@ def hash_bytes(data: bytes, seed: int) -> int:
     return _fmix(h1, len(data))
 
 
+# Spark hashes -0.0 as 0 and every NaN by Java's canonical bits (floatToIntBits): deduplication and
+# flatMapGroupsWithState keys are not normalized before they reach state, so both occur there.
+_FLOAT_NEGATIVE_ZERO, _FLOAT_NAN = -0x80000000, 0x7FC00000
+_DOUBLE_NEGATIVE_ZERO, _DOUBLE_NAN = -0x8000000000000000, 0x7FF8000000000000
+
+
+def float_bits(bits: int) -> int:
+    if bits == _FLOAT_NEGATIVE_ZERO:
+        return 0
+    return _FLOAT_NAN if bits & 0x7FFFFFFF > 0x7F800000 else bits
+
+
+def double_bits(bits: int) -> int:
+    if bits == _DOUBLE_NEGATIVE_ZERO:
+        return 0
+    return _DOUBLE_NAN if bits & 0x7FFFFFFFFFFFFFFF > 0x7FF0000000000000 else bits
+
+
 def signed(value: int) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
@@ -81,6 +99,7 @@ class KeyHasher:
         # Fixed-width fields are hashed a million at a time with numpy; others (strings, structs) row by row.
         self._vector_types = [_VECTOR_TYPES.get(f["type"] if isinstance(f["type"], str) else "")
                               for f in schema["fields"][:fields]]
+        self._floating = [f["type"] in ("float", "double") for f in schema["fields"][:fields]]
 
     def partition(self, row: bytes, partitions: int) -> int:
         return signed(_hash_row(row, self._hashers, self.num_fields, SEED)) % partitions
@@ -108,6 +127,8 @@ class KeyHasher:
         for index, (dtype, width) in enumerate(self._vector_types):
             slot = bitset + 8 * index
             value = np.ascontiguousarray(table[:, slot:slot + width]).view(dtype)[:, 0]
+            if self._floating[index]:
+                value = _vector_canonical(value, width)
             is_null = (table[:, index // 8] >> (index % 8)) & 1 == 1
             hashed = (_vector_hash_long(value.astype(np.int64), h) if width == 8
                       else _vector_hash_int(value.astype(np.int32), h))
@@ -120,6 +141,17 @@ class KeyHasher:
 _VECTOR_TYPES = {"boolean": ("<u1", 1), "byte": ("<i1", 1), "short": ("<i2", 2), "integer": ("<i4", 4),
                  "date": ("<i4", 4), "float": ("<i4", 4), "long": ("<i8", 8), "timestamp": ("<i8", 8),
                  "timestamp_ntz": ("<i8", 8), "double": ("<i8", 8)}
+
+
+def _vector_canonical(bits, width: int):
+    """:func:`float_bits` or :func:`double_bits` of a column."""
+    import numpy as np
+
+    zero, nan, exponent = ((_FLOAT_NEGATIVE_ZERO, _FLOAT_NAN, 0x7F800000) if width == 4 else
+                           (_DOUBLE_NEGATIVE_ZERO, _DOUBLE_NAN, 0x7FF0000000000000))
+    magnitude = bits & np.array(-1 - zero, dtype=bits.dtype)  # every bit but the sign
+    bits = np.where(bits == zero, 0, bits).astype(bits.dtype)
+    return np.where(magnitude > exponent, nan, bits).astype(bits.dtype)
 
 
 def _vector_mix_k1(k1):
@@ -198,10 +230,9 @@ def _field_hasher(field: dict[str, Any], name: str, where: str):
 
         return bytes_hash
     if data_type == "float":
-        # Spark normalizes -0.0 and NaN in grouping and join keys before they reach state (NormalizeFloatingNumbers).
-        return lambda row, slot, seed: hash_int(struct.unpack_from("<i", row, slot)[0], seed)
+        return lambda row, slot, seed: hash_int(float_bits(struct.unpack_from("<i", row, slot)[0]), seed)
     if data_type == "double":
-        return lambda row, slot, seed: hash_long(struct.unpack_from("<q", row, slot)[0], seed)
+        return lambda row, slot, seed: hash_long(double_bits(struct.unpack_from("<q", row, slot)[0]), seed)
     raise RescaleRefusedError(
         f"{where}: key field {name!r} is of type {_type_name(data_type)}, whose hash partitioning sparkpoint does not "
         "reproduce; rescale state of this kind on the RocksDB state store, where Spark's repartitioner places it"

@@ -86,6 +86,38 @@ def run_spark_runner(spark, checkpoint: str, partitions: int, format_version: in
         raise SparkFailureError(f"Spark could not repartition {checkpoint}: {_first_line(exc)}") from None
 
 
+def key_schemas(spark, checkpoint: str, batch_id: int,
+                operators: list[dict[str, Any]]) -> dict[int, dict[str, dict[str, Any]]]:
+    """Each operator's state key schemas (per store, state variable or join side), read by Spark before
+    anything is rewritten; a keyless operator (a global aggregation: Spark keeps its state in one partition,
+    whatever the count) is refused here."""
+    schemas = {}
+    for operator in operators:
+        schemas[operator["id"]] = _key_schemas(spark, checkpoint, batch_id, operator)
+        if any(not schema["fields"] for schema in schemas[operator["id"]].values()):
+            raise RescaleRefusedError(
+                f"operator {operator['id']} ({operator['name']}) has no key (a global aggregation): Spark keeps its "
+                "state in one partition whatever their number, so there is nothing to rescale in it")
+    return schemas
+
+
+@dataclass(frozen=True)
+class HdfsPlan:
+    """What sparkpoint's HDFS path writes, decided (and anything it cannot do refused) before it reads state."""
+
+    offsets: bytes  # offsets/N+1
+    hashers: dict[tuple[int, str], KeyHasher]  # per (operator id, store)
+
+
+def plan_hdfs(checkpoint: str, batch_id: int, operators: list[dict[str, Any]], partitions: int,
+              schemas: dict[int, dict[str, dict[str, Any]]]) -> HdfsPlan:
+    return HdfsPlan(
+        offsets=_rescaled_offsets(checkpoint, batch_id, partitions),
+        hashers={(op["id"], store): _store_hasher(op, store, schemas[op["id"]], checkpoint)
+                 for op in operators for store in op["stores"]},
+    )
+
+
 def read_hdfs(checkpoint: str, batch_id: int, operators: list[dict[str, Any]]) -> dict[tuple[int, str], tuple]:
     """Every HDFS-backed store's rows at the cut (version ``batch_id + 1``), all partitions together, with the
     bytes read: (operator id, store) -> (rows, bytes). Python only: it runs while Spark counts the same rows."""
@@ -93,26 +125,22 @@ def read_hdfs(checkpoint: str, batch_id: int, operators: list[dict[str, Any]]) -
             for operator in operators for store in operator["stores"]}
 
 
-def write_hdfs(spark, checkpoint: str, batch_id: int, operators: list[dict[str, Any]],
-               state: dict[tuple[int, str], tuple], partitions: int, advance) -> int:
+def write_hdfs(checkpoint: str, batch_id: int, plan: HdfsPlan, state: dict[tuple[int, str], tuple],
+               partitions: int, advance) -> int:
     """sparkpoint's own HDFS path: batch ``batch_id + 1`` whose state holds ``state`` (read_hdfs) placed in
     ``partitions`` partitions. ``advance(bytes)`` reports each store done."""
     version = batch_id + 1
-    offsets = _rescaled_offsets(checkpoint, batch_id, partitions)  # refused here, before the long part
-    for operator in operators:
-        schemas = _key_schemas(spark, checkpoint, batch_id, operator)
-        for store in operator["stores"]:
-            hasher = _store_hasher(operator, store, schemas, checkpoint)
-            rows, read_bytes = state[(operator["id"], store)]
-            buckets: list[list[tuple[bytes, bytes]]] = [[] for _ in range(partitions)]
-            for (key, value), partition in zip(rows.items(), hasher.partitions(list(rows), partitions), strict=True):
-                buckets[partition].append((key, value))
-            for partition, bucket in enumerate(buckets):
-                directory = _store_dir(checkpoint, operator["id"], partition, store)
-                os.makedirs(directory, exist_ok=True)
-                _write_atomic(os.path.join(directory, f"{version + 1}.snapshot"), hdfs_store.snapshot(bucket))
-            advance(read_bytes)
-    _write_atomic(os.path.join(checkpoint, "offsets", str(batch_id + 1)), offsets)
+    for (operator_id, store), (rows, read_bytes) in state.items():
+        placed = plan.hashers[(operator_id, store)].partitions(list(rows), partitions)
+        buckets: list[list[tuple[bytes, bytes]]] = [[] for _ in range(partitions)]
+        for (key, value), partition in zip(rows.items(), placed, strict=True):
+            buckets[partition].append((key, value))
+        for partition, bucket in enumerate(buckets):
+            directory = _store_dir(checkpoint, operator_id, partition, store)
+            os.makedirs(directory, exist_ok=True)
+            _write_atomic(os.path.join(directory, f"{version + 1}.snapshot"), hdfs_store.snapshot(bucket))
+        advance(read_bytes)
+    _write_atomic(os.path.join(checkpoint, "offsets", str(batch_id + 1)), plan.offsets)
     shutil.copyfile(os.path.join(checkpoint, "commits", str(batch_id)),
                     os.path.join(checkpoint, "commits", str(batch_id + 1)))
     return batch_id + 1

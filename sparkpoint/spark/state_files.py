@@ -129,8 +129,9 @@ def lz4_blocks(stream: BinaryIO, where: str, want: int | None = None) -> bytes:
     return bytes(out)
 
 
-# lz4-java's LZ4BlockOutputStream as Spark's LZ4CompressionCodec makes it: 64 KiB blocks (level 6), each with
-# the low 28 bits of its XXHash32 (seed 0x9747b28c), which LZ4BlockInputStream checks.
+# lz4-java's LZ4BlockOutputStream framing: each block with the low 28 bits of its XXHash32 (seed 0x9747b28c),
+# which LZ4BlockInputStream checks, and a level that bounds its size. Spark writes 32 KiB blocks; any size up
+# to the level's reads the same.
 _LZ4_BLOCK = 1 << 16
 _LZ4_LEVEL = 6
 _LZ4_SEED = 0x9747B28C

@@ -45,6 +45,15 @@ def state_frame(spark, checkpoint: str, batch_id: int, operator_id: int, options
     return reader.load(checkpoint)
 
 
+def session_exists() -> bool:
+    """Whether this process runs a Spark session already (a test's, a driver's): one sparkpoint did not start."""
+    if "pyspark" not in sys.modules:
+        return False
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
+
+
 def spark_session():
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise EnvironmentSetupError("reading state rows needs Java 17: install it or set JAVA_HOME")

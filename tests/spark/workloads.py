@@ -115,6 +115,31 @@ def _aggregate_two_keys(spark, inputs):
         F.count("*").alias("n"), F.max("ts").alias("last_ts"))
 
 
+def _typed(spark, inputs):
+    """Columns of every fixed-width type, with nulls, -0.0 and NaN: deduplication keeps its keys as they come
+    (no normalization), so they reach state as they are."""
+    from pyspark.sql import functions as F
+
+    v = F.col("value")
+    return _stream(spark, inputs[0]).select(
+        "key", "id",
+        (v % 3 == 0).alias("flag"), (v % 7).cast("byte").alias("b"), (v % 300).cast("short").alias("s"),
+        F.when(v % 11 == 0, None).otherwise((v % 13).cast("int")).alias("i"),
+        F.when(v % 5 == 0, F.lit(-0.0)).when(v % 19 == 0, F.lit(float("nan"))).otherwise((v % 4) / 2.0).alias("d"),
+        ((v % 6) / 4).cast("float").alias("f"),
+        F.date_add(F.lit("2026-01-01").cast("date"), (v % 9).cast("int")).alias("day"),
+        (v % 17).cast("decimal(10,2)").alias("amount"),
+        F.struct(F.col("key"), (v % 2).alias("parity")).alias("nested"))
+
+
+def _dedup_fixed_width(spark, inputs):
+    return _typed(spark, inputs).dropDuplicates(["flag", "b", "s", "i", "d", "f", "day"]).drop("nested")
+
+
+def _dedup_mixed(spark, inputs):
+    return _typed(spark, inputs).dropDuplicates(["i", "amount", "nested", "d"]).drop("nested")
+
+
 def _event_time(spark, directory: str):
     from pyspark.sql import functions as F
 
@@ -223,6 +248,8 @@ RESCALE_WORKLOADS = {
         Workload("aggregate_format_v2", _aggregate_two_keys, "update",
                  provider_confs("rocksdb", changelog=True, format_version=2), keys=41),
         Workload("dedup_aggregate_hdfs", _dedup_then_aggregate, "update", provider_confs("hdfs"), keys=41),
+        Workload("dedup_fixed_width_keys_hdfs", _dedup_fixed_width, "append", provider_confs("hdfs"), keys=41),
+        Workload("dedup_mixed_keys_hdfs", _dedup_mixed, "append", provider_confs("hdfs"), keys=41),
         Workload("dedup_within_watermark_hdfs", _dedup_within_watermark, "append", provider_confs("hdfs"), keys=41),
         Workload("session_windows_hdfs", _session_windows, "append", provider_confs("hdfs"), keys=41),
         Workload("session_windows_rocksdb", _session_windows, "append", provider_confs("rocksdb", changelog=True),

@@ -63,12 +63,12 @@ def test_spark_murmur3_of_ints_longs_and_bytes():
 
 @pytest.fixture
 def saved(tmp_path):
-    def make(metadata: str | None = None, confs: dict | None = None):
-        root = hdfs_checkpoint(tmp_path / "ckpt", committed=3)
+    def make(metadata: str | None = None, confs: dict | None = None, planned: bool = False):
+        root = hdfs_checkpoint(tmp_path / "ckpt", committed=3, planned=planned)
         if metadata is not None:
             write(root / "state/0/_metadata/metadata", metadata)
         if confs is not None:
-            for batch in range(4):
+            for batch in range(5 if planned else 4):
                 write(root / "offsets" / str(batch), offsets(batch, confs={**CONFS, **confs}))
         storage, path = storage_for(str(root))
         target_storage, target = storage_for(str(tmp_path / "savepoints"))
@@ -79,6 +79,8 @@ def saved(tmp_path):
 
 
 @pytest.mark.parametrize("metadata, confs, refusal, complaint", [
+    (None, {"spark.sql.streaming.stateStore.providerClass": "com.example.MyStore"}, RescaleRefusedError,
+     "does not know"),
     (operator_metadata(name="globalStreamingLimit"), None, RescaleRefusedError, "globalStreamingLimit"),
     (operator_metadata(name="transformWithStateExec"), None, RescaleRefusedError, "RocksDB only"),
     (None, {"spark.sql.streaming.stateStore.rowChecksum.enabled": "true"}, RescaleRefusedError, "rowChecksum"),
@@ -97,6 +99,14 @@ def test_what_cannot_be_rescaled_is_refused_before_anything_is_written(saved, tm
     assert sp.verify(savepoint).valid
 
 
+def test_a_savepoint_with_a_planned_batch_is_refused_unless_replanned(saved, tmp_path):
+    """The rescale's batch takes the planned batch's id: its sink may hold that batch already."""
+    savepoint = saved(planned=True)
+    with pytest.raises(RescaleRefusedError, match="batch 4 planned at the cut.*--replan"):
+        rescale(Settings(home=str(tmp_path / "home")), savepoint, 3, str(tmp_path / "rescaled"))
+    assert not (tmp_path / "rescaled").exists()
+
+
 def test_the_command_exits_17_with_one_line_naming_the_operator(saved, tmp_path, capsys, monkeypatch):
     from sparkpoint.cli.main import main
 
@@ -107,8 +117,12 @@ def test_the_command_exits_17_with_one_line_naming_the_operator(saved, tmp_path,
     assert err.count("\n") == 1 and "globalStreamingLimit" in err and "cannot be rescaled" in err
 
 
+NANS = [struct.unpack("<d", struct.pack("<Q", bits))[0] for bits in (0x7FF8000000000000, 0xFFF8000000000001)]
+
+
 def test_the_vectorized_hash_of_fixed_width_keys_is_the_row_by_row_one():
-    """Keys of (long, int, boolean, double) with nulls: numpy's placement equals the exact per-row one."""
+    """Keys of (long, int, boolean, double) with nulls, -0.0 and NaNs: numpy's placement equals the exact per-row
+    one, and -0.0 sits with 0.0, every NaN with the canonical one (Spark's hash of them)."""
     import random
 
     fields = [("a", "long", "<q"), ("b", "integer", "<i"), ("c", "boolean", "<?"), ("d", "double", "<d")]
@@ -124,9 +138,15 @@ def test_the_vectorized_hash_of_fixed_width_keys_is_the_row_by_row_one():
                 slots += bytes(8)
             else:
                 value = {"<q": rng.randint(-2**63, 2**63 - 1), "<i": rng.randint(-2**31, 2**31 - 1),
-                         "<?": rng.random() < 0.5, "<d": rng.uniform(-1e9, 1e9)}[fmt]
+                         "<?": rng.random() < 0.5, "<d": rng.choice([rng.uniform(-1e9, 1e9), 0.0, -0.0, *NANS])}[fmt]
                 slots += struct.pack(fmt, value).ljust(8, b"\0")
         rows.append(struct.pack("<q", nulls) + slots)
     hasher = KeyHasher(schema, len(fields), "test")
     assert hasher.partitions(rows, 7) == [hasher.partition(row, 7) for row in rows]
     assert len(set(hasher.partitions(rows, 7))) == 7
+    double_only = KeyHasher({"type": "struct", "fields": [schema["fields"][3]]}, 1, "test")
+    same = [bytes(8) + struct.pack("<d", value) for value in (0.0, -0.0)]
+    nans = [bytes(8) + struct.pack("<d", value) for value in NANS]
+    for group in (same, nans):
+        assert len(set(double_only.partitions(group, 1000))) == 1
+        assert len({double_only.partition(row, 1000) for row in group}) == 1

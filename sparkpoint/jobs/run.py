@@ -100,7 +100,9 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
     if request.probation is not None and (replaced or way_back):
         _check_restartable(replaced or way_back.previous)
     if saved and request.partitions is not None and needs_rescale(saved, request.partitions):
-        saved = load_savepoint(rescale(settings, saved, request.partitions, progress=progress).savepoint.path)
+        # Its Spark session stopped: the job's driver runs beside this process.
+        saved = load_savepoint(rescale(settings, saved, request.partitions, stop_spark=True,
+                                       progress=progress).savepoint.path)
     upgrade_check = None  # nothing is restored: nothing to check
     if rollback_of is not None:
         upgrade_check = {"skipped": f"rollback: the version {rollback_of.id} replaced, as it ran before", "at": iso()}

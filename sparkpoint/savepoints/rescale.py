@@ -54,18 +54,19 @@ class Rescaled(Result):
 
 
 def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_dir: str | None = None, *,
-            query: str | None = None, replan: bool = False,
+            query: str | None = None, replan: bool = False, stop_spark: bool = False,
             progress: transfer.Progress | None = None) -> Rescaled:
     """Rescale ``savepoint``'s stateful queries (or only ``query``) to ``partitions`` state partitions, into a
     new savepoint in ``target_dir`` (by default the home's catalog, under the source's job label). ``replan``:
-    a batch planned at the cut is planned again after the rescale (refused otherwise)."""
+    a batch planned at the cut is planned again after the rescale (refused otherwise). ``stop_spark``: stop the
+    Spark session if this call started it (seconds a command that exits next need not spend)."""
     from sparkpoint.spark import state_rows
 
     started = time.monotonic()
     progress = progress or transfer.NullProgress()
     chosen = _chosen(savepoint, partitions, query, replan)
     scratch = settings.scratch_dir("rescale-")
-    owned = not state_rows.session_exists()  # stopped afterwards: a `run` goes on beside its job's driver
+    owned = stop_spark and not state_rows.session_exists()
     starting = None
     try:
         # Spark starts (seconds) while the savepoint is restored, and counts the rows while Python reads them.

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkpoint.adapters import transfer
-from sparkpoint.adapters.storage import storage_for
+from sparkpoint.adapters.storage import is_inside, storage_for
 from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, RescaleRefusedError, SparkFailureError
 from sparkpoint.results import Result
@@ -65,6 +65,9 @@ def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_di
     started = time.monotonic()
     progress = progress or transfer.NullProgress()
     chosen = _chosen(savepoint, partitions, query, replan)
+    if target_dir is not None and is_inside(storage_for(target_dir, settings.storage_options)[1], savepoint.path):
+        raise BadArgumentError(f"target {target_dir} lies inside the savepoint {savepoint.path}, which a rescale "
+                               "never modifies; choose another")
     scratch = settings.scratch_dir("rescale-")
     owned = stop_spark and not state_rows.session_exists()
     starting = None

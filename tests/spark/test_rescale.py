@@ -103,3 +103,29 @@ def test_a_global_aggregation_is_refused_by_name_and_nothing_is_written(spark, t
         rescale(Settings(home=str(home)), saved, 7, str(tmp_path / "rescaled"))
     assert not (tmp_path / "rescaled").exists() and list((home / "tmp").iterdir()) == []
     assert sp.verify(saved).valid
+
+
+def test_replan_plans_the_batch_planned_at_the_cut_again_after_the_rescale(spark, tmp_path):
+    """A savepoint at batch 1 with batch 2 planned: refused, then with replan the rescaled query reads batch 2's
+    file after its rescale batch, and ends where the savepoint continued on 4 partitions ends."""
+    from sparkpoint.errors import RescaleRefusedError
+
+    workload = RESCALE_WORKLOADS["aggregate_hdfs"]
+    settings = Settings(home=str(tmp_path / "home"))
+    inputs = str(tmp_path / "in")
+    workloads.add_batches(inputs, workload, range(CUT_AFTER))
+    workloads.run(spark, workload, inputs, str(tmp_path / "ckpt"), FOUR)
+    saved = savepoint_of(str(tmp_path / "ckpt"), "q", str(tmp_path / "savepoints"), batch_id=1)
+    assert saved.query("q")["planned_batch_id"] == 2
+    workloads.add_batches(inputs, workload, range(CUT_AFTER, TOTAL_BATCHES))
+    expected_outputs, (expected_state, _, _) = continued(spark, workload, inputs, saved, str(tmp_path / "as-is"))
+
+    with pytest.raises(RescaleRefusedError, match="--replan"):
+        rescale(settings, saved, 5, str(tmp_path / "refused"))
+    result = rescale(settings, saved, 5, str(tmp_path / "rescaled"), replan=True)
+    assert result.queries[0].dropped_planned_batch == 2 and result.queries[0].batch_id == 2
+    rescaled = sp.load(result.savepoint.path)
+    assert rescaled.query("q")["planned_batch_id"] is None
+    outputs, (state, used, pinned) = continued(spark, workload, inputs, rescaled, str(tmp_path / "continued"))
+    assert outputs == expected_outputs and state == expected_state
+    assert pinned == "5" and max(used) < 5

@@ -99,6 +99,13 @@ def test_what_cannot_be_rescaled_is_refused_before_anything_is_written(saved, tm
     assert sp.verify(savepoint).valid
 
 
+def test_a_target_inside_the_savepoint_is_refused(saved, tmp_path):
+    savepoint = saved()
+    with pytest.raises(BadArgumentError, match="lies inside the savepoint"):
+        rescale(Settings(home=str(tmp_path / "home")), savepoint, 3, os.path.join(savepoint.path, "inside"))
+    assert sp.verify(savepoint).valid and not os.path.exists(os.path.join(savepoint.path, "inside"))
+
+
 def test_a_savepoint_with_a_planned_batch_is_refused_unless_replanned(saved, tmp_path):
     """The rescale's batch takes the planned batch's id: its sink may hold that batch already."""
     savepoint = saved(planned=True)

@@ -80,6 +80,10 @@ def main(argv: list[str]) -> int:
         runpy.run_path(app, run_name="__main__")
     except SystemExit as exc:
         exit_code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is not None and not isinstance(exc.code, int):
+            # Python prints such a message as it exits; caught here, it would be lost, and the job's error None.
+            error = str(exc.code)
+            print(error, file=sys.stderr)
     except BaseException as exc:  # noqa: BLE001 - recorded for the operator, then re-reported as spark-submit would
         traceback.print_exc()
         exit_code, error = 1, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"

@@ -123,6 +123,14 @@ class RescaleRefusedError(SparkpointError):
     exit_code = 17
 
 
+class SinkRollbackRefusedError(SparkpointError):
+    """A sink rollback (`rollback-sink`, `run -s --rollback-sink`) cannot bring the output back to the cut: not a
+    file sink's output, another query writes there, or its log no longer says which files the cut held. Refused
+    before anything is moved."""
+
+    exit_code = 18
+
+
 class StopInterruptedError(SparkpointError):
     """Ctrl-C during a stop: the driver goes on ending its queries, but no savepoint is taken; says
     where their checkpoints stay."""

@@ -254,6 +254,19 @@ class Storage:
             raise unsafe(source, linked.st_mode)
         return linked.st_size
 
+    def move(self, source: str, target: str) -> None:
+        """Give a file a new name, its parent made if missing; an existing target is refused, never replaced.
+        Local: a rename (atomic on one file system). An object store copies then deletes."""
+        if self.local:
+            self.makedirs(parent(target))
+            if os.path.lexists(target):
+                raise FileExistsError(errno.EEXIST, "exists already", target)
+            os.rename(source, target)
+            return
+        if self.fs.exists(target):
+            raise FileExistsError(errno.EEXIST, "exists already", target)
+        self.fs.mv(source, target)
+
     def remove_file(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             if self.local:

@@ -46,6 +46,9 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
               help="With --replace or --rollback-to: the new version also fails its probation unless, over its "
                    "batches, METRIC>=N (or <=, >, <) holds; METRIC: processing_rate or input_rate (rows/s, the "
                    "median per query). Repeatable.")
+@click.option("--rollback-sink", is_flag=True,
+              help="With -s: roll the savepoint's file sinks back to its cut first (`rollback-sink`), so that the "
+                   "restored version writes the later batches again instead of skipping them.")
 @click.option("--no-rollback", is_flag=True, help="With --replace: no probation, no automatic rollback.")
 @click.option("--no-check", is_flag=True,
               help="With -s or --replace: skip `sparkpoint check` (by default an application that will not "
@@ -60,8 +63,8 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
                 metavar="[SPARK_SUBMIT_OPTIONS] APP.py [APP_ARGS]")
 @pass_app
 def run_cmd(app, name, from_savepoint, fork, partitions, allow_non_restored_state, claim_mode, restore_grace, replace,
-            savepoint_path, stop_timeout, probation, rollback_to, healthy_when, no_rollback, no_check, master,
-            deploy_mode, confs, detach, output, args):
+            savepoint_path, stop_timeout, probation, rollback_to, healthy_when, rollback_sink, no_rollback, no_check,
+            master, deploy_mode, confs, detach, output, args):
     """Run a streaming application under spark-submit as a managed job.
 
     sparkpoint's options come first; spark-submit's own (--py-files, --archives, --jars, --packages,
@@ -77,6 +80,9 @@ def run_cmd(app, name, from_savepoint, fork, partitions, allow_non_restored_stat
     version is started again, as it ran, from the hand-over's savepoint (exit 13, `rolled_back`). After a
     stop, -s SAVEPOINT --rollback-to SAVEPOINT gives the two-step upgrade the same way back. Every decision
     (check, hand-over, probation, rollback) is in the job's history (`list --all --output json`).
+
+    Spark's file sink skips the batches its log committed: restoring an older savepoint with one warns that
+    the later batches would not be written again; --rollback-sink moves them aside first (see `rollback-sink`).
     """
     from sparkpoint.adapters.spark_submit import split_arguments
     from sparkpoint.jobs import run
@@ -89,8 +95,10 @@ def run_cmd(app, name, from_savepoint, fork, partitions, allow_non_restored_stat
         claim=claim_mode == "claim", restore_grace=restore_grace, replace=replace, savepoint_path=savepoint_path,
         stop_timeout=stop_timeout, deploy_mode=deploy_mode, check=not no_check,
         probation=None if no_rollback else probation, rollback_to=rollback_to, healthy_when=list(healthy_when),
+        rollback_sink=rollback_sink,
     )
-    job = run.run_job(app.settings, request, progress=app.progress())
+    job = run.run_job(app.settings, request, progress=app.progress(),
+                      warn=lambda message: echo(f"sparkpoint: warning: {message}", err=True))
     emit(output, job, _render_job)
     if job.rolled_back:
         from sparkpoint.errors import JobFailedError
@@ -125,7 +133,7 @@ def _render_job(job: JobView) -> None:
     if job.restored_from:
         echo(f"  restored from {job.restored_from}")
     for event in job.history:
-        if event["event"] in ("probation", "state_not_restored"):
+        if event["event"] in ("probation", "state_not_restored", "sink_rollback"):
             echo(f"  {event['event'].replace('_', ' ')}: {event['detail']}")
     if job.log:
         echo(f"  driver log: {job.log}")

@@ -252,4 +252,43 @@ def _render_rescaled(rescaled: Rescaled) -> None:
             echo(f"    its planned batch {q.dropped_planned_batch} is planned again after the rescale")
 
 
-COMMANDS = (savepoint_cmd, restore_cmd, verify_cmd, inspect_cmd, rescale_cmd)
+@click.command("rollback-sink")
+@click.argument("loaded", metavar="SAVEPOINT", type=SAVEPOINT)
+@click.argument("output_dir", required=False)
+@click.option("--query", type=PATH_PART, help="The query that writes to OUTPUT_DIR, when SAVEPOINT holds several.")
+@click.option("--dry-run", is_flag=True, help="List the batches and files that would move, with sizes; move nothing.")
+@output_option
+@pass_app
+def rollback_sink_cmd(app, loaded, output_dir, query, dry_run, output):
+    """Roll a file sink's output back to SAVEPOINT's cut, for a restore that rewrites the later batches.
+
+    Spark's file sink skips every batch id its log (OUTPUT/_spark_metadata) committed: a query restored from
+    an older savepoint re-runs the later batches and writes nothing. This truncates the log to the savepoint's
+    batch and moves those batches' data files (and log files) into OUTPUT.sparkpoint-trash-<time>/ beside the
+    output, their paths kept: nothing is deleted, and readers of the log see a whole table at every moment.
+    Without OUTPUT_DIR, every file sink SAVEPOINT recorded is rolled back. Refused (exit 18) when the output is
+    not a file sink's, a running job writes there, or the log no longer says what the cut held. Run it with the
+    query stopped, before its restore; `run -s SAVEPOINT --rollback-sink` does both.
+    """
+    from sparkpoint.jobs.sinks import roll_back_sinks
+
+    emit(output, roll_back_sinks(app.settings, loaded, output_dir, query, dry_run), _render_sink_rollbacks)
+
+
+def _render_sink_rollbacks(rollbacks: list) -> None:
+    for rolled in rollbacks:
+        verb = "would move" if rolled.dry_run else "moved"
+        if not rolled.batches:
+            echo(f"{rolled.query}: {rolled.output} is at batch {rolled.latest_batch}, not after the cut "
+                 f"{rolled.cut}: nothing to roll back")
+            continue
+        echo(f"{rolled.query}: {rolled.output} back to batch {rolled.cut}; batches "
+             f"{rolled.batches[0]}..{rolled.batches[-1]} {verb} {'to ' + rolled.trash if rolled.trash else 'aside'}:"
+             f" {len(rolled.files)} files, {human_bytes(rolled.bytes)}, {len(rolled.log_files)} log files"
+             + (" (the log at the cut rebuilt from the savepoint's record)" if rolled.rebuilt_log else ""))
+        if rolled.dry_run:
+            for trashed in rolled.files:
+                echo(f"  {human_bytes(trashed.size):>10}  {trashed.path}")
+
+
+COMMANDS = (savepoint_cmd, restore_cmd, verify_cmd, inspect_cmd, rescale_cmd, rollback_sink_cmd)

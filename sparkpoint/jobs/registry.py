@@ -319,6 +319,7 @@ class JobView(Result):
     rollback: dict[str, Any] | None = field(default=None, metadata=WHEN_SET)  # rolled_back_to, or rollback_of
     replaced: Stopped | None = field(default=None, metadata=WHEN_SET)  # run --replace: the old job's stop
     rolled_back: JobView | None = field(default=None, metadata=WHEN_SET)  # the old version, started again
+    sink_rollbacks: list[Any] | None = field(default=None, metadata=WHEN_SET)  # run -s --rollback-sink
 
 
 def describe_job(job: Job, status: dict[str, Any] | None = None, state: str | None = None) -> JobView:

@@ -40,6 +40,7 @@ from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints.rescale import needs_rescale, rescale
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.jobs.savepoint import savepoint_job
+from sparkpoint.jobs.sinks import SinkRolledBack, pending, roll_back_sinks
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.savepoints.savepoint import load as load_savepoint
 from sparkpoint.times import iso
@@ -63,6 +64,7 @@ class RunRequest(Launch):
     probation: float | None = 30.0  # with replace or rollback_to: seconds past the first batch to roll back in
     rollback_to: str | None = None  # with -s: a savepoint of the previous version, to start it again from
     healthy_when: list[str] = field(default_factory=list)  # conditions the new version must meet on probation
+    rollback_sink: bool = False  # with -s: roll the file sinks' outputs back to the savepoint's cut first
 
 
 @dataclass(frozen=True)
@@ -77,9 +79,23 @@ class WayBack:
 
 def run_job(settings: Settings, request: RunRequest, progress: Progress | None = None,
             sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-            start_timeout: float = 180.0, rollback_of: Job | None = None) -> JobView:
+            start_timeout: float = 180.0, rollback_of: Job | None = None,
+            warn: Callable[[str], None] | None = None) -> JobView:
     """Launch the application under spark-submit, restored from a savepoint when asked. ``rollback_of``: the
-    failed new version this run starts the previous version in place of (run's own rollback)."""
+    failed new version this run starts the previous version in place of (run's own rollback). ``warn`` hears,
+    before the launch, of what the restored version will not do (a file sink that skips its batches)."""
+    rolled: list[SinkRolledBack] = []
+    view = _run_job(settings, request, progress, sleep, clock, start_timeout, rollback_of, warn or _unheard, rolled)
+    return replace(view, sink_rollbacks=rolled) if request.rollback_sink else view
+
+
+def _unheard(_message: str) -> None:
+    pass
+
+
+def _run_job(settings: Settings, request: RunRequest, progress: Progress | None, sleep: Callable[[float], None],
+             clock: Callable[[], float], start_timeout: float, rollback_of: Job | None, warn: Callable[[str], None],
+             rolled: list[SinkRolledBack]) -> JobView:
     app = os.path.abspath(request.app)
     if not os.path.isfile(app):
         raise NotFoundError(f"application {request.app} does not exist")
@@ -108,6 +124,7 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
         upgrade_check = {"skipped": f"rollback: the version {rollback_of.id} replaced, as it ran before", "at": iso()}
     elif saved or replaced:
         upgrade_check = _check_upgrade(settings, request, saved, replaced, progress)
+    sink_notes = _sinks_before_launch(settings, request, saved, warn, rolled) if saved else []
     follows = (rollback_of or replaced or way_back and way_back.previous or _taken_of(registry, saved))
     job = registry.new_job(
         request.name or Path(app).stem.replace("_", "-"), app=app, app_args=request.app_args,
@@ -119,6 +136,8 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
     job.note("started", _started(job, request, saved, replaced, rollback_of))
     if upgrade_check is not None:
         job.note("check", _check_said(upgrade_check))
+    for event, note in sink_notes:
+        job.note(event, note)
     try:
         process = _launch(settings, job, app, request, conf_args, master, saved, replaced is not None, progress)
     except BaseException as exc:
@@ -153,6 +172,26 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
     return replace(info, replaced=handover) if handover else info
 
 
+def _sinks_before_launch(settings: Settings, request: RunRequest, saved: Savepoint, warn: Callable[[str], None],
+                         rolled: list[SinkRolledBack]) -> list[tuple[str, str]]:
+    """With --rollback-sink, the file sinks rolled back to the savepoint's cut (into ``rolled``); without, a
+    warning for each that holds batches after the cut, which the restored version would skip. What was said,
+    for the job's history."""
+    if request.rollback_sink:
+        rolled.extend(roll_back_sinks(settings, saved))
+        return [("sink_rollback", f"{r.query}: {r.output} rolled back to batch {r.cut}" + (
+            f", batches {r.batches[0]}..{r.batches[-1]} moved to {r.trash}" if r.batches else ", nothing after it"))
+            for r in rolled]
+    said = []
+    for behind in pending(settings, saved):
+        said.append(("sink_skips", f"the file sink of query {behind.query} ({behind.output}) has committed batches "
+                    f"{behind.batches[0]}..{behind.batches[-1]} after the savepoint's batch {behind.cut}: the restored "
+                    "version will skip them and write nothing for them (the old results stay); pass --rollback-sink "
+                    "to move them aside so that they are written again"))
+        warn(said[-1][1])
+    return said
+
+
 def _refuse_what_cannot_go_together(request: RunRequest) -> None:
     if request.replace and request.deploy_mode == "cluster":
         raise BadArgumentError("--replace needs the new driver on this machine (client mode): in cluster mode, "
@@ -167,6 +206,8 @@ def _refuse_what_cannot_go_together(request: RunRequest) -> None:
     if request.claim and (request.rollback_to or request.replace):
         raise BadArgumentError("--claim-mode claim disposes of the savepoint the rollback would start the previous "
                                "version from: drop one")
+    if request.rollback_sink and not request.savepoint:
+        raise BadArgumentError("--rollback-sink rolls the sinks back to the savepoint of -s: use it with -s")
     if request.fork and not request.savepoint:
         raise BadArgumentError("--fork gives the queries restored by -s new ids: use it with -s")
     if request.partitions is not None and not request.savepoint:

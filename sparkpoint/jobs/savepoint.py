@@ -8,8 +8,10 @@ from sparkpoint.adapters.storage import storage_for
 from sparkpoint.adapters.transfer import Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, JobNotRunningError
+from sparkpoint.paths import local_path
 from sparkpoint.jobs.registry import Job, Registry, client_for
 from sparkpoint.savepoints.create import Created, QuerySource, take
+from sparkpoint.spark import file_sink
 
 
 def job_sources(queries: list[dict[str, Any]]) -> list[QuerySource]:
@@ -19,8 +21,8 @@ def job_sources(queries: list[dict[str, Any]]) -> list[QuerySource]:
             raise BadArgumentError(
                 f"query {query['id']} has no name and cannot be savepointed: name it with .queryName(...)"
             )
-        location = query["checkpoint"].removeprefix("file:").replace("///", "/", 1)
-        sources.append(QuerySource(query["name"], location))
+        sources.append(QuerySource(query["name"], local_path(query["checkpoint"]),
+                                   file_sink.sink_record(query.get("sink"))))
     return sources
 
 

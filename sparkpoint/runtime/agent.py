@@ -72,6 +72,7 @@ def describe(query) -> dict[str, Any]:
         "state_bytes": sum(int(op.get("memoryUsedBytes") or 0) for op in operators),
         "trigger_active": bool(query.status.get("isTriggerActive")),
         "checkpoint": _checkpoint(query),
+        "sink": sink_of(query),
     }
 
 
@@ -96,6 +97,11 @@ def _checkpoint(query) -> str:
     return query._jsq.streamingQuery().resolvedCheckpointRoot()
 
 
+def sink_of(query) -> str:
+    """Spark's description of the query's sink: the file sink's names its qualified output path."""
+    return str(query._jsq.streamingQuery().sink())  # py4j's str() is the object's toString()
+
+
 class Stop:
     """Every query of the application ended at its own next batch boundary, each on a thread of its own."""
 
@@ -106,7 +112,8 @@ class Stop:
         self.deadline = self.started + timeout
         self.delivered = threading.Event()  # the final report has been read by the caller
         self._queries = [(query, {"name": query.name, "id": str(query.id), "checkpoint": _checkpoint(query),
-                                  "state": "waiting", "at_boundary": None, "how": None, "seconds": None})
+                                  "sink": sink_of(query), "state": "waiting", "at_boundary": None, "how": None,
+                                  "seconds": None})
                          for query in queries]
         self._threads = [threading.Thread(target=self._stop_one, args=(query, record, jvm),
                                           name=f"sparkpoint-stop-{record['name']}", daemon=True)

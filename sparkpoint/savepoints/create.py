@@ -44,6 +44,7 @@ from sparkpoint.results import WHEN_SET, Result
 from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints.savepoint import discard
+from sparkpoint.spark import file_sink
 from sparkpoint.spark.checkpoint import CheckpointReader, Plan, VanishedError, is_checkpoint
 from sparkpoint.times import iso
 
@@ -54,6 +55,8 @@ class QuerySource:
 
     name: str
     location: str
+    # What the query writes to (``file_sink.sink_record``); a file sink's cut is added at the savepoint's cut.
+    sink: dict[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # The name becomes a directory of the savepoint, and comes from the application (its queryName):
@@ -111,6 +114,7 @@ def create(
     attempts: int = 5,
     progress: transfer.Progress | None = None,
     clock: Callable[[], float] = time.time,
+    storage_options: dict | None = None,
 ) -> dict[str, Any]:
     """Write a savepoint of ``sources`` below ``target_parent``; return its manifest (with ``path``)."""
     progress = progress or transfer.NullProgress()
@@ -133,7 +137,7 @@ def create(
                 source_storage, source, plans[source.name], target_storage, path, batch_id, workers, attempts, progress,
                 dir_mode,
             )
-            queries.append(_query_entry(source, plan, results))
+            queries.append(_query_entry(source, plan, results, storage_options))
         data = _manifest(savepoint_id, job, now, clock(), origin or {}, restored_from, queries)
         with translate_errors(path):
             target_storage.write_atomic(join(path, mf.MANIFEST), mf.dumps(mf.validate(data, path)))
@@ -209,7 +213,7 @@ def take(settings: Settings, job: str, sources: Sequence[QuerySource], source_st
     result = _created_summary(create(
         sources, source_storage, parent, target_storage, job=job, batch_id=batch_id, origin=origin,
         restored_from=restored_from, workers=settings.transfer_workers, attempts=settings.savepoint_attempts,
-        progress=progress,
+        progress=progress, storage_options=settings.storage_options,
     ))
     if keep_last is not None:
         result = replace(result, pruned=catalog.keep_newest(settings, job, keep_last))
@@ -311,10 +315,11 @@ def _copy_query(
     raise _purged_too_fast(source, batch_id, attempts, vanished)
 
 
-def _query_entry(source: QuerySource, plan: Plan, results: list[transfer.Result]) -> dict[str, Any]:
+def _query_entry(source: QuerySource, plan: Plan, results: list[transfer.Result],
+                 storage_options: dict | None) -> dict[str, Any]:
     prefix = f"{mf.QUERIES_DIR}/{source.name}/"
     cut = plan.cut
-    return {
+    entry = {
         "name": source.name,
         "query_id": plan.query_id,
         "source_location": source.location,
@@ -336,3 +341,6 @@ def _query_entry(source: QuerySource, plan: Plan, results: list[transfer.Result]
         ],
         "relocate": [prefix + rel for rel in plan.relocate],
     }
+    if source.sink is not None:
+        entry["sink"] = file_sink.at_cut(source.sink, cut.batch_id, storage_options)
+    return entry

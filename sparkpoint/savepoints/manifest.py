@@ -71,6 +71,9 @@ _QUERY_FIELDS = {
 }
 _OPERATOR_FIELDS = {"id": int, "name": (str, _OPTIONAL), "stores": list, "partitions": int, "bytes": int}
 _FILE_FIELDS = {"path": str, "size": int, "digest": str}
+# A query's sink (optional: savepoints before sparkpoint recorded it, and of plain checkpoints, have none).
+_SINK_FIELDS = {"kind": str, "path": (str, _OPTIONAL), "description": str}
+_FILE_SINK_FIELDS = {"path": str, "batch_id": int, "cut_known": bool, "last_file": (str, _OPTIONAL)}
 
 
 def _check_fields(data: Any, fields: dict[str, Any], what: str) -> dict[str, Any]:
@@ -79,7 +82,7 @@ def _check_fields(data: Any, fields: dict[str, Any], what: str) -> dict[str, Any
     for key, kind in fields.items():
         value = data.get(key)
         # bool is an int to Python, never to this format.
-        if key not in data or not isinstance(value, kind) or isinstance(value, bool):
+        if key not in data or not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
             raise SavepointInvalidError(f"{what}: {key!r} is missing or not of the right type")
     return data
 
@@ -112,6 +115,10 @@ def validate(data: Any, where: str) -> dict[str, Any]:
         if name in seen:
             raise SavepointInvalidError(f"{where}: query {name!r} appears twice")
         seen.add(name)
+        if "sink" in query:
+            sink = _check_fields(query["sink"], _SINK_FIELDS, f"{where}: the sink of query {name!r}")
+            if sink["kind"] == "file":
+                _check_fields(sink, _FILE_SINK_FIELDS, f"{where}: the file sink of query {name!r}")
         for operator in query["operators"]:
             _check_fields(operator, _OPERATOR_FIELDS, f"{where}: an operator of query {name!r}")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in query["confs"].items()):

@@ -204,7 +204,8 @@ def test_a_stop_that_ends_the_application_still_gets_its_outcome(tmp_path):
         status = {"isTriggerActive": False}
         lastProgress = None
         _jsq = SimpleNamespace(
-            streamingQuery=lambda: SimpleNamespace(resolvedCheckpointRoot=lambda: "file:/ckpt/alarms"))
+            streamingQuery=lambda: SimpleNamespace(resolvedCheckpointRoot=lambda: "file:/ckpt/alarms",
+                                                 sink=lambda: "FileSink[file:/out/alarms]"))
 
         def stop(self):
             # The application's main thread returns from awaitTermination and the bootstrap finishes.
@@ -221,7 +222,8 @@ def test_a_stop_that_ends_the_application_still_gets_its_outcome(tmp_path):
     report = client.stop_report()
     # A session without Spark's internals: the fallback, stopping when no trigger is active.
     assert report["done"] and report["queries"] == [
-        {"name": "alarms", "id": EndingQuery.id, "checkpoint": "file:/ckpt/alarms", "state": "stopped",
+        {"name": "alarms", "id": EndingQuery.id, "checkpoint": "file:/ckpt/alarms",
+         "sink": "FileSink[file:/out/alarms]", "state": "stopped",
          "at_boundary": True, "how": "fallback", "seconds": report["queries"][0]["seconds"]}]
     assert finished.wait(5) and read_agent_file(job.directory)["state"] == "finished"
 
@@ -234,7 +236,8 @@ def test_a_second_stop_request_joins_the_stop_under_way(tmp_path):
 
     class BusyQuery:  # a trigger active for its first 400 looks (~2 s): the fallback waits for its end
         name, id, lastProgress, looks, stops = "alarms", "q-1", {"batchId": 40}, 0, 0
-        _jsq = SimpleNamespace(streamingQuery=lambda: SimpleNamespace(resolvedCheckpointRoot=lambda: "file:/c"))
+        _jsq = SimpleNamespace(streamingQuery=lambda: SimpleNamespace(resolvedCheckpointRoot=lambda: "file:/c",
+                                                                      sink=lambda: "ForeachBatchSink"))
 
         @property
         def status(self):
@@ -264,7 +267,8 @@ def test_a_stop_waits_for_a_busy_query_on_the_clock_it_is_given():
 
     class BusyQuery:  # no stream thread to lock (no py4j gateway): the fallback waits for its trigger's end
         name, id, lastProgress, stops = "alarms", "q-1", {"batchId": 40}, 0
-        _jsq = SimpleNamespace(streamingQuery=lambda: SimpleNamespace(resolvedCheckpointRoot=lambda: "file:/c"))
+        _jsq = SimpleNamespace(streamingQuery=lambda: SimpleNamespace(resolvedCheckpointRoot=lambda: "file:/c",
+                                                                      sink=lambda: "ForeachBatchSink"))
 
         @property
         def status(self):
@@ -294,7 +298,8 @@ def test_a_stop_before_the_queries_start_does_not_stick_and_a_failing_stop_still
 
         class BrokenQuery:  # py4j fails half-way, as when the JVM goes away
             name, id, lastProgress, stopped = "alarms", "q-1", None, False
-            _jsq = SimpleNamespace(streamingQuery=lambda: SimpleNamespace(resolvedCheckpointRoot=lambda: "file:/c"))
+            _jsq = SimpleNamespace(streamingQuery=lambda: SimpleNamespace(resolvedCheckpointRoot=lambda: "file:/c",
+                                                                          sink=lambda: "ForeachBatchSink"))
 
             @property
             def status(self):

@@ -175,7 +175,7 @@ class FakeQuery:
                              "stateOperators": [{"numRowsTotal": 7, "memoryUsedBytes": 2048}]}
         self.status = {"isTriggerActive": False}
         self._jsq = SimpleNamespace(streamingQuery=lambda: SimpleNamespace(
-            resolvedCheckpointRoot=lambda: f"file:{checkpoint}"))
+            resolvedCheckpointRoot=lambda: f"file:{checkpoint}", sink=lambda: f"FileSink[file:{checkpoint}-out]"))
 
 
 @pytest.fixture

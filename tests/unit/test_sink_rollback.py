@@ -1,0 +1,158 @@
+"""Sink rollback on file sink logs in Spark's exact format (the end-to-end test with Spark is
+tests/spark/test_sink_rollback_e2e.py): what is kept, moved, rebuilt and refused, and the order of the moves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sparkpoint.adapters.storage import Storage
+from sparkpoint.errors import SinkRollbackRefusedError
+from sparkpoint.spark import sink_rollback
+from sparkpoint.spark.file_sink import SinkLog, derive_interval, parse_entries, sink_record
+from sparkpoint.spark.sink_rollback import Cut
+
+LOCAL = Storage(None, local=True)
+
+
+def entry(out: Path, batch: int, index: int) -> str:
+    return json.dumps({"path": f"file://{out}/part-{batch:02d}-{index}.parquet", "size": 100 + batch,
+                       "isDir": False, "modificationTime": 1795457526286 + batch, "blockReplication": 1,
+                       "blockSize": 33554432, "action": "add"}, separators=(",", ":"))
+
+
+def sink(out: Path, batches: int, interval: int = 3, deleted_below: int = 0, files_per_batch: int = 2) -> None:
+    """An output as Spark's file sink leaves it after ``batches`` batches: data files, their checksums, deltas,
+    a compaction every ``interval`` batches, and the log files below ``deleted_below`` deleted (expired)."""
+    log = out / "_spark_metadata"
+    log.mkdir(parents=True)
+    lines: list[str] = []
+    for batch in range(batches):
+        added = [entry(out, batch, i) for i in range(files_per_batch)]
+        for i in range(files_per_batch):
+            (out / f"part-{batch:02d}-{i}.parquet").write_bytes(b"x" * (100 + batch))
+            (out / f".part-{batch:02d}-{i}.parquet.crc").write_bytes(b"crc")
+        lines += added
+        compaction = (batch + 1) % interval == 0
+        name = f"{batch}.compact" if compaction else f"{batch}"
+        if batch >= deleted_below:
+            (log / name).write_text("\n".join(["v1", *(lines if compaction else added)]))
+            (log / f".{name}.crc").write_bytes(b"crc")
+
+
+def files_at(out: Path, batch: int) -> list[str]:
+    return [e.path for e in SinkLog(LOCAL, str(out)).entries_at(batch)]
+
+
+def last_at(out: Path, batch: int) -> str:
+    return f"file://{out}/part-{batch:02d}-1.parquet"
+
+
+def test_a_rollback_moves_the_later_batches_aside_and_the_log_ends_at_the_cut(tmp_path):
+    out = tmp_path / "out"
+    sink(out, 9)  # compactions at 2, 5, 8
+    plan = sink_rollback.plan(LOCAL, str(out), Cut(3, 3, True, last_at(out, 3)))
+    assert plan.batches == [4, 5, 6, 7, 8] and not plan.rebuilt
+    # Batch 8's chain is its compaction alone: the rest goes first, read by no reader meanwhile.
+    assert plan.log_aside == ["4", "5.compact", "6", "7"] and plan.log_chain == ["8.compact"]
+    assert sorted(p for p, _ in plan.moved) == [f"part-{b:02d}-{i}.parquet" for b in range(4, 9) for i in range(2)]
+    assert plan.bytes == sum(2 * (100 + b) for b in range(4, 9))
+    trash = Path(sink_rollback.apply(LOCAL, plan))
+    assert trash.parent == tmp_path and trash.name.startswith("out.sparkpoint-trash-")
+    assert sorted(p.name for p in (out / "_spark_metadata").iterdir() if not p.name.endswith(".crc")) == [
+        "0", "1", "2.compact", "3"]
+    assert files_at(out, 3) == [f"file://{out}/part-{b:02d}-{i}.parquet" for b in range(4) for i in range(2)]
+    assert sorted(p.name for p in out.glob("part-*")) == [f"part-{b:02d}-{i}.parquet" for b in range(4)
+                                                         for i in range(2)]
+    # Checksums travel with their files; the record, written last, lists what moved.
+    assert (trash / ".part-08-1.parquet.crc").exists() and (trash / "_spark_metadata" / ".8.compact.crc").exists()
+    record = json.loads((trash / "_sparkpoint_rollback.json").read_text())
+    assert record["latest_batch"] == 8 and len(record["files"]) == 10
+
+
+def test_the_log_compacted_and_deleted_past_the_cut_is_rebuilt_from_the_recorded_newest_file(tmp_path):
+    out = tmp_path / "out"
+    sink(out, 9, deleted_below=5)  # 2.compact, 3 and 4 are gone, as Spark's cleanup leaves them
+    before = SinkLog(LOCAL, str(out)).entries_at(8)
+    plan = sink_rollback.plan(LOCAL, str(out), Cut(3, 3, True, last_at(out, 3)))
+    assert plan.rebuilt and set(plan.log_written) == {"2.compact", "3"}
+    sink_rollback.apply(LOCAL, plan)
+    log = SinkLog(LOCAL, str(out))
+    assert log.latest == 3 and log.chain(3) == [2, 3]
+    assert log.entries_at(3) == before[:8]  # a compaction keeps the order: the cut's files are a prefix
+    assert derive_interval(log.compactions, 3) == 3  # the interval Spark will take from the rebuilt log
+
+
+def test_a_rescaled_savepoint_s_own_batch_is_written_empty_after_the_sink_s_cut(tmp_path):
+    out = tmp_path / "out"
+    sink(out, 7)
+    plan = sink_rollback.plan(LOCAL, str(out), Cut(3, 4, True, last_at(out, 3)))
+    assert list(plan.filler) == ["4"]
+    sink_rollback.apply(LOCAL, plan)
+    assert SinkLog(LOCAL, str(out)).latest == 4 and files_at(out, 4) == files_at(out, 3)
+
+
+def test_an_output_at_or_before_the_cut_has_nothing_to_roll_back(tmp_path):
+    out = tmp_path / "out"
+    sink(out, 4)
+    plan = sink_rollback.plan(LOCAL, str(out), Cut(3, 3, True, last_at(out, 3)))
+    assert plan.batches == [] and sink_rollback.apply(LOCAL, plan) is None
+    assert len(list(out.glob("part-*"))) == 8
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("no log", "not the output of Spark's file sink"),
+    ("unknown cut", "cannot be undone from here"),
+    ("other output", "not the output the savepoint's query wrote"),
+    ("file not in log", "is not in the sink's log"),
+    ("deletes", "deletes files"),
+    ("outside", "outside the output"),
+    ("broken chain", "missing files of batch 7's chain"),
+])
+def test_refusals_name_the_reason_and_move_nothing(tmp_path, case, expected):
+    out = tmp_path / "out"
+    cut = Cut(3, 3, True, last_at(out, 3))
+    if case == "no log":
+        out.mkdir()
+    else:
+        sink(out, 8, deleted_below=5 if case in ("unknown cut", "file not in log") else 0)  # latest: 5.compact, 6, 7
+    log = out / "_spark_metadata"
+    if case == "unknown cut":
+        cut = Cut(3, 3, False, None)
+    elif case == "other output":
+        cut = Cut(3, 3, True, last_at(out, 2))
+    elif case == "file not in log":
+        cut = Cut(3, 3, True, f"file://{tmp_path}/elsewhere/part-03-1.parquet")
+    elif case == "deletes":
+        (log / "6").write_text((log / "6").read_text().replace('"add"', '"delete"'))
+    elif case == "outside":
+        (log / "6").write_text((log / "6").read_text().replace(str(out), str(tmp_path / "victim")))
+    elif case == "broken chain":
+        (log / "6").unlink()
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with pytest.raises(SinkRollbackRefusedError, match=expected):
+        sink_rollback.plan(LOCAL, str(out), cut)
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+def test_what_a_savepoint_records_of_a_sink(tmp_path):
+    out = tmp_path / "out"
+    sink(out, 9, deleted_below=5)
+    assert sink_record("ForeachBatchSink") == {"kind": "other", "path": None, "description": "ForeachBatchSink"}
+    record = sink_record(f"FileSink[file:{out}]")
+    assert record == {"kind": "file", "path": f"file:{out}", "description": f"FileSink[file:{out}]"}
+    log = SinkLog(LOCAL, str(out))
+    assert log.last_file_at(6) == (True, last_at(out, 6))
+    assert log.last_file_at(5) == (True, last_at(out, 5))  # the tail of a compaction file
+    assert log.last_file_at(3) == (False, None)  # its chain is gone
+
+
+def test_a_log_line_that_is_not_spark_s_is_refused():
+    from sparkpoint.errors import NotACheckpointError
+
+    with pytest.raises(NotACheckpointError, match="malformed"):
+        parse_entries(b'v1\n{"path": 3', "x/_spark_metadata/0")
+    with pytest.raises(NotACheckpointError, match="version v2"):
+        parse_entries(b"v2\n", "x/_spark_metadata/0")

@@ -193,6 +193,10 @@ def _render_inspected(inspected: Inspected) -> None:
                                                      f"state v{q['state_version']}  {q['provider']}"))
         for index, offset in enumerate(q.get("offsets") or []):
             console.print(text(f"  source {index}: {offset}"), highlight=False)
+        if q.get("sink"):
+            console.print(text(f"  sink: {q['sink']['description']}" + (
+                f" (at batch {q['sink']['batch_id']}: {q['sink']['last_file'] or 'no file'})"
+                if q["sink"].get("cut_known") else "")), highlight=False)
         table = Table("operator", "name", "stores", "partitions", "size")
         for op in q.get("operators") or []:
             table.add_row(text(op["id"]), text(op["name"] or "?"), text(", ".join(op["stores"])),

@@ -61,6 +61,8 @@ def test_v2_from_batch_3_with_rollback_sink_replaces_v1s_later_batches(tmp_path,
         if index == 6:
             cli_json(home, "savepoint", v1["id"])  # another savepoint along the way
     v1_later = parquet_files(out) - v1_early
+    code, _out, err = cli(home, "rollback-sink", at_3["id"])  # v1 still writes there
+    assert code == 18 and f"job {v1['id']}'s query values still writes to" in err, err
     stopped = cli_json(home, "stop", v1["id"])
     assert stopped["queries"][0]["batch_id"] == 8
     assert not (out / "_spark_metadata" / "3").exists()  # compacted past the cut: the log at batch 3 is gone

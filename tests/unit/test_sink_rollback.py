@@ -156,3 +156,26 @@ def test_a_log_line_that_is_not_spark_s_is_refused():
         parse_entries(b'v1\n{"path": 3', "x/_spark_metadata/0")
     with pytest.raises(NotACheckpointError, match="version v2"):
         parse_entries(b"v2\n", "x/_spark_metadata/0")
+
+
+def test_the_command_on_a_savepoint_that_records_no_sink_needs_the_output_and_then_rolls_it_back(
+        capsys, home, tmp_path):
+    from checkpoints import hdfs_checkpoint
+
+    from sparkpoint.cli.main import main
+
+    checkpoint = hdfs_checkpoint(tmp_path / "alarms", committed=3)  # a plain checkpoint: no sink recorded
+    assert main(["savepoint", "--from-checkpoint", str(checkpoint), "-o", "json"]) == 0
+    saved = json.loads(capsys.readouterr().out)["id"]
+    assert main(["rollback-sink", saved]) == 18
+    assert "records no sink at all" in capsys.readouterr().err
+    out = tmp_path / "out"
+    sink(out, 6)  # its log at batch 3 is still there: the cut's files are known from it
+    assert main(["rollback-sink", saved, str(out), "--dry-run", "-o", "json"]) == 0
+    (dry,) = json.loads(capsys.readouterr().out)
+    assert (dry["batches"], dry["trash"], len(dry["files"])) == ([4, 5], None, 4)
+    assert main(["rollback-sink", saved, str(out), "--query", "nope"]) == 2
+    capsys.readouterr()
+    assert main(["rollback-sink", saved, str(out)]) == 0
+    assert "back to batch 3; batches 4..5 moved to" in capsys.readouterr().out
+    assert SinkLog(LOCAL, str(out)).latest == 3

@@ -75,6 +75,9 @@ class WayBack:
     previous: Job
     savepoint: str
     cut: dict[str, int]
+    # run -s --rollback-sink: the new version's file sink batches go aside too, or the version before it would
+    # skip them and leave the failed version's results in place.
+    rollback_sink: bool = False
 
 
 def run_job(settings: Settings, request: RunRequest, progress: Progress | None = None,
@@ -112,7 +115,8 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     elif request.savepoint:
         saved = catalog.load(settings, request.savepoint)
     if request.rollback_to:
-        way_back = _way_back(settings, registry, request.rollback_to, saved)
+        way_back = replace(_way_back(settings, registry, request.rollback_to, saved),
+                           rollback_sink=request.rollback_sink)
     if request.probation is not None and (replaced or way_back):
         _check_restartable(replaced or way_back.previous)
     if saved and request.partitions is not None and needs_rescale(saved, request.partitions):
@@ -345,7 +349,7 @@ def _roll_back(settings: Settings, registry: Registry, failed: Job, way_back: Wa
         again = run_job(settings, RunRequest(
             app=previous.app, app_args=previous.app_args, submit_args=previous.submit_args, master=previous.master,
             confs=previous.confs, name=previous.name, detach=True, savepoint=way_back.savepoint, check=False,
-            deploy_mode="cluster" if previous.submission_id else "client",
+            deploy_mode="cluster" if previous.submission_id else "client", rollback_sink=way_back.rollback_sink,
         ), progress, sleep, clock, start_timeout, rollback_of=failed)
     except SparkpointError as exc:
         raise JobFailedError(f"job {failed.id} failed on probation ({failure}), and starting {previous.id}'s version "

@@ -1,7 +1,8 @@
 """Reprocessing that replaces results: v1 (with a bug) writes parquet through Spark's file sink; v2 (fixed) runs
 from v1's savepoint at batch 3 with --rollback-sink, and the output is then what v2 run from the start would have
 written after v1's batches 0-3. The sink's log is compacted every 3 batches and its old files deleted at once, so
-the log at batch 3 is gone by batch 8: the rollback rebuilds it from what the savepoint recorded."""
+the log at batch 3 is gone by batch 8: the rollback rebuilds it from what the savepoint recorded. On the way, a
+v2 that fails its probation is rolled back to v1's version, sink included."""
 
 from __future__ import annotations
 
@@ -78,10 +79,27 @@ def test_v2_from_batch_3_with_rollback_sink_replaces_v1s_later_batches(tmp_path,
     assert {f["path"] for f in dry[0]["files"]} == v1_later and all(f["size"] > 0 for f in dry[0]["files"])
     assert parquet_files(out) == v1_early | v1_later  # a dry run moves nothing
 
+    # A way back rolls the sink back too: v2, with a condition it cannot meet, fails its probation, and v1's
+    # version, started again from the same savepoint, moves v2's batches aside and writes its own again.
+    code, printed, err = cli(home, "run", "--output", "json", "--detach", "--name", "values", "-s", at_3["id"],
+                             "--rollback-sink", "--rollback-to", at_3["id"], "--no-check", "--probation", "2",
+                             "--healthy-when", "processing_rate>=1e9", *SINK_LOG_CONFS, APP, "v2", str(inputs),
+                             str(out))
+    assert code == 13 and "failed on probation" in err, err
+    again = json.loads(printed)["rolled_back"]
+    (back,) = again["sink_rollbacks"]
+    v2_files = [str(Path(back["trash"]) / f["path"]) for f in back["files"]]
+    assert v2_files and {row.value - row.n for row in spark.read.parquet(*v2_files).collect()} == {0}
+    wait_for(lambda: latest_batch(out) >= 8, what="v1's version's batch 8 again")
+    assert cli_json(home, "cancel", again["id"])["state"] == "cancelled"
+    written = sorted(tuple(row) for row in spark.read.parquet(str(out)).select("file", "n", "value").collect())
+    assert written == sorted(expected_rows(range(9), 1000))
+    v1_later = parquet_files(out) - v1_early
+
     v2 = cli_json(home, "run", "--detach", "--name", "values", "-s", at_3["id"], "--rollback-sink",
                   *SINK_LOG_CONFS, APP, "v2", str(inputs), str(out))
     (rolled,) = v2["sink_rollbacks"]
-    assert (rolled["batches"], rolled["cut"], rolled["rebuilt_log"]) == ([4, 5, 6, 7, 8], 3, True)
+    assert (rolled["batches"], rolled["cut"]) == ([4, 5, 6, 7, 8], 3)
     wait_for(lambda: latest_batch(out) >= 8, what="v2's batch 8")
     assert cli_json(home, "cancel", v2["id"])["state"] == "cancelled"
 

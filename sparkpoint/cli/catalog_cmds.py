@@ -1,4 +1,4 @@
-"""savepoints and prune: thin commands over sparkpoint.savepoints.catalog."""
+"""savepoints, prune and horizon: thin commands over sparkpoint.savepoints.catalog and .horizon."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import click
 
 from sparkpoint.cli.context import PATH_PART, echo, emit, human_bytes, output_option, pass_app, text
 from sparkpoint.cli.context import console as make_console
+from sparkpoint.times import iso
 
 if TYPE_CHECKING:  # the core is imported inside each command, so that --help stays fast
     from sparkpoint.savepoints.catalog import Entry, Node, Pruned
+    from sparkpoint.savepoints.horizon import Horizon, SourceHorizon
 
 @click.command("savepoints")
 @click.option("--job", type=PATH_PART, help="Only this job's savepoints.")
@@ -95,18 +97,28 @@ def prune_cmd(app, keep_last, max_age, job, directory, dry_run, output):
     than DURATION. Savepoints whose creation or disposal was interrupted are removed too; one
     still being written (its process alive) is left alone.
     """
-    from sparkpoint.savepoints import catalog
+    from sparkpoint.savepoints import catalog, horizon
 
     settings = app.settings
-    result = catalog.prune(
-        directory or settings.savepoints_dir(),
-        keep_last=keep_last,
-        max_age=catalog.parse_duration(max_age) if max_age is not None else None,
-        job=job,
-        dry_run=dry_run,
-        storage_options=settings.storage_options,
-    )
+    result = catalog.prune(directory or settings.savepoints_dir(), **_retention(keep_last, max_age), job=job,
+                           dry_run=dry_run, storage_options=settings.storage_options)
+    if dry_run:
+        result = horizon.preview(result, job=job, jobs=_running_jobs(settings),
+                                 storage_options=settings.storage_options)
     emit(output, result, _render_pruned)
+
+
+def _retention(keep_last: int | None, max_age: str | None) -> dict:
+    """--keep-last and --max-age as the catalog takes them."""
+    from sparkpoint.savepoints import catalog
+
+    return {"keep_last": keep_last, "max_age": catalog.parse_duration(max_age) if max_age is not None else None}
+
+
+def _running_jobs(settings):
+    from sparkpoint.jobs.listing import list_jobs
+
+    return list_jobs(settings)
 
 
 def _render_pruned(pruned: Pruned) -> None:
@@ -114,6 +126,102 @@ def _render_pruned(pruned: Pruned) -> None:
     for entry in pruned.deleted:
         echo(f"{verb} {entry.id} ({entry.status}, {human_bytes(entry.bytes)}): {entry.path}")
     echo(f"{verb} {len(pruned.deleted)} savepoint(s), {human_bytes(pruned.freed_bytes)}; kept {len(pruned.kept)}.")
+    move = getattr(pruned, "horizon", None)
+    if move is None:
+        return
+    before, after = _positions(move.before), _positions(move.after)
+    table = _folding_table("source", "oldest needed now", "held by", "after the prune", "held by")
+    table.title = "Retention horizon"
+    for key in dict.fromkeys([*before, *after]):
+        kind, source, what, _holder = key
+        now, then = before.get(key, ("-", "-")), after.get(key, ("no holder left", "-"))
+        table.add_row(text(" ".join(filter(None, (kind, source, what)))), text(now[0]), text(now[1]),
+                      text(then[0], "" if then == now else "bold"), text(then[1]))
+    make_console().print(table)
+    _warn(move.after.warnings)
 
 
-COMMANDS = (savepoints_cmd, prune_cmd)
+@click.command("horizon")
+@click.option("--job", type=PATH_PART, help="Only this job's savepoints and running jobs.")
+@click.option("--keep-last", type=click.IntRange(min=0),
+              help="Count only the savepoints `prune --keep-last N` keeps [default: every complete one].")
+@click.option("--max-age", metavar="DURATION", help="Count only the savepoints `prune --max-age DURATION` keeps.")
+@click.option("--dir", "directory", metavar="DIR", help="A savepoints directory [default: the home's].")
+@output_option
+@pass_app
+def horizon_cmd(app, job, keep_last, max_age, directory, output):
+    """The oldest input each source must still keep, for the savepoints and running jobs.
+
+    Per source, the oldest position that a savepoint the retention policy keeps, or a running job's
+    checkpoint, still reads, and which one pins it: the file source's oldest file still to be read
+    (older files, read by all, can be archived), Kafka's offset per topic and partition, the rate
+    source's offset, other sources' raw offsets. `prune --dry-run` shows how a prune moves it.
+    """
+    from sparkpoint.savepoints import horizon
+
+    settings = app.settings
+    result = horizon.horizon(directory or settings.savepoints_dir(), **_retention(keep_last, max_age), job=job,
+                             jobs=_running_jobs(settings), storage_options=settings.storage_options)
+    emit(output, result, _render_horizon)
+
+
+def _render_horizon(result: Horizon) -> None:
+    if not result.sources:
+        click.echo("No savepoint or running job reads any input.", err=True)
+    else:
+        table = _folding_table("kind", "source", "partition / query", "oldest needed", "held by", "archivable")
+        for source in result.sources:
+            for what, position, holder in _lines(source):
+                archivable = str(len(source.archivable)) if hasattr(source, "archivable") else ""
+                if hasattr(source, "listed") and not source.listed:
+                    archivable += " (not listed)"
+                table.add_row(text(source.kind), text(source.source), text(what), text(position), text(holder or "-"),
+                              text(archivable))
+        make_console().print(table)
+    kinds = [h.kind for h in result.holders]
+    echo(f"Held by {kinds.count('savepoint')} savepoint(s) and {kinds.count('checkpoint')} running job(s).", err=True)
+    _warn(result.warnings)
+
+
+def _folding_table(*columns: str):
+    """Ids and positions are what operators copy: whole on one line; sources (paths) folded, never cut."""
+    from rich.table import Table
+
+    table = Table()
+    for column in columns:
+        table.add_column(column, overflow="fold", no_wrap=column in _WHOLE)
+    return table
+
+
+_WHOLE = ("held by", "oldest needed", "oldest needed now", "after the prune")
+
+
+def _positions(result: Horizon) -> dict[tuple[str, str, str, str], tuple[str, str]]:
+    """(kind, source, what, holder for another source's lines: one per holder) → (position, holder)."""
+    return {(source.kind, source.source, what, holder if source.kind == "other" else ""): (position, holder or "-")
+            for source in result.sources for what, position, holder in _lines(source)}
+
+
+def _lines(source: SourceHorizon) -> list[tuple[str, str, str | None]]:
+    """(what, the oldest position still needed, the holder that pins it): one line per partition of a Kafka
+    topic, per holder of another source, one for the others."""
+    if source.kind == "file":
+        oldest = source.oldest_file
+        if oldest is None:
+            return [("", "every file read", None)]
+        name = oldest.path.removeprefix(source.source.rstrip("/") + "/")
+        when = f" ({iso(oldest.timestamp_ms / 1000)})" if oldest.timestamp_ms is not None else ""
+        return [("", name + when, oldest.held_by)]
+    if source.kind == "kafka":
+        return [(f"partition {p.partition}", f"offset {p.offset}", p.held_by) for p in source.partitions]
+    if source.kind in ("rate", "rate-micro-batch"):
+        return [("", f"offset {source.offset}", source.held_by)]
+    return [(held.query, held.offset, held.held_by) for held in source.offsets]
+
+
+def _warn(warnings: list[str]) -> None:
+    for warning in warnings:
+        echo(f"warning: {warning}", err=True)
+
+
+COMMANDS = (savepoints_cmd, prune_cmd, horizon_cmd)

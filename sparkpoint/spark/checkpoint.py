@@ -33,7 +33,18 @@ from typing import Any, BinaryIO
 from sparkpoint.adapters.storage import Entry, Storage, join, translate_errors
 from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError
 from sparkpoint.spark.fields import bounded, checked_file_name, is_number, json_array, json_object, required_field
-from sparkpoint.spark.logs import BATCH_FILE, OffsetEntry, batch_ids, json_line, parse_commit, parse_log, parse_offsets
+from sparkpoint.spark.logs import (
+    OffsetEntry,
+    SourceFile,
+    batch_ids,
+    json_line,
+    live_log,
+    parse_commit,
+    parse_file_source_log,
+    parse_log,
+    parse_offsets,
+    parse_rate_start,
+)
 from sparkpoint.spark.state_files import (
     changelog_lineage,
     is_temp,
@@ -274,6 +285,25 @@ class CheckpointReader:
             commit=self.commit(chosen),
         )
 
+    # -- sources' own logs -------------------------------------------------------------------
+    def file_source(self, source: int) -> list[SourceFile]:
+        """Every file the file source ``source`` (its index in the offsets) has logged: its log's newest
+        compaction and the batches after it. Files logged with a batch at or below the cut's ``logOffset``
+        were read by the cut; the others are read again after a restore. [] without a log."""
+        directory = f"sources/{source}"
+        files: list[SourceFile] = []
+        for name in live_log(self._list(directory)):
+            rel = f"{directory}/{name}"
+            with self._open(rel) as handle:
+                files.extend(parse_file_source_log(handle, self._where(rel)))
+        return files
+
+    def rate_start(self, source: int) -> int | None:
+        """When the rate source ``source`` started (ms), as its log records it; None: not a rate source's log."""
+        if "0" not in self._list(f"sources/{source}"):
+            return None
+        return parse_rate_start(self._read(f"sources/{source}/0"))
+
     # -- the plan ----------------------------------------------------------------------------
     def plan(self, batch_id: int | None = None) -> Plan:
         """The exact files Spark's recovery needs at the cut. Raises VanishedError on a race."""
@@ -323,21 +353,8 @@ class CheckpointReader:
             directory = f"sources/{source}"
             if not self._list("sources")[source].is_dir:
                 continue
-            entries = self._list(directory)
-            plain = {}
-            compacts = {}
-            for name in entries:
-                match = BATCH_FILE.fullmatch(name)
-                if match and int(match.group(1)) <= last:
-                    (compacts if match.group(2) else plain)[int(match.group(1))] = name
-            # A compacted log holds everything up to its batch; without one, every entry is live
-            # (the file source's seen-files list; batch 0 of rate and Kafka sources).
-            start = max(compacts) if compacts else -1
-            if start >= 0:
-                self._add(files, directory, compacts[start])
-            for b in sorted(plain):
-                if b > start:
-                    self._add(files, directory, plain[b])
+            for name in live_log(self._list(directory), last):
+                self._add(files, directory, name)
 
     def _add_unknown_top_level(self, files: list[FileRef]) -> None:
         """Files Spark may add in a later version are kept rather than silently dropped."""

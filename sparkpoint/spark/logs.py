@@ -11,7 +11,7 @@ from typing import Any
 
 from sparkpoint.adapters.storage import Entry
 from sparkpoint.errors import NotACheckpointError
-from sparkpoint.spark.fields import checked_unique_id, json_array, json_object, typed
+from sparkpoint.spark.fields import checked_unique_id, json_array, json_object, required_field, typed
 
 LOG_DIRS = ("offsets", "commits")
 
@@ -83,6 +83,61 @@ def parse_commit(raw: bytes, where: str) -> dict[str, Any]:
                 checked_unique_id(unique_id, where, "a state unique id")
     data["_version"] = version
     return data
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A file the file source logged: its URL as Spark wrote it (percent-encoded), its modification time,
+    and the batch that reads it."""
+
+    path: str
+    timestamp_ms: int | None
+    batch_id: int
+
+
+def parse_file_source_log(lines: Iterable[bytes], where: str) -> list[SourceFile]:
+    """One file of the file source's log (``sources/<i>/<batch>[.compact]``), line by line: ``v1``, then one
+    JSON line per file, ``{"path": <URL>, "timestamp": <modification time, ms>, "batchId": <batch>}``. Read as
+    a stream: a compaction lists every file the source ever took, so it grows past any bound for one entry."""
+    lines = iter(lines)
+    if not re.fullmatch(rb"v\d+\n?", next(lines, b""), re.ASCII):
+        raise NotACheckpointError(f"{where} is not a Spark log file (no version line)")
+    files = []
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            entry = json_object(json.loads(line), where, "a file source entry")
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            raise NotACheckpointError(f"{where} has a malformed file source entry") from None
+        files.append(SourceFile(required_field(entry, "path", str, where),
+                                typed(entry.get("timestamp"), int, where, "timestamp"),
+                                required_field(entry, "batchId", int, where)))
+    return files
+
+
+def parse_rate_start(raw: bytes) -> int | None:
+    """The start time (ms) the rate source logs as its ``sources/<i>/0``: ``v1`` and a number; None when
+    the file says anything else (another source's log)."""
+    text = raw.decode("utf-8", "replace").split("\n")
+    if len(text) != 2 or text[0] != "v1" or not re.fullmatch(r"\d{1,19}", text[1].strip(), re.ASCII):
+        return None
+    return int(text[1])
+
+
+def live_log(names: Iterable[str], last: int | None = None) -> list[str]:
+    """The files of a compacted log (Spark's CompactibleFileStreamLog rewrites the whole log as ``<N>.compact``
+    every few batches) that hold its batches up to ``last`` (all of them without): the newest compaction, then
+    every batch after it. Without a compaction every entry counts (the file source's seen-files list; batch 0
+    of rate and Kafka sources)."""
+    plain: dict[int, str] = {}
+    compacts: dict[int, str] = {}
+    for name in names:
+        match = BATCH_FILE.fullmatch(name)
+        if match and (last is None or int(match.group(1)) <= last):
+            (compacts if match.group(2) else plain)[int(match.group(1))] = name
+    start = max(compacts, default=-1)
+    return ([compacts[start]] if start >= 0 else []) + [plain[b] for b in sorted(plain) if b > start]
 
 
 def batch_ids(entries: Iterable[Entry]) -> list[int]:

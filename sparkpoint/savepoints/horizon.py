@@ -1,0 +1,458 @@
+"""The retention horizon: per source, the oldest input that a savepoint kept or a running job still needs.
+
+The *holders* are the complete savepoints the retention policy keeps (all of them without a policy; with
+``keep_last``/``max_age``, those ``prune`` would keep) and the checkpoints of the jobs running now. Each may
+resume at its cut, and then reads its sources from the offsets of that cut: a query's ``offsets`` in the
+manifest, ``offsets/<cut>`` in a live checkpoint (a batch planned after the cut reads from there too). Per
+source, the horizon is the oldest position any holder still needs, and the holder that pins it. Input older
+than the horizon can be retired (Kafka retention, old input files archived) without breaking any restore.
+
+Sources are recognised by their offsets, as Spark 4.3 writes them:
+
+- the file source, ``{"logOffset": N}``. Its log (``sources/<i>``: the savepoint's copy, or the checkpoint)
+  lists every file with the batch that reads it. A restore at cut N never reads again a file logged at a batch
+  up to N (Spark rebuilds its seen-files list from the log); the others are read after the restore, as is
+  every file of the directory the log does not name. A source is its input directory: the deepest directory
+  holding every file its log names (directories nested in one another are one source). Its files that every
+  holder has read are *archivable*.
+- Kafka, ``{"<topic>": {"<partition>": <offset>}}`` (KafkaSourceOffset): per topic and partition, the smallest
+  offset. A holder whose offsets name a topic but not one of its partitions reads that partition from the
+  earliest offset when it resumes (Spark's handling of a new partition): it pins that partition at 0.
+- the rate source, a number (seconds since the start it logs in ``sources/<i>/0``), and ``rate-micro-batch``,
+  ``{"offset": N, "timestamp": T}`` (N values read): the smallest, per query and source.
+- any other source: each holder's offset as Spark wrote it; no order is assumed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
+from typing import Any
+from urllib.parse import unquote
+
+from sparkpoint.adapters.storage import join, storage_for, translate_errors
+from sparkpoint.errors import (
+    CutUnavailableError,
+    NotACheckpointError,
+    NotFoundError,
+    SavepointInvalidError,
+    StorageError,
+)
+from sparkpoint.results import WHEN_SET, Result
+from sparkpoint.savepoints import catalog
+from sparkpoint.savepoints import manifest as mf
+from sparkpoint.savepoints import savepoint as sp
+from sparkpoint.spark.checkpoint import CheckpointReader, VanishedError, is_checkpoint
+from sparkpoint.spark.fields import is_number
+
+FILE, KAFKA, RATE, RATE_MICRO_BATCH, OTHER = "file", "kafka", "rate", "rate-micro-batch", "other"
+ACTIVE = ("starting", "running")  # the job states whose checkpoints count (jobs.registry.ACTIVE_STATES)
+ATTEMPTS = 3  # reads of a live checkpoint that Spark's cleanup raced
+
+
+# -- results ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Holder(Result):
+    """A savepoint, or a running job's checkpoints: where a query may resume, and so what it still needs."""
+
+    kind: str  # savepoint | checkpoint
+    id: str  # the savepoint's id, or the job's
+    job: str | None  # the job's name (a savepoint's catalog label)
+    created_at: str | None  # a savepoint's; null for a checkpoint
+    path: str  # the savepoint, or the job's checkpoint root
+    queries: list[dict[str, Any]]  # name, batch_id (the cut)
+
+
+@dataclass(frozen=True)
+class NeededFile(Result):
+    path: str  # its URL as Spark logs it, percent-decoded
+    timestamp_ms: int | None  # its modification time as logged; null for a file no holder has logged
+    held_by: str  # a holder that still reads it (the oldest)
+
+
+@dataclass(frozen=True)
+class PartitionOffset(Result):
+    topic: str
+    partition: int
+    offset: int  # the first offset still needed: records below it can go
+    held_by: str
+
+
+@dataclass(frozen=True)
+class HeldOffset(Result):
+    held_by: str
+    query: str
+    offset: str  # as Spark wrote it in the offsets log
+
+
+@dataclass(frozen=True)
+class SourceHorizon(Result):
+    kind: str  # file | kafka | rate | rate-micro-batch | other
+    source: str  # the input directory, the topic, or <query>[<index>]
+    queries: list[str]  # the names of the queries that read it
+    holders: list[str]  # the ids of the holders that read it
+
+
+@dataclass(frozen=True)
+class FileSourceHorizon(SourceHorizon):
+    oldest_file: NeededFile | None  # the oldest file some holder still reads; null: none
+    archivable: list[str]  # files every holder has read, oldest first: they may be archived or deleted
+    listed: bool  # the directory was listed: its files no holder has logged count as needed
+
+
+@dataclass(frozen=True)
+class KafkaHorizon(SourceHorizon):
+    partitions: list[PartitionOffset]
+
+
+@dataclass(frozen=True)
+class CountingHorizon(SourceHorizon):
+    """rate: seconds since the source's start; rate-micro-batch: the values read."""
+
+    offset: int
+    held_by: str
+
+
+@dataclass(frozen=True)
+class OtherHorizon(SourceHorizon):
+    offsets: list[HeldOffset]
+
+
+@dataclass(frozen=True)
+class Horizon(Result):
+    directory: str
+    job: str | None
+    holders: list[Holder]
+    sources: list[SourceHorizon]
+    warnings: list[str]  # what was not counted, or is already wrong, one line each
+
+
+@dataclass(frozen=True)
+class Move(Result):
+    before: Horizon
+    after: Horizon
+
+
+@dataclass(frozen=True)
+class PrunePreview(catalog.Pruned):
+    """``prune --dry-run``: what it would delete, and how the horizon would move."""
+
+    horizon: Move | None = field(default=None, metadata=WHEN_SET)
+
+
+# -- what one holder needs -------------------------------------------------------------------------
+
+
+@dataclass
+class _Need:
+    """One source of one query of one holder: what it still needs."""
+
+    holder: str
+    query: str
+    kind: str
+    key: str  # the source, before file sources nested in one another are merged
+    value: Any  # file: _FileLog; kafka: {partition: offset}; rate: int; other: str
+
+
+@dataclass
+class _FileLog:
+    read: dict[str, int | None]  # path → timestamp: logged at a batch up to the cut
+    pending: dict[str, int | None]  # logged after the cut: read again after a restore
+
+
+@dataclass
+class _Loaded:
+    holder: Holder
+    needs: list[_Need]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _kind(offset: Any) -> str:
+    if isinstance(offset, dict):
+        if offset.keys() == {"logOffset"} and _is_int(offset["logOffset"]):
+            return FILE
+        if offset.keys() == {"offset", "timestamp"} and all(_is_int(v) for v in offset.values()):
+            return RATE_MICRO_BATCH
+        if offset and all(isinstance(partitions, dict) and partitions
+                          and all(is_number(p) and _is_int(o) for p, o in partitions.items())
+                          for partitions in offset.values()):
+            return KAFKA
+    return RATE if _is_int(offset) else OTHER
+
+
+def _directory(paths: list[str]) -> str:
+    """The deepest directory holding every path."""
+    common = paths[0].rsplit("/", 1)[0].split("/")
+    for path in paths[1:]:
+        parts = path.rsplit("/", 1)[0].split("/")
+        size = 0
+        while size < min(len(common), len(parts)) and common[size] == parts[size]:
+            size += 1
+        common = common[:size]
+    return "/".join(common)
+
+
+def _query_needs(holder: str, query: str, offsets: list[Any], reader: CheckpointReader,
+                 warnings: list[str]) -> list[_Need]:
+    needs = []
+    for index, offset in enumerate(offsets):
+        kind, own = _kind(offset), f"{query}[{index}]"
+        if offset is None:
+            warnings.append(f"{holder}: source {own} had no offset at its cut: it reads that source from its "
+                            "start, which the checkpoint does not say")
+            needs.append(_Need(holder, query, OTHER, own, "-"))
+        elif kind == FILE:
+            logged = reader.file_source(index)
+            if not logged:
+                warnings.append(f"{holder}: the file source {own} has logged no file: it reads its whole input "
+                                "directory, which the checkpoint does not name")
+                continue
+            cut = offset["logOffset"]
+            log = _FileLog({}, {})
+            for entry in logged:
+                (log.read if entry.batch_id <= cut else log.pending)[unquote(entry.path)] = entry.timestamp_ms
+            needs.append(_Need(holder, query, FILE, _directory([*log.read, *log.pending]), log))
+        elif kind == KAFKA:
+            needs += [_Need(holder, query, KAFKA, topic, {int(p): o for p, o in partitions.items()})
+                      for topic, partitions in offset.items()]
+        elif kind == RATE and reader.rate_start(index) is not None:
+            needs.append(_Need(holder, query, RATE, own, offset))
+        elif kind == RATE_MICRO_BATCH:
+            needs.append(_Need(holder, query, RATE_MICRO_BATCH, own, offset["offset"]))
+        else:
+            needs.append(_Need(holder, query, OTHER, own, offset if isinstance(offset, str) else json.dumps(offset)))
+    return needs
+
+
+def _load_savepoint(entry: catalog.Entry, storage_options: dict | None, warnings: list[str]) -> _Loaded | None:
+    storage, path = storage_for(entry.path, storage_options)
+    try:
+        savepoint = sp.load_from(storage, path)
+    except NotFoundError:
+        return None  # disposed of since the catalog was read
+    except SavepointInvalidError as exc:
+        warnings.append(f"savepoint {entry.id} is not counted: {exc}")
+        return None
+    manifest = savepoint.manifest
+    needs = []
+    for query in savepoint.queries:
+        reader = CheckpointReader(storage, join(path, mf.QUERIES_DIR, query["name"]))
+        try:
+            needs += _query_needs(manifest["id"], query["name"], query["offsets"], reader, warnings)
+        except VanishedError as gone:
+            raise SavepointInvalidError(f"savepoint {manifest['id']} lacks {query['name']}/{gone}: run "
+                                        "`sparkpoint verify` on it") from None
+    holder = Holder(kind="savepoint", id=manifest["id"], job=manifest["job"], created_at=manifest["created_at"],
+                    path=path, queries=[{"name": q["name"], "batch_id": q["batch_id"]} for q in savepoint.queries])
+    return _Loaded(holder, needs)
+
+
+def _job_checkpoints(job: Any, storage_options: dict | None) -> dict[str, str]:
+    """Query name → checkpoint of a running job: the named queries' checkpoints under its checkpoint root (all
+    there is when its agent does not answer), and the others its agent reports."""
+    storage, root = storage_for(job.checkpoint_root, storage_options)
+    found = {}
+    with contextlib.suppress(NotFoundError), translate_errors(root):
+        for entry in sorted(storage.list(root), key=lambda e: e.name):
+            if entry.is_dir and is_checkpoint(storage, join(root, entry.name)):
+                found[entry.name] = join(root, entry.name)
+    for query in job.queries:  # a query that sets its own checkpointLocation
+        if query.name and query.checkpoint:
+            found.setdefault(query.name, query.checkpoint)
+    return found
+
+
+def _load_job(job: Any, storage_options: dict | None, warnings: list[str]) -> _Loaded | None:
+    locations = _job_checkpoints(job, storage_options)
+    if not locations:
+        warnings.append(f"job {job.id} ({job.state}) has no checkpoint yet: not counted")
+        return None
+    queries, needs = [], []
+    for name, location in locations.items():
+        storage, path = storage_for(location, storage_options)
+        for attempt in range(1, ATTEMPTS + 1):
+            reader = CheckpointReader(storage, path)
+            try:
+                cut = reader.cut()
+                found = _query_needs(job.id, name, cut.offsets.sources, reader, warnings)
+            except CutUnavailableError:  # Spark purged a log file meanwhile (VanishedError): read its newer state
+                if attempt == ATTEMPTS:
+                    raise
+                continue
+            except (NotACheckpointError, NotFoundError) as exc:
+                warnings.append(f"job {job.id}: query {name} is not counted: {exc}")
+                break
+            queries.append({"name": name, "batch_id": cut.batch_id})
+            needs += found
+            break
+    holder = Holder(kind="checkpoint", id=job.id, job=job.name, created_at=None, path=job.checkpoint_root,
+                    queries=queries)
+    return _Loaded(holder, needs) if queries else None
+
+
+# -- the horizon of a set of holders ---------------------------------------------------------------
+
+
+def _distinct(values: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+def _listing(directory: str, storage_options: dict | None, warnings: list[str]) -> set[str] | None:
+    """The files Spark would read in ``directory`` (not its hidden ones), as URLs; None if it cannot be listed."""
+    inside = directory.split("://", 1)[1] if "://" in directory else directory.removeprefix("file:")
+    if not inside.strip("/"):
+        return None  # files logged in unrelated directories: their common one is the file system's root
+    try:
+        storage, path = storage_for(directory, storage_options)
+        with translate_errors(path):
+            relative = [rel for rel, _size in storage.walk_files(path)]
+    except NotFoundError:
+        return set()
+    except (StorageError, SavepointInvalidError) as exc:  # refused, or an unsafe entry (a link)
+        warnings.append(f"the input directory {directory} cannot be listed ({exc}): only the files its logs "
+                        "name count")
+        return None
+    return {join(directory, rel) for rel in relative if not _hidden(rel)}
+
+
+def _hidden(relative: str) -> bool:
+    """What Spark's file index leaves out: names starting with '.' or '_' (but partition directories
+    ``_x=1``), and files still being copied."""
+    return any(part.startswith(".") or (part.startswith("_") and "=" not in part) or part.endswith("._COPYING_")
+               for part in relative.split("/"))
+
+
+def _file_horizon(common: dict[str, Any], needs: list[_Need], storage_options: dict | None,
+                  warnings: list[str]) -> FileSourceHorizon:
+    directory = common["source"]
+    logs: list[_FileLog] = [n.value for n in needs]
+    timestamps: dict[str, int | None] = {}
+    for log in logs:
+        for path, stamp in [*log.read.items(), *log.pending.items()]:
+            if timestamps.get(path) is None:
+                timestamps[path] = stamp
+    present = _listing(directory, storage_options, warnings)
+    universe = present if present is not None else set(timestamps)
+
+    def age(path: str) -> tuple:
+        return timestamps.get(path) is None, timestamps.get(path) or 0, path
+
+    needed: dict[str, str] = {}
+    for need in needs:  # oldest holder first: the one named for a file is the oldest that reads it
+        log = need.value
+        for path in {*log.pending, *(universe - log.read.keys() - log.pending.keys())}:
+            needed.setdefault(path, need.holder)
+    gone: dict[str, list[str]] = {}
+    for path in sorted((p for p in needed if present is not None and p not in present), key=age):
+        gone.setdefault(needed[path], []).append(path)
+    for holder, paths in gone.items():
+        warnings.append(f"{holder} still reads {len(paths)} file(s) of {directory} that are gone (the oldest: "
+                        f"{paths[0]}): its restore would fail")
+    oldest = min(needed, key=age, default=None)
+    return FileSourceHorizon(
+        **common,
+        oldest_file=NeededFile(oldest, timestamps.get(oldest), needed[oldest]) if oldest is not None else None,
+        archivable=sorted((p for p in universe if all(p in log.read for log in logs)), key=age),
+        listed=present is not None,
+    )
+
+
+def _kafka_horizon(common: dict[str, Any], needs: list[_Need], order: dict[str, int]) -> KafkaHorizon:
+    partitions = sorted({p for need in needs for p in need.value})
+    pinned = []
+    for partition in partitions:
+        # A holder that does not know a partition of its topic reads it from the earliest offset.
+        offset, _, holder = min((need.value.get(partition, 0), order[need.holder], need.holder) for need in needs)
+        pinned.append(PartitionOffset(topic=common["source"], partition=partition, offset=offset, held_by=holder))
+    return KafkaHorizon(**common, partitions=pinned)
+
+
+def _assemble(directory: str, job: str | None, loaded: list[_Loaded], storage_options: dict | None,
+              warnings: list[str]) -> Horizon:
+    order = {item.holder.id: rank for rank, item in enumerate(loaded)}
+    needs = [need for item in loaded for need in item.needs]  # oldest holder first
+    # File sources: a directory nested in another one's is that source (partitioned input, read in part).
+    directories = sorted({n.key for n in needs if n.kind == FILE}, key=len)
+
+    def source_of(need: _Need) -> str:
+        if need.kind != FILE:
+            return need.key
+        return next(d for d in directories if need.key == d or need.key.startswith(d.rstrip("/") + "/"))
+
+    groups: dict[tuple[str, str], list[_Need]] = {}
+    for need in needs:
+        groups.setdefault((need.kind, source_of(need)), []).append(need)
+    sources: list[SourceHorizon] = []
+    for (kind, key), group in sorted(groups.items()):
+        common = {"kind": kind, "source": key, "queries": sorted({n.query for n in group}),
+                  "holders": _distinct(n.holder for n in group)}
+        if kind == FILE:
+            sources.append(_file_horizon(common, group, storage_options, warnings))
+        elif kind == KAFKA:
+            sources.append(_kafka_horizon(common, group, order))
+        elif kind in (RATE, RATE_MICRO_BATCH):
+            offset, _, holder = min((n.value, order[n.holder], n.holder) for n in group)
+            sources.append(CountingHorizon(**common, offset=offset, held_by=holder))
+        else:
+            sources.append(OtherHorizon(**common, offsets=[HeldOffset(n.holder, n.query, n.value) for n in group]))
+    return Horizon(directory=directory, job=job, holders=[item.holder for item in loaded], sources=sources,
+                   warnings=warnings)
+
+
+def _load(entries: list[catalog.Entry], job: str | None, jobs: Iterable[Any], storage_options: dict | None,
+          warnings: list[str]) -> tuple[list[_Loaded], list[_Loaded]]:
+    """(savepoints oldest first, running jobs) among ``entries`` and ``jobs``, read."""
+    saved = []
+    for entry in sorted(entries, key=lambda e: (e.created or 0, e.id)):
+        if entry.status == "invalid":
+            warnings.append(f"savepoint {entry.id} is invalid and not counted: {entry.problem}")
+        elif entry.status == "complete":
+            saved.append(_load_savepoint(entry, storage_options, warnings))
+    live = [_load_job(j, storage_options, warnings) for j in jobs
+            if j.state in ACTIVE and (job is None or job in (j.name, j.id))]
+    return [s for s in saved if s], [j for j in live if j]
+
+
+def of(directory: str, entries: list[catalog.Entry], *, job: str | None = None, jobs: Iterable[Any] = (),
+       storage_options: dict | None = None) -> Horizon:
+    """The horizon of the savepoints ``entries`` (only complete ones count) and of the running ``jobs``
+    (``JobView``s as ``list`` gives them: ``id``, ``name``, ``state``, ``checkpoint_root``, ``queries``)."""
+    warnings: list[str] = []
+    saved, live = _load(entries, job, jobs, storage_options, warnings)
+    return _assemble(directory, job, saved + live, storage_options, warnings)
+
+
+def horizon(directory: str, *, keep_last: int | None = None, max_age: float | None = None, job: str | None = None,
+            jobs: Iterable[Any] = (), storage_options: dict | None = None,
+            clock: Callable[[], float] = time.time) -> Horizon:
+    """The horizon of the catalog in ``directory``: the savepoints the retention policy keeps (every complete
+    one without ``keep_last`` and ``max_age``; only ``job``'s with it) and ``job``'s (or every) running job."""
+    entries = catalog.scan(directory, storage_options)
+    if keep_last is None and max_age is None:
+        kept = [e for e in entries if job is None or e.job == job]
+    else:
+        _delete, kept = catalog.prune_plan(entries, keep_last, max_age, job, clock())
+    return of(directory, kept, job=job, jobs=jobs, storage_options=storage_options)
+
+
+def preview(pruned: catalog.Pruned, *, job: str | None = None, jobs: Iterable[Any] = (),
+            storage_options: dict | None = None) -> PrunePreview:
+    """A dry run of ``prune`` with the horizon now (its savepoints in scope, and the running jobs) and after
+    it (without those it would delete)."""
+    warnings: list[str] = []
+    saved, live = _load([*pruned.deleted, *pruned.kept], job, jobs, storage_options, warnings)
+    going = {e.id for e in pruned.deleted}
+    before = _assemble(pruned.directory, job, saved + live, storage_options, list(warnings))
+    kept = [item for item in saved if item.holder.id not in going]
+    after = _assemble(pruned.directory, job, kept + live, storage_options, list(warnings))
+    return PrunePreview(**{f.name: getattr(pruned, f.name) for f in fields(catalog.Pruned)},
+                        horizon=Move(before=before, after=after))
+

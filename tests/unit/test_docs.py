@@ -213,6 +213,13 @@ def outputs(capsys, home, tmp_path, running_job):
     created = run("savepoint", "--from-checkpoint", str(checkpoint))
     pruning = run("savepoint", "--from-checkpoint", str(checkpoint), "--keep-last", "2")
     live = run("savepoint", running_job.id)
+    # The fake query's file sink, with a batch after the savepoint's cut (3): what rollback-sink would move.
+    output = tmp_path / "live" / "alarms-out"
+    (output / "_spark_metadata").mkdir(parents=True)
+    for batch in range(5):
+        (output / f"part-{batch}.parquet").write_bytes(b"data")
+        (output / "_spark_metadata" / str(batch)).write_text("v1\n" + json.dumps(
+            {"path": f"file://{output}/part-{batch}.parquet", "size": 4, "action": "add"}))
     trigger = run("savepoint", "--detached", running_job.id)
 
     def ended_trigger():
@@ -248,6 +255,8 @@ def outputs(capsys, home, tmp_path, running_job):
         ("`cluster start`, `cluster status`", None, run("cluster", "status", "--dir", cluster)),
         ("`cluster stop`", None, run("cluster", "stop", "--dir", cluster)),
         ("`check`", None, checked),
+        ("`horizon`", None, run("horizon")),
+        ("`rollback-sink`", None, run("rollback-sink", live["id"], "--dry-run")[0]),
     ]
 
 

@@ -182,7 +182,7 @@ def _sinks_before_launch(settings: Settings, request: RunRequest, saved: Savepoi
     warning for each that holds batches after the cut, which the restored version would skip. What was said,
     for the job's history."""
     if request.rollback_sink:
-        rolled.extend(roll_back_sinks(settings, saved))
+        rolled.extend(roll_back_sinks(settings, saved, confs=request.confs))
         return [("sink_rollback", f"{r.query}: {r.output} rolled back to batch {r.cut}" + (
             f", batches {r.batches[0]}..{r.batches[-1]} moved to {r.trash}" if r.batches else ", nothing after it"))
             for r in rolled]

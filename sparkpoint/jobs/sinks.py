@@ -3,6 +3,7 @@ writes there, and the rollback itself (``spark.sink_rollback``): `rollback-sink`
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,9 +68,10 @@ def unrecorded(savepoint: Savepoint) -> list[str]:
 
 
 def roll_back_sinks(settings: Settings, savepoint: Savepoint, output: str | None = None, query: str | None = None,
-                    dry_run: bool = False) -> list[SinkRolledBack]:
+                    dry_run: bool = False, confs: list[str] | None = None) -> list[SinkRolledBack]:
     """Bring the file sinks' outputs back to the savepoint's cut: every recorded one, or ``output``. All are
-    planned (and refused) before any is changed."""
+    planned (and refused) before any is changed. ``confs``: the restored version's ``--conf KEY=VALUE`` (its
+    file sink's compaction interval)."""
     pairs = file_sink_queries(savepoint, output, query)
     if output is None and not pairs:
         missing = unrecorded(savepoint)
@@ -84,18 +86,20 @@ def roll_back_sinks(settings: Settings, savepoint: Savepoint, output: str | None
         writer = writers.get(path)
         if writer:
             raise SinkRollbackRefusedError(f"{writer} still writes to {location}: stop or cancel it first")
-        planned.append((saved, storage, sink_rollback.plan(storage, path, _cut(saved))))
+        planned.append((saved, storage, sink_rollback.plan(storage, path, _cut(saved, confs))))
     return [_done(saved, plan, None if dry_run else sink_rollback.apply(storage, plan), dry_run)
             for saved, storage, plan in planned]
 
 
-def _cut(saved: dict[str, Any]) -> sink_rollback.Cut:
+def _cut(saved: dict[str, Any], confs: list[str] | None) -> sink_rollback.Cut:
     sink = saved.get("sink") or {}
-    interval = saved["confs"].get(sink_rollback.COMPACT_INTERVAL_CONF)
+    # Spark's offset log does not pin it: only the version's own --conf says it (else Spark's default).
+    interval = dict(conf.partition("=")[::2] for conf in confs or []).get(sink_rollback.COMPACT_INTERVAL_CONF)
     return sink_rollback.Cut(
         sink_batch=sink.get("batch_id", saved["batch_id"]), query_batch=saved["batch_id"],
         known=bool(sink.get("cut_known")), last_file=sink.get("last_file"),
-        compact_interval=int(interval) if interval and interval.isdigit() else sink_rollback.DEFAULT_COMPACT_INTERVAL,
+        compact_interval=int(interval) if re.fullmatch(r"[1-9][0-9]{0,8}", interval or "")
+        else sink_rollback.DEFAULT_COMPACT_INTERVAL,
     )
 
 
@@ -136,7 +140,7 @@ def pending(settings: Settings, savepoint: Savepoint) -> list[SinkRolledBack]:
     for saved, location in file_sink_queries(savepoint, None, None):
         try:
             storage, path = storage_for(location, settings.storage_options)
-            plan = sink_rollback.plan(storage, path, _cut(saved))
+            plan = sink_rollback.plan(storage, path, _cut(saved, None))
         except SparkpointError:
             continue
         if plan.batches:

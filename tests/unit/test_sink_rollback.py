@@ -179,3 +179,13 @@ def test_the_command_on_a_savepoint_that_records_no_sink_needs_the_output_and_th
     assert main(["rollback-sink", saved, str(out)]) == 0
     assert "back to batch 3; batches 4..5 moved to" in capsys.readouterr().out
     assert SinkLog(LOCAL, str(out)).latest == 3
+
+
+def test_with_one_compaction_left_the_interval_is_the_one_the_version_sets(tmp_path):
+    out = tmp_path / "out"
+    sink(out, 9, interval=3, deleted_below=8)  # 8.compact alone: Spark's default (10) would make the interval 9
+    plan = sink_rollback.plan(LOCAL, str(out), Cut(3, 3, True, last_at(out, 3), compact_interval=3))
+    assert set(plan.log_written) == {"2.compact", "3"}
+    sink_rollback.apply(LOCAL, plan)
+    log = SinkLog(LOCAL, str(out))
+    assert derive_interval(log.compactions, 3) == 3 and log.chain(3) == [2, 3] and len(log.entries_at(3)) == 8

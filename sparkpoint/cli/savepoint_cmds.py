@@ -261,9 +261,12 @@ def _render_rescaled(rescaled: Rescaled) -> None:
 @click.argument("output_dir", required=False)
 @click.option("--query", type=PATH_PART, help="The query that writes to OUTPUT_DIR, when SAVEPOINT holds several.")
 @click.option("--dry-run", is_flag=True, help="List the batches and files that would move, with sizes; move nothing.")
+@click.option("--compact-interval", type=click.IntRange(min=1), metavar="N",
+              help="The job's spark.sql.streaming.fileSink.log.compactInterval [default: as the savepoint recorded "
+                   "it; needed when the log fits several].")
 @output_option
 @pass_app
-def rollback_sink_cmd(app, loaded, output_dir, query, dry_run, output):
+def rollback_sink_cmd(app, loaded, output_dir, query, dry_run, compact_interval, output):
     """Roll a file sink's output back to SAVEPOINT's cut, for a restore that rewrites the later batches.
 
     Spark's file sink skips every batch id its log (OUTPUT/_spark_metadata) committed: a query restored from
@@ -276,7 +279,8 @@ def rollback_sink_cmd(app, loaded, output_dir, query, dry_run, output):
     """
     from sparkpoint.jobs.sinks import roll_back_sinks
 
-    emit(output, roll_back_sinks(app.settings, loaded, output_dir, query, dry_run), _render_sink_rollbacks)
+    emit(output, roll_back_sinks(app.settings, loaded, output_dir, query, dry_run, compact_interval),
+         _render_sink_rollbacks)
 
 
 def _render_sink_rollbacks(rollbacks: list) -> None:

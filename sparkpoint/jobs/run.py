@@ -40,7 +40,7 @@ from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints.rescale import needs_rescale, rescale
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.jobs.savepoint import savepoint_job
-from sparkpoint.jobs.sinks import SinkRolledBack, pending, roll_back_sinks
+from sparkpoint.jobs.sinks import SinkRolledBack, log_interval, pending, roll_back_sinks
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.savepoints.savepoint import load as load_savepoint
 from sparkpoint.times import iso
@@ -182,18 +182,14 @@ def _sinks_before_launch(settings: Settings, request: RunRequest, saved: Savepoi
     warning for each that holds batches after the cut, which the restored version would skip. What was said,
     for the job's history."""
     if request.rollback_sink:
-        rolled.extend(roll_back_sinks(settings, saved, confs=request.confs))
+        rolled.extend(roll_back_sinks(settings, saved, compact_interval=log_interval(request.confs)))
         return [("sink_rollback", f"{r.query}: {r.output} rolled back to batch {r.cut}" + (
             f", batches {r.batches[0]}..{r.batches[-1]} moved to {r.trash}" if r.batches else ", nothing after it"))
             for r in rolled]
-    said = []
-    for behind in pending(settings, saved):
-        said.append(("sink_skips", f"the file sink of query {behind.query} ({behind.output}) has committed batches "
-                    f"{behind.batches[0]}..{behind.batches[-1]} after the savepoint's batch {behind.cut}: the restored "
-                    "version will skip them and write nothing for them (the old results stay); pass --rollback-sink "
-                    "to move them aside so that they are written again"))
-        warn(said[-1][1])
-    return said
+    said = pending(settings, saved, log_interval(request.confs))
+    for warning in said:
+        warn(warning)
+    return [("sink_skips", warning) for warning in said]
 
 
 def _refuse_what_cannot_go_together(request: RunRequest) -> None:

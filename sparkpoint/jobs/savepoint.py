@@ -22,7 +22,7 @@ def job_sources(queries: list[dict[str, Any]]) -> list[QuerySource]:
                 f"query {query['id']} has no name and cannot be savepointed: name it with .queryName(...)"
             )
         sources.append(QuerySource(query["name"], local_path(query["checkpoint"]),
-                                   file_sink.sink_record(query.get("sink"))))
+                                   file_sink.sink_record(query.get("sink"), query.get("sink_log_interval"))))
     return sources
 
 

@@ -3,18 +3,17 @@ writes there, and the rollback itself (``spark.sink_rollback``): `rollback-sink`
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from sparkpoint.adapters.storage import storage_for
+from sparkpoint.adapters.storage import join, storage_for
 from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, SinkRollbackRefusedError, SparkpointError
-from sparkpoint.jobs.registry import Registry, client_for, state_of
+from sparkpoint.jobs.registry import ACTIVE_STATES, Registry, client_for, state_of
 from sparkpoint.results import Result
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.spark import sink_rollback
-from sparkpoint.spark.file_sink import FILE_SINK, sink_record
+from sparkpoint.spark.file_sink import FILE_SINK, METADATA_DIR, parse_interval, sink_record
 
 
 @dataclass(frozen=True)
@@ -68,10 +67,10 @@ def unrecorded(savepoint: Savepoint) -> list[str]:
 
 
 def roll_back_sinks(settings: Settings, savepoint: Savepoint, output: str | None = None, query: str | None = None,
-                    dry_run: bool = False, confs: list[str] | None = None) -> list[SinkRolledBack]:
+                    dry_run: bool = False, compact_interval: int | None = None) -> list[SinkRolledBack]:
     """Bring the file sinks' outputs back to the savepoint's cut: every recorded one, or ``output``. All are
-    planned (and refused) before any is changed. ``confs``: the restored version's ``--conf KEY=VALUE`` (its
-    file sink's compaction interval)."""
+    planned (and refused) before any is changed. ``compact_interval``: the file sink log's, as the restored
+    version sets it (else what the savepoint recorded)."""
     pairs = file_sink_queries(savepoint, output, query)
     if output is None and not pairs:
         missing = unrecorded(savepoint)
@@ -86,21 +85,24 @@ def roll_back_sinks(settings: Settings, savepoint: Savepoint, output: str | None
         writer = writers.get(path)
         if writer:
             raise SinkRollbackRefusedError(f"{writer} still writes to {location}: stop or cancel it first")
-        planned.append((saved, storage, sink_rollback.plan(storage, path, _cut(saved, confs))))
+        planned.append((saved, storage, sink_rollback.plan(storage, path, _cut(saved, compact_interval))))
     return [_done(saved, plan, None if dry_run else sink_rollback.apply(storage, plan), dry_run)
             for saved, storage, plan in planned]
 
 
-def _cut(saved: dict[str, Any], confs: list[str] | None) -> sink_rollback.Cut:
+def _cut(saved: dict[str, Any], compact_interval: int | None) -> sink_rollback.Cut:
     sink = saved.get("sink") or {}
-    # Spark's offset log does not pin it: only the version's own --conf says it (else Spark's default).
-    interval = dict(conf.partition("=")[::2] for conf in confs or []).get(sink_rollback.COMPACT_INTERVAL_CONF)
     return sink_rollback.Cut(
         sink_batch=sink.get("batch_id", saved["batch_id"]), query_batch=saved["batch_id"],
         known=bool(sink.get("cut_known")), last_file=sink.get("last_file"),
-        compact_interval=int(interval) if re.fullmatch(r"[1-9][0-9]{0,8}", interval or "")
-        else sink_rollback.DEFAULT_COMPACT_INTERVAL,
+        compact_interval=compact_interval or sink.get("compact_interval"),
     )
+
+
+def log_interval(confs: list[str]) -> int | None:
+    """The file sink log's compaction interval a version's ``--conf KEY=VALUE`` list sets, if it sets one."""
+    given = dict(conf.partition("=")[::2] for conf in confs).get(sink_rollback.COMPACT_INTERVAL_CONF, "")
+    return parse_interval(given)
 
 
 def _done(saved: dict[str, Any], plan: sink_rollback.Plan, trash: str | None, dry_run: bool) -> SinkRolledBack:
@@ -112,37 +114,55 @@ def _done(saved: dict[str, Any], plan: sink_rollback.Plan, trash: str | None, dr
 
 
 def _running_writers(settings: Settings) -> dict[str, str]:
-    """The outputs the running jobs' file sinks write to: "job J's query Q" by output. A running job whose agent
-    does not answer could write anywhere: it refuses the rollback."""
+    """The outputs the file sinks of running (or starting) jobs write to: "job J's query Q" by output. A job whose
+    agent does not answer, or does not say where it writes (an agent of an earlier sparkpoint), could write
+    anywhere: it refuses the rollback."""
     registry = Registry(settings.home_url())
     writers = {}
     for job in registry.all():
-        if state_of(job) != "running":
+        if state_of(job) not in ACTIVE_STATES:
             continue
+        unknown = (f"job {job.id} is {state_of(job)}, and whether it writes to the output is unknown: wait for it, "
+                   "or stop or cancel it first")
         try:
             status = client_for(registry, job, timeout=2.0).status()
         except SparkpointError:
-            raise SinkRollbackRefusedError(
-                f"job {job.id} runs but its agent does not answer, so whether it writes to the output is unknown: "
-                "retry, or cancel it first") from None
+            raise SinkRollbackRefusedError(f"{unknown} (its agent does not answer)") from None
         for live in status.get("queries") or []:
-            record = sink_record(live.get("sink"))
+            if "sink" not in live:
+                raise SinkRollbackRefusedError(f"{unknown} (its agent, of an earlier sparkpoint, does not say)")
+            record = sink_record(live["sink"])
             if record and record["kind"] == FILE_SINK:
                 output = storage_for(record["path"], settings.storage_options)[1]
                 writers[output] = f"job {job.id}'s query {live.get('name')}"
     return writers
 
 
-def pending(settings: Settings, savepoint: Savepoint) -> list[SinkRolledBack]:
-    """What a restore from ``savepoint`` without --rollback-sink leaves behind: outputs whose log has batches after
-    the cut, which the restored query will skip. An output that cannot be read or planned is passed over."""
-    found = []
+def pending(settings: Settings, savepoint: Savepoint, compact_interval: int | None = None) -> list[str]:
+    """What a restore from ``savepoint`` without --rollback-sink would get wrong, one warning per file sink: the
+    batches after the cut its log has (the restored query skips them), a batch the log lacks, or why it could not
+    be rolled back. An output that does not exist, or cannot be read, is passed over."""
+    said = []
     for saved, location in file_sink_queries(savepoint, None, None):
+        where = f"the file sink of query {saved['name']} ({location})"
         try:
             storage, path = storage_for(location, settings.storage_options)
-            plan = sink_rollback.plan(storage, path, _cut(saved, None))
+            if not storage.exists(join(path, METADATA_DIR)):
+                continue
+            plan = sink_rollback.plan(storage, path, _cut(saved, compact_interval))
+        except SinkRollbackRefusedError as exc:
+            said.append(f"{where} cannot be rolled back to the savepoint, and the restored version may fail or skip "
+                        f"batches there: {exc}")
+            continue
         except SparkpointError:
             continue
         if plan.batches:
-            found.append(_done(saved, plan, None, True))
-    return found
+            said.append(f"{where} has committed batches {plan.batches[0]}..{plan.batches[-1]} after the savepoint's "
+                        f"batch {plan.sink_batch}: the restored version will skip them and write nothing for them "
+                        "(the old results stay); pass --rollback-sink to move them aside so that they are written "
+                        "again")
+        elif plan.filler:
+            said.append(f"{where} ends at batch {plan.latest}, and the restored query's next batch is "
+                        f"{saved['batch_id'] + 1}: Spark will fail to write it without the batches between; pass "
+                        "--rollback-sink to add them to the log, empty")
+    return said

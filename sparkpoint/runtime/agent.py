@@ -73,6 +73,7 @@ def describe(query) -> dict[str, Any]:
         "trigger_active": bool(query.status.get("isTriggerActive")),
         "checkpoint": _checkpoint(query),
         "sink": sink_of(query),
+        "sink_log_interval": sink_log_interval(query),
     }
 
 
@@ -102,6 +103,18 @@ def sink_of(query) -> str:
     return str(query._jsq.streamingQuery().sink())  # py4j's str() is the object's toString()
 
 
+SINK_LOG_INTERVAL = "spark.sql.streaming.fileSink.log.compactInterval"
+
+
+def sink_log_interval(query) -> str | None:
+    """The file sink log's compaction interval the query's session sets: no checkpoint records it, and a sink
+    rollback must name the log's files as Spark will look for them."""
+    try:
+        return str(query._jsq.sparkSession().conf().get(SINK_LOG_INTERVAL, "10"))
+    except Exception:  # noqa: BLE001 - a session without it (or py4j gone): the rollback then assumes Spark's default
+        return None
+
+
 class Stop:
     """Every query of the application ended at its own next batch boundary, each on a thread of its own."""
 
@@ -112,7 +125,8 @@ class Stop:
         self.deadline = self.started + timeout
         self.delivered = threading.Event()  # the final report has been read by the caller
         self._queries = [(query, {"name": query.name, "id": str(query.id), "checkpoint": _checkpoint(query),
-                                  "sink": sink_of(query), "state": "waiting", "at_boundary": None, "how": None,
+                                  "sink": sink_of(query), "sink_log_interval": sink_log_interval(query),
+                                  "state": "waiting", "at_boundary": None, "how": None,
                                   "seconds": None})
                          for query in queries]
         self._threads = [threading.Thread(target=self._stop_one, args=(query, record, jvm),

@@ -73,7 +73,8 @@ _OPERATOR_FIELDS = {"id": int, "name": (str, _OPTIONAL), "stores": list, "partit
 _FILE_FIELDS = {"path": str, "size": int, "digest": str}
 # A query's sink (optional: savepoints before sparkpoint recorded it, and of plain checkpoints, have none).
 _SINK_FIELDS = {"kind": str, "path": (str, _OPTIONAL), "description": str}
-_FILE_SINK_FIELDS = {"path": str, "batch_id": int, "cut_known": bool, "last_file": (str, _OPTIONAL)}
+_FILE_SINK_FIELDS = {"path": str, "batch_id": int, "cut_known": bool, "last_file": (str, _OPTIONAL),
+                     "compact_interval": (int, _OPTIONAL)}
 
 
 def _check_fields(data: Any, fields: dict[str, Any], what: str) -> dict[str, Any]:

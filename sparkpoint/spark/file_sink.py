@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from sparkpoint.adapters.storage import Storage, join, storage_for, translate_errors
-from sparkpoint.errors import NotACheckpointError, StorageError
+from sparkpoint.errors import NotACheckpointError, SparkpointError
 from sparkpoint.spark.logs import BATCH_FILE, parse_log
 
 FILE_SINK = "file"
@@ -157,13 +157,20 @@ class SinkLog:
             return b"\n" + handle.read().split(b"\n", 1)[1]  # the first, cut line dropped; a version line stands in
 
 
-def sink_record(description: str | None) -> dict | None:
-    """A query's sink as a savepoint records it, from Spark's description of it (None: not known)."""
+def parse_interval(text: str | None) -> int | None:
+    """A compaction interval as a conf gives it; None unless it is one Spark takes (a positive int)."""
+    return int(text) if re.fullmatch(r"[1-9][0-9]{0,8}", text or "") else None
+
+
+def sink_record(description: str | None, log_interval: str | None = None) -> dict | None:
+    """A query's sink as a savepoint records it, from Spark's description of it (None: not known) and, for a file
+    sink, the compaction interval of its log as the query's session set it (None: not known)."""
     if description is None:
         return None
     match = _FILE_SINK.fullmatch(description)
     if match:
-        return {"kind": FILE_SINK, "path": match.group(1), "description": description}
+        return {"kind": FILE_SINK, "path": match.group(1), "description": description,
+                "compact_interval": parse_interval(log_interval)}
     return {"kind": "other", "path": None, "description": description}
 
 
@@ -176,6 +183,6 @@ def at_cut(record: dict, batch_id: int, storage_options: dict | None = None) -> 
     try:
         storage, output = storage_for(record["path"], storage_options)
         known, last = SinkLog(storage, output).last_file_at(batch_id)
-    except (StorageError, NotACheckpointError):
+    except (SparkpointError, OSError):  # Spark's cleanup raced the read, a link in the log: the cut is unknown
         known, last = False, None
     return {**record, "batch_id": batch_id, "cut_known": known, "last_file": last}

@@ -5,12 +5,12 @@ re-runs C+1.. and writes nothing. The rollback makes the log end at the restored
 output's files as of the cut, and moves the later batches' log files and data files into a trash directory
 beside the output (their paths kept). Nothing is deleted.
 
-The order keeps every reader of the log (``spark.read``, the sink itself) on a whole table at each moment:
-the log files after the cut that the newest batch's chain does not need go first; then any log rebuilt at the
-cut is written (its names are below the newest chain's, so no reader takes it yet); then the newest chain goes,
-newest file first, so that the newest remaining batch always has its chain; then the batches between the sink's
-cut and the query's (a rescaled savepoint's own batch) are written, empty; last the data files, by then in no
-batch of the log.
+The order keeps every reader of the log (``spark.read``, the sink itself) on a whole table at each step: a log
+rebuilt at the cut is written first (below the newest batch, no reader takes it yet); then the log files after
+the cut go strictly newest first, so that each step leaves the log as Spark itself had it at an earlier batch;
+then the batches between the sink's cut and the query's (a rescaled savepoint's own batch) are written, empty;
+last the data files, by then in no batch of the log. Before anything moves, the plan is checked against the
+compaction interval Spark will derive from the log that is left.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from urllib.parse import unquote, urlsplit
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -50,13 +51,14 @@ class Cut:
     query_batch: int
     known: bool  # the savepoint recorded the newest output file as of sink_batch: ``last_file``
     last_file: str | None
-    compact_interval: int = DEFAULT_COMPACT_INTERVAL
+    compact_interval: int | None = None  # the job's fileSink.log.compactInterval; None: not known (Spark's default?)
 
 
 @dataclass(frozen=True)
 class Plan:
     output: str
     sink_batch: int
+    query_batch: int
     latest: int | None  # the log's newest batch now
     kept: list[SinkFile]  # the output's files as of the cut
     moved: list[tuple[str, int]]  # (path relative to the output, size): data files of the batches after the cut
@@ -65,6 +67,7 @@ class Plan:
     log_written: dict[str, bytes]  # log files at or below the cut: a log rebuilt from a later compaction
     filler: dict[str, bytes]  # log files of the batches between the sink's cut and the query's
     rebuilt: bool
+    trash: str | None = None  # an interrupted rollback's, which this plan finishes
 
     @property
     def log_moved(self) -> list[str]:
@@ -86,9 +89,24 @@ def plan(storage: Storage, output: str, cut: Cut) -> Plan:
     log = SinkLog(storage, output)
     if not log.present:
         raise SinkRollbackRefusedError(f"{output} has no {METADATA_DIR}: it is not the output of Spark's file sink")
+    interrupted = _interrupted(storage, output, cut)
+    if interrupted is not None:
+        return interrupted
     latest = log.latest
-    if latest is None or latest <= cut.sink_batch:
-        return Plan(output, cut.sink_batch, latest, [], [], [], [], {}, {}, False)
+    if latest is not None and latest < cut.sink_batch:
+        raise SinkRollbackRefusedError(
+            f"{output}: the sink's log ends at batch {latest}, before the savepoint's batch {cut.sink_batch}: the "
+            f"restored query would fail at its next batch (Spark needs batches {latest + 1}..{cut.sink_batch} in "
+            "the log). Were they moved by an earlier rollback? Its trash, beside the output, holds them")
+    interval = _interval(log, cut)
+    if latest is None or latest == cut.sink_batch:
+        # Nothing to move; a rescaled savepoint's own batch still goes into the log, as an empty one.
+        kept = [] if latest is None else log.entries_at(latest) or []
+        filler = {} if latest is None else _log_files(range(cut.sink_batch + 1, cut.query_batch + 1), kept,
+                                                          interval, first=None)
+        done = Plan(output, cut.sink_batch, cut.query_batch, latest, kept, [], [], [], {}, filler, False)
+        _check_spark_reads(log, done, interval)
+        return done
     current = log.entries_at(latest)
     if current is None:
         raise SinkRollbackRefusedError(
@@ -98,28 +116,108 @@ def plan(storage: Storage, output: str, cut: Cut) -> Plan:
         raise SinkRollbackRefusedError(f"{output}: the sink's log deletes files, which Spark's file sink never does")
     kept, rebuilt = _kept(log, cut, at_cut, current)
     kept_paths = {entry.path for entry in kept}
-    prefix = uri_path(output).rstrip("/") + "/"
+    prefix = output.rstrip("/") + "/"
     moved = []
     for entry in current:
         if entry.path in kept_paths:
             continue
-        full = uri_path(entry.path)
+        full = logged_path(entry.path)
         if not full.startswith(prefix):
             raise SinkRollbackRefusedError(f"{output}: the sink's log names {entry.path}, outside the output")
+        with translate_errors(full):
+            if not storage.exists(full):
+                raise SinkRollbackRefusedError(f"{output}: the sink's log names {full}, which is not there: moved "
+                                               "or deleted by hand, or by an interrupted rollback")
         moved.append((full[len(prefix):], entry.size))
-    interval = derive_interval(log.compactions, cut.compact_interval)
-    chain_now = set(log.chain(latest) or [])
+    if storage.local and not storage.same_device(output, parent(output)):
+        raise SinkRollbackRefusedError(f"{output} is a mount point: its trash, beside it, would be on another file "
+                                       "system, and moving the files there would copy them")
     rebuild_from = _rebuild_start(cut.sink_batch, interval) if rebuilt else cut.sink_batch + 1
-    moving = [b for b in log.batches if b >= rebuild_from]
-    return Plan(
-        output=output, sink_batch=cut.sink_batch, latest=latest, kept=kept, moved=moved,
-        log_aside=[log.batches[b] for b in sorted(b for b in moving if b not in chain_now)],
-        log_chain=[log.batches[b] for b in sorted((b for b in moving if b in chain_now), reverse=True)],
+    done = Plan(
+        output=output, sink_batch=cut.sink_batch, query_batch=cut.query_batch, latest=latest, kept=kept, moved=moved,
+        log_aside=[log.batches[b] for b in sorted(b for b in log.batches if rebuild_from <= b <= cut.sink_batch)],
+        log_chain=[log.batches[b] for b in sorted((b for b in log.batches if b > cut.sink_batch), reverse=True)],
         log_written=_log_files(range(rebuild_from, cut.sink_batch + 1), kept, interval, first=rebuild_from)
         if rebuilt else {},
         filler=_log_files(range(cut.sink_batch + 1, cut.query_batch + 1), kept, interval, first=None),
         rebuilt=rebuilt,
     )
+    _check_spark_reads(log, done, interval)
+    return done
+
+
+def _interval(log: SinkLog, cut: Cut) -> int:
+    """The log's compaction interval: the job's, when known; else the one interval its files fit (each compaction
+    batch a ``.compact``, every other batch a delta), Spark's default for a log without a compaction yet. When
+    several fit (one compaction file left: 8.compact fits 3 and 9), refused rather than guessed."""
+    if cut.compact_interval is not None:
+        return derive_interval(log.compactions, cut.compact_interval)
+    if not log.compactions:
+        return DEFAULT_COMPACT_INTERVAL
+    fits = [i for i in range(1, max(log.batches) + 2)
+            if all(name.endswith(COMPACT_SUFFIX) == is_compaction_batch(b, i) for b, name in log.batches.items())]
+    if len(fits) == 1:
+        return fits[0]
+    raise SinkRollbackRefusedError(
+        f"{log.output}: the sink's log fits compaction intervals {', '.join(map(str, fits)) or 'none'}, and the "
+        "savepoint does not record the job's: give it (rollback-sink --compact-interval N, or run's --conf "
+        "spark.sql.streaming.fileSink.log.compactInterval=N)")
+
+
+def _interrupted(storage: Storage, output: str, cut: Cut) -> Plan | None:
+    """The plan of a rollback of ``output`` that was interrupted (its record in a trash beside the output says it
+    was moving), to finish; refused when it went to another cut."""
+    prefix = f"{basename(output)}{TRASH_INFIX}"
+    with translate_errors(parent(output)):
+        trashes = sorted(e.name for e in storage.list(parent(output), foreign=True)
+                         if e.is_dir and e.name.startswith(prefix))
+    for name in trashes:
+        trash = join(parent(output), name)
+        record_path = join(trash, RECORD)
+        with translate_errors(record_path):
+            if not storage.exists(record_path):
+                continue
+            raw = storage.read_bytes(record_path, 64 << 20)
+        try:
+            record = json.loads(raw)
+            if record.get("state") != "moving":
+                continue
+            return _resumed(output, trash, record, cut)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise SinkRollbackRefusedError(f"{output}: the record of an earlier rollback, {record_path}, is not "
+                                           "readable: see what it moved, and move it aside") from None
+    return None
+
+
+def _resumed(output: str, trash: str, record: dict, cut: Cut) -> Plan:
+    if (record["sink_batch"], record["query_batch"]) != (cut.sink_batch, cut.query_batch):
+        raise SinkRollbackRefusedError(
+            f"{output}: a rollback to batch {record['sink_batch']} was interrupted ({trash}): run that rollback "
+            "again to finish it, before another")
+    return Plan(output=output, sink_batch=record["sink_batch"], query_batch=record["query_batch"],
+                latest=record["latest_batch"], kept=[], moved=[(f["path"], f["size"]) for f in record["files"]],
+                log_aside=record["log_aside"], log_chain=record["log_chain"],
+                log_written={n: t.encode() for n, t in record["log_written"].items()},
+                filler={n: t.encode() for n, t in record["filler"].items()}, rebuilt=record["rebuilt"], trash=trash)
+
+
+def _check_spark_reads(log: SinkLog, plan: Plan, default_interval: int) -> None:
+    """Refuse a plan whose log Spark would not read: the interval Spark derives from the compaction files left
+    must name the files of the new newest batch's chain as they will be."""
+    names = {b: n for b, n in log.batches.items() if n not in set(plan.log_moved)}
+    names.update({_batch(n): n for n in (*plan.log_written, *plan.filler)})
+    if not names:
+        return
+    compactions = [b for b, n in names.items() if n.endswith(COMPACT_SUFFIX)]
+    interval = derive_interval(compactions, default_interval)
+    latest = max(names)
+    for batch in range(max(0, (latest + 1) // interval * interval - 1), latest + 1):
+        expected = f"{batch}{COMPACT_SUFFIX}" if is_compaction_batch(batch, interval) else f"{batch}"
+        if names.get(batch) != expected:
+            raise SinkRollbackRefusedError(
+                f"{plan.output}: after the rollback Spark would read the log with compactInterval {interval} and "
+                f"look for {expected}, which it would not find (the job's spark.sql.streaming.fileSink.log."
+                f"compactInterval, taken as {default_interval}, decides it): nothing was moved")
 
 
 def _kept(log: SinkLog, cut: Cut, at_cut: list[SinkFile] | None,
@@ -164,24 +262,39 @@ def _log_files(batches: range, kept: list[SinkFile], interval: int, first: int |
     return files
 
 
-def uri_path(uri: str) -> str:
-    """A Hadoop URI as a comparable path: ``file:/x``, ``file:///x`` and ``/x`` are one file."""
-    return local_path(uri) if uri.startswith(("file:", "/")) else uri
+def logged_path(uri: str) -> str:
+    """A path the sink's log names, as storage names the file: Hadoop writes it as a URI, percent-encoded (a
+    partition value's own escapes encoded again: ``k=50%25`` is logged ``k=50%2525``)."""
+    split = urlsplit(uri)
+    if split.scheme in ("", "file"):
+        return local_path(unquote(split.path))
+    return f"{split.scheme}://{split.netloc}{unquote(split.path)}"
 
 
 def apply(storage: Storage, plan: Plan, clock: Callable[[], float] = time.time) -> str | None:
-    """Carry ``plan`` out; the trash directory, or None when there was nothing to move."""
-    if not plan.log_moved:
-        return None
+    """Carry ``plan`` out; the trash directory, or None when there was nothing to move. The trash's record, written
+    before the first move, holds the whole plan: an interrupted rollback is finished by planning it again."""
     output = plan.output
-    stamp = datetime.fromtimestamp(clock(), UTC).strftime("%Y%m%d-%H%M%S")
-    trash = join(parent(output), f"{basename(output)}{TRASH_INFIX}{stamp}-{secrets.token_hex(3)}")
     log_dir = join(output, METADATA_DIR)
+    if not plan.log_moved:
+        for name, data in sorted(plan.filler.items(), key=lambda item: _batch(item[0])):
+            with translate_errors(output):
+                storage.write_atomic(join(log_dir, name), data)
+        return None
+    stamp = datetime.fromtimestamp(clock(), UTC).strftime("%Y%m%d-%H%M%S")
+    trash = plan.trash or join(parent(output), f"{basename(output)}{TRASH_INFIX}{stamp}-{secrets.token_hex(3)}")
+
+    def move(relative: str) -> None:
+        source, target = join(output, relative), join(trash, relative)
+        if storage.exists(source):
+            storage.move(source, target)
+        elif not storage.exists(target):  # neither here nor moved by the interrupted run: somebody took it
+            raise SinkRollbackRefusedError(f"{source} is gone (and not in {trash}): the rollback stopped there")
 
     def aside(relative: str) -> None:
         # Hadoop's local file system keeps a checksum beside each file: it goes with it. A checksum left beside a
         # log file written here again would fail Spark's read of it.
-        storage.move(join(output, relative), join(trash, relative))
+        move(relative)
         checksum = _checksum_of(relative)
         if storage.exists(join(output, checksum)):
             storage.move(join(output, checksum), join(trash, checksum))
@@ -194,6 +307,7 @@ def apply(storage: Storage, plan: Plan, clock: Callable[[], float] = time.time) 
 
     with translate_errors(output):
         storage.makedirs(join(trash, METADATA_DIR))
+        storage.write_atomic(join(trash, RECORD), _record(plan, "moving"))
         for name in plan.log_aside:
             aside(f"{METADATA_DIR}/{name}")
         for name, data in plan.log_written.items():
@@ -204,12 +318,18 @@ def apply(storage: Storage, plan: Plan, clock: Callable[[], float] = time.time) 
             write_log(name, data)
         for relative, _size in plan.moved:
             aside(relative)
-        storage.write_atomic(join(trash, RECORD), json.dumps({
-            "output": output, "latest_batch": plan.latest, "log_files": plan.log_moved,
-            "rebuilt_log": sorted(plan.log_written), "written_log": sorted(plan.filler),
-            "files": [{"path": p, "size": s} for p, s in plan.moved],
-        }, indent=2).encode())
+        storage.write_atomic(join(trash, RECORD), _record(plan, "done"))
     return trash
+
+
+def _record(plan: Plan, state: str) -> bytes:
+    return json.dumps({
+        "state": state, "output": plan.output, "sink_batch": plan.sink_batch, "query_batch": plan.query_batch,
+        "latest_batch": plan.latest, "rebuilt": plan.rebuilt, "log_aside": plan.log_aside,
+        "log_chain": plan.log_chain, "log_written": {n: d.decode() for n, d in plan.log_written.items()},
+        "filler": {n: d.decode() for n, d in plan.filler.items()},
+        "files": [{"path": p, "size": s} for p, s in plan.moved],
+    }, indent=2).encode()
 
 
 def _checksum_of(relative: str) -> str:

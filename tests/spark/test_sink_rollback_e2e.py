@@ -52,7 +52,8 @@ def test_v2_from_batch_3_with_rollback_sink_replaces_v1s_later_batches(tmp_path,
     at_3 = cli_json(home, "savepoint", v1["id"])
     assert at_3["queries"][0]["batch_id"] == 3
     recorded = json.loads((Path(at_3["path"]) / "manifest.json").read_text())["queries"][0]["sink"]
-    assert (recorded["kind"], recorded["batch_id"], recorded["cut_known"]) == ("file", 3, True)
+    assert (recorded["kind"], recorded["batch_id"], recorded["cut_known"], recorded["compact_interval"]) == (
+        "file", 3, True, 3)
     assert recorded["path"] == f"file:{out}" and recorded["last_file"].endswith(".parquet")
     v1_early = parquet_files(out)
 

@@ -55,8 +55,8 @@ def test_a_rollback_moves_the_later_batches_aside_and_the_log_ends_at_the_cut(tm
     sink(out, 9)  # compactions at 2, 5, 8
     plan = sink_rollback.plan(LOCAL, str(out), Cut(3, 3, True, last_at(out, 3)))
     assert plan.batches == [4, 5, 6, 7, 8] and not plan.rebuilt
-    # Batch 8's chain is its compaction alone: the rest goes first, read by no reader meanwhile.
-    assert plan.log_aside == ["4", "5.compact", "6", "7"] and plan.log_chain == ["8.compact"]
+    # Strictly newest first: each step leaves the log as Spark had it at an earlier batch.
+    assert plan.log_aside == [] and plan.log_chain == ["8.compact", "7", "6", "5.compact", "4"]
     assert sorted(p for p, _ in plan.moved) == [f"part-{b:02d}-{i}.parquet" for b in range(4, 9) for i in range(2)]
     assert plan.bytes == sum(2 * (100 + b) for b in range(4, 9))
     trash = Path(sink_rollback.apply(LOCAL, plan))
@@ -113,18 +113,18 @@ def test_an_output_at_or_before_the_cut_has_nothing_to_roll_back(tmp_path):
 ])
 def test_refusals_name_the_reason_and_move_nothing(tmp_path, case, expected):
     out = tmp_path / "out"
-    cut = Cut(3, 3, True, last_at(out, 3))
+    cut = Cut(3, 3, True, last_at(out, 3), compact_interval=3)
     if case == "no log":
         out.mkdir()
     else:
         sink(out, 8, deleted_below=5 if case in ("unknown cut", "file not in log") else 0)  # latest: 5.compact, 6, 7
     log = out / "_spark_metadata"
     if case == "unknown cut":
-        cut = Cut(3, 3, False, None)
+        cut = Cut(3, 3, False, None, compact_interval=3)
     elif case == "other output":
-        cut = Cut(3, 3, True, last_at(out, 2))
+        cut = Cut(3, 3, True, last_at(out, 2), compact_interval=3)
     elif case == "file not in log":
-        cut = Cut(3, 3, True, f"file://{tmp_path}/elsewhere/part-03-1.parquet")
+        cut = Cut(3, 3, True, f"file://{tmp_path}/elsewhere/part-03-1.parquet", compact_interval=3)
     elif case == "deletes":
         (log / "6").write_text((log / "6").read_text().replace('"add"', '"delete"'))
     elif case == "outside":
@@ -142,7 +142,10 @@ def test_what_a_savepoint_records_of_a_sink(tmp_path):
     sink(out, 9, deleted_below=5)
     assert sink_record("ForeachBatchSink") == {"kind": "other", "path": None, "description": "ForeachBatchSink"}
     record = sink_record(f"FileSink[file:{out}]")
-    assert record == {"kind": "file", "path": f"file:{out}", "description": f"FileSink[file:{out}]"}
+    assert record == {"kind": "file", "path": f"file:{out}", "description": f"FileSink[file:{out}]",
+                      "compact_interval": None}
+    assert sink_record(f"FileSink[file:{out}]", "3")["compact_interval"] == 3
+    assert sink_record(f"FileSink[file:{out}]", "0")["compact_interval"] is None  # not a usable interval
     log = SinkLog(LOCAL, str(out))
     assert log.last_file_at(6) == (True, last_at(out, 6))
     assert log.last_file_at(5) == (True, last_at(out, 5))  # the tail of a compaction file
@@ -189,3 +192,107 @@ def test_with_one_compaction_left_the_interval_is_the_one_the_version_sets(tmp_p
     sink_rollback.apply(LOCAL, plan)
     log = SinkLog(LOCAL, str(out))
     assert derive_interval(log.compactions, 3) == 3 and log.chain(3) == [2, 3] and len(log.entries_at(3)) == 8
+
+
+def spark_reads(out: Path, default_interval: int) -> bool:
+    """Whether Spark's reader of the log (CompactibleFileStreamLog.allFiles) finds every file it looks for."""
+    log = SinkLog(LOCAL, str(out))
+    if log.latest is None:
+        return True
+    interval = derive_interval(log.compactions, default_interval)
+    start = max(0, (log.latest + 1) // interval * interval - 1)
+    return all(log.batches.get(b) == (f"{b}.compact" if (b + 1) % interval == 0 else f"{b}")
+               for b in range(start, log.latest + 1))
+
+
+def test_an_interrupted_rollback_keeps_the_log_readable_at_each_step_and_is_finished_by_the_next(
+        tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    sink(out, 10, interval=3, deleted_below=5)  # 5.compact .. 9: cut 3 must be rebuilt
+    cut = Cut(3, 3, True, last_at(out, 3), compact_interval=3)
+    real_move, moves = Storage.move, []
+
+    def move_then_check(self, source, target):
+        if len(moves) == 4:
+            raise OSError(5, "Input/output error", source)  # the machine failing under the rollback
+        real_move(self, source, target)
+        moves.append(source)
+        assert spark_reads(out, 3), f"the log is unreadable after moving {source}"
+
+    monkeypatch.setattr(Storage, "move", move_then_check)
+    with pytest.raises(Exception, match="Input/output error"):
+        sink_rollback.apply(LOCAL, sink_rollback.plan(LOCAL, str(out), cut))
+    monkeypatch.setattr(Storage, "move", real_move)
+    with pytest.raises(SinkRollbackRefusedError, match="was interrupted"):
+        sink_rollback.plan(LOCAL, str(out), Cut(2, 2, True, last_at(out, 2), compact_interval=3))
+    resumed = sink_rollback.plan(LOCAL, str(out), cut)
+    assert resumed.trash is not None and resumed.batches == [4, 5, 6, 7, 8, 9]
+    assert sink_rollback.apply(LOCAL, resumed) == resumed.trash
+    trash = Path(resumed.trash)
+    assert json.loads((trash / "_sparkpoint_rollback.json").read_text())["state"] == "done"
+    assert sorted(p.name for p in out.glob("part-*")) == [f"part-{b:02d}-{i}.parquet" for b in range(4)
+                                                         for i in range(2)]
+    assert len(list(trash.glob("part-*"))) == 12 and spark_reads(out, 3) and SinkLog(LOCAL, str(out)).latest == 3
+    assert sink_rollback.plan(LOCAL, str(out), cut).batches == []  # done: nothing left to finish
+
+
+def test_a_log_that_fits_several_compaction_intervals_is_refused_unless_the_job_s_is_known(tmp_path):
+    out = tmp_path / "out"
+    sink(out, 11, interval=3, deleted_below=8)  # 8.compact, 9, 10: Spark's default (10) would derive 9
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with pytest.raises(SinkRollbackRefusedError, match="fits compaction intervals 3, 9, and the savepoint does not"):
+        sink_rollback.plan(LOCAL, str(out), Cut(3, 3, True, last_at(out, 3)))
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+    sink_rollback.apply(LOCAL, sink_rollback.plan(LOCAL, str(out), Cut(3, 3, True, last_at(out, 3),
+                                                                      compact_interval=3)))
+    assert spark_reads(out, 3) and SinkLog(LOCAL, str(out)).latest == 3
+
+
+def test_paths_are_decoded_as_hadoop_encodes_them(tmp_path):
+    out = tmp_path / "out dir"
+    log = out / "_spark_metadata"
+    (out / "k=50%25").mkdir(parents=True)
+    log.mkdir()
+    for batch in range(3):
+        name = f"k=50%25/part-{batch}.parquet"
+        (out / name).write_bytes(b"x")
+        # Hadoop's URI encodes the space, and the '%' of the partition value's own escape again.
+        logged = f"file://{str(out).replace(' ', '%20')}/{name.replace('%', '%25')}"
+        (log / str(batch)).write_text("v1\n" + json.dumps({"path": logged, "size": 1, "action": "add"}))
+    plan = sink_rollback.plan(LOCAL, str(out), Cut(0, 0, False, None))
+    assert plan.moved == [("k=50%25/part-1.parquet", 1), ("k=50%25/part-2.parquet", 1)]
+    trash = Path(sink_rollback.apply(LOCAL, plan))
+    assert sorted(p.name for p in (trash / "k=50%25").iterdir()) == ["part-1.parquet", "part-2.parquet"]
+
+
+def test_a_log_behind_the_cut_is_refused_and_one_at_it_gets_the_rescaled_batch(tmp_path):
+    out = tmp_path / "out"
+    sink(out, 4)
+    with pytest.raises(SinkRollbackRefusedError, match="ends at batch 3, before the savepoint's batch 6"):
+        sink_rollback.plan(LOCAL, str(out), Cut(6, 6, True, None))
+    plan = sink_rollback.plan(LOCAL, str(out), Cut(3, 4, True, last_at(out, 3)))
+    assert plan.batches == [] and list(plan.filler) == ["4"]
+    assert sink_rollback.apply(LOCAL, plan) is None
+    assert SinkLog(LOCAL, str(out)).latest == 4 and files_at(out, 4) == files_at(out, 3)
+
+
+def test_a_savepoint_is_taken_when_the_sink_cannot_be_read(tmp_path):
+    from sparkpoint.spark.file_sink import at_cut
+
+    out = tmp_path / "out"
+    sink(out, 4)
+    (out / "_spark_metadata" / "3").unlink()
+    (out / "_spark_metadata" / "3").symlink_to(tmp_path / "elsewhere")  # refused as unsafe: the cut is unknown
+    record = at_cut(sink_record(f"FileSink[file:{out}]"), 3)
+    assert (record["batch_id"], record["cut_known"], record["last_file"]) == (3, False, None)
+
+
+def test_a_log_whose_files_spark_would_not_find_after_the_rollback_is_refused(tmp_path):
+    out = tmp_path / "out"
+    sink(out, 8, interval=3)
+    log = out / "_spark_metadata"
+    (log / "4").rename(log / "4.compact")  # not a compaction batch of this log: Spark would look for "4"
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with pytest.raises(SinkRollbackRefusedError, match="would not find"):
+        sink_rollback.plan(LOCAL, str(out), Cut(4, 4, False, None, compact_interval=3))
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before

@@ -296,3 +296,20 @@ def test_a_log_whose_files_spark_would_not_find_after_the_rollback_is_refused(tm
     with pytest.raises(SinkRollbackRefusedError, match="would not find"):
         sink_rollback.plan(LOCAL, str(out), Cut(4, 4, False, None, compact_interval=3))
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+def test_the_command_takes_the_compaction_interval_the_log_does_not_tell(capsys, home, tmp_path):
+    from checkpoints import hdfs_checkpoint
+
+    from sparkpoint.cli.main import main
+
+    checkpoint = hdfs_checkpoint(tmp_path / "alarms", committed=3)
+    assert main(["savepoint", "--from-checkpoint", str(checkpoint), "-o", "json"]) == 0
+    saved = json.loads(capsys.readouterr().out)["id"]
+    out = tmp_path / "out"
+    sink(out, 11, interval=3, deleted_below=8)  # 8.compact, 9, 10: fits 3 and 9
+    assert main(["rollback-sink", saved, str(out)]) == 18
+    assert "fits compaction intervals 3, 9" in capsys.readouterr().err
+    # With the interval, the next question is the cut's files: this savepoint does not record them.
+    assert main(["rollback-sink", saved, str(out), "--compact-interval", "3"]) == 18
+    assert "cannot be undone from here" in capsys.readouterr().err

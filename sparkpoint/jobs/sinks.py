@@ -120,9 +120,10 @@ def _running_writers(settings: Settings) -> dict[str, str]:
     registry = Registry(settings.home_url())
     writers = {}
     for job in registry.all():
-        if state_of(job) not in ACTIVE_STATES:
+        state = state_of(job)
+        if state not in ACTIVE_STATES:
             continue
-        unknown = (f"job {job.id} is {state_of(job)}, and whether it writes to the output is unknown: wait for it, "
+        unknown = (f"job {job.id} is {state}, and whether it writes to the output is unknown: wait for it, "
                    "or stop or cancel it first")
         try:
             status = client_for(registry, job, timeout=2.0).status()

@@ -134,10 +134,16 @@ class Plan:
         return sum(f.size for f in self.files)
 
 
+def hadoop_checksum(name: str) -> str:
+    """The checksum file Hadoop's local file system keeps beside ``name`` (a file name, or a relative path)."""
+    directory, _, base = name.rpartition("/")
+    return f"{directory}/.{base}.crc" if directory else f".{base}.crc"
+
+
 def companion_names(name: str) -> tuple[str, ...]:
     """Checksum files that travel with ``name``: Hadoop's hidden ``.<name>.crc``, format v2's visible
     ``<name>.crc``, and Hadoop's checksum of that one."""
-    return f".{name}.crc", f"{name}.crc", f".{name}.crc.crc"
+    return hadoop_checksum(name), f"{name}.crc", hadoop_checksum(f"{name}.crc")
 
 
 def companions(entries_by_name: dict[str, Entry], name: str) -> list[str]:

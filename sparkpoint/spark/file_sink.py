@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from sparkpoint.adapters.storage import Storage, join, storage_for, translate_errors
 from sparkpoint.errors import NotACheckpointError, SparkpointError
-from sparkpoint.spark.logs import BATCH_FILE, parse_log
+from sparkpoint.spark.logs import BATCH_FILE, live_log, parse_log
 
 FILE_SINK = "file"
 _FILE_SINK = re.compile(r"FileSink\[(.+)\]", re.DOTALL)  # FileStreamSink.toString, its path qualified
@@ -106,17 +106,10 @@ class SinkLog:
 
     def chain(self, batch: int) -> list[int] | None:
         """The batches a reader of ``batch`` reads, oldest first; None if one of them is missing."""
-        chain = []
-        current = batch
-        while current >= 0:
-            name = self.batches.get(current)
-            if name is None:
-                return None
-            chain.append(current)
-            if name.endswith(COMPACT_SUFFIX):
-                break
-            current -= 1
-        return chain[::-1]
+        names = live_log(self.batches.values(), batch)
+        ids = [int(name.removesuffix(COMPACT_SUFFIX)) for name in names]
+        first = ids[0] if names and names[0].endswith(COMPACT_SUFFIX) else 0
+        return ids if ids == list(range(first, batch + 1)) else None
 
     def read(self, batch: int) -> list[SinkFile]:
         path = join(self.directory, self.batches[batch])

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from sparkpoint.adapters.storage import Storage, basename, join, parent, translate_errors
 from sparkpoint.errors import SinkRollbackRefusedError
 from sparkpoint.paths import local_path
+from sparkpoint.spark.checkpoint import hadoop_checksum
 from sparkpoint.spark.file_sink import (
     COMPACT_SUFFIX,
     DEFAULT_COMPACT_INTERVAL,
@@ -60,7 +61,6 @@ class Plan:
     sink_batch: int
     query_batch: int
     latest: int | None  # the log's newest batch now
-    kept: list[SinkFile]  # the output's files as of the cut
     moved: list[tuple[str, int]]  # (path relative to the output, size): data files of the batches after the cut
     log_aside: list[str]  # log files no reader reads now: after the cut, off the newest chain; a broken chain's
     log_chain: list[str]  # the newest batch's chain after the cut, newest first
@@ -104,7 +104,7 @@ def plan(storage: Storage, output: str, cut: Cut) -> Plan:
         kept = [] if latest is None else log.entries_at(latest) or []
         filler = {} if latest is None else _log_files(range(cut.sink_batch + 1, cut.query_batch + 1), kept,
                                                           interval, first=None)
-        done = Plan(output, cut.sink_batch, cut.query_batch, latest, kept, [], [], [], {}, filler, False)
+        done = Plan(output, cut.sink_batch, cut.query_batch, latest, [], [], [], {}, filler, False)
         _check_spark_reads(log, done, interval)
         return done
     current = log.entries_at(latest)
@@ -134,7 +134,7 @@ def plan(storage: Storage, output: str, cut: Cut) -> Plan:
                                        "system, and moving the files there would copy them")
     rebuild_from = _rebuild_start(cut.sink_batch, interval) if rebuilt else cut.sink_batch + 1
     done = Plan(
-        output=output, sink_batch=cut.sink_batch, query_batch=cut.query_batch, latest=latest, kept=kept, moved=moved,
+        output=output, sink_batch=cut.sink_batch, query_batch=cut.query_batch, latest=latest, moved=moved,
         log_aside=[log.batches[b] for b in sorted(b for b in log.batches if rebuild_from <= b <= cut.sink_batch)],
         log_chain=[log.batches[b] for b in sorted((b for b in log.batches if b > cut.sink_batch), reverse=True)],
         log_written=_log_files(range(rebuild_from, cut.sink_batch + 1), kept, interval, first=rebuild_from)
@@ -195,7 +195,7 @@ def _resumed(output: str, trash: str, record: dict, cut: Cut) -> Plan:
             f"{output}: a rollback to batch {record['sink_batch']} was interrupted ({trash}): run that rollback "
             "again to finish it, before another")
     return Plan(output=output, sink_batch=record["sink_batch"], query_batch=record["query_batch"],
-                latest=record["latest_batch"], kept=[], moved=[(f["path"], f["size"]) for f in record["files"]],
+                latest=record["latest_batch"], moved=[(f["path"], f["size"]) for f in record["files"]],
                 log_aside=record["log_aside"], log_chain=record["log_chain"],
                 log_written={n: t.encode() for n, t in record["log_written"].items()},
                 filler={n: t.encode() for n, t in record["filler"].items()}, rebuilt=record["rebuilt"], trash=trash)
@@ -295,12 +295,12 @@ def apply(storage: Storage, plan: Plan, clock: Callable[[], float] = time.time) 
         # Hadoop's local file system keeps a checksum beside each file: it goes with it. A checksum left beside a
         # log file written here again would fail Spark's read of it.
         move(relative)
-        checksum = _checksum_of(relative)
+        checksum = hadoop_checksum(relative)
         if storage.exists(join(output, checksum)):
             storage.move(join(output, checksum), join(trash, checksum))
 
     def write_log(name: str, data: bytes) -> None:
-        checksum = _checksum_of(f"{METADATA_DIR}/{name}")
+        checksum = hadoop_checksum(f"{METADATA_DIR}/{name}")
         if storage.exists(join(output, checksum)):
             storage.move(join(output, checksum), join(trash, checksum))
         storage.write_atomic(join(log_dir, name), data)
@@ -330,11 +330,6 @@ def _record(plan: Plan, state: str) -> bytes:
         "filler": {n: d.decode() for n, d in plan.filler.items()},
         "files": [{"path": p, "size": s} for p, s in plan.moved],
     }, indent=2).encode()
-
-
-def _checksum_of(relative: str) -> str:
-    directory, _, name = relative.rpartition("/")
-    return f"{directory}/.{name}.crc" if directory else f".{name}.crc"
 
 
 def _batch(name: str) -> int:

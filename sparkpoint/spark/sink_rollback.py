@@ -16,6 +16,8 @@ compaction interval Spark will derive from the log that is left.
 from __future__ import annotations
 
 import json
+import os
+import posixpath
 import secrets
 import time
 from urllib.parse import unquote, urlsplit
@@ -116,19 +118,18 @@ def plan(storage: Storage, output: str, cut: Cut) -> Plan:
         raise SinkRollbackRefusedError(f"{output}: the sink's log deletes files, which Spark's file sink never does")
     kept, rebuilt = _kept(log, cut, at_cut, current)
     kept_paths = {entry.path for entry in kept}
-    prefix = output.rstrip("/") + "/"
     moved = []
     for entry in current:
         if entry.path in kept_paths:
             continue
-        full = logged_path(entry.path)
-        if not full.startswith(prefix):
+        relative = _below(storage, output, logged_path(entry.path))
+        if relative is None:
             raise SinkRollbackRefusedError(f"{output}: the sink's log names {entry.path}, outside the output")
-        with translate_errors(full):
-            if not storage.exists(full):
-                raise SinkRollbackRefusedError(f"{output}: the sink's log names {full}, which is not there: moved "
+        with translate_errors(output):
+            if not storage.exists(join(output, relative)):
+                raise SinkRollbackRefusedError(f"{output}: the sink's log names {relative}, which is not there: moved "
                                                "or deleted by hand, or by an interrupted rollback")
-        moved.append((full[len(prefix):], entry.size))
+        moved.append((relative, entry.size))
     if storage.local and not storage.same_device(output, parent(output)):
         raise SinkRollbackRefusedError(f"{output} is a mount point: its trash, beside it, would be on another file "
                                        "system, and moving the files there would copy them")
@@ -266,9 +267,19 @@ def logged_path(uri: str) -> str:
     """A path the sink's log names, as storage names the file: Hadoop writes it as a URI, percent-encoded (a
     partition value's own escapes encoded again: ``k=50%25`` is logged ``k=50%2525``)."""
     split = urlsplit(uri)
+    path = posixpath.normpath(unquote(split.path))  # a '..' a hostile log holds is resolved, then checked
     if split.scheme in ("", "file"):
-        return local_path(unquote(split.path))
-    return f"{split.scheme}://{split.netloc}{unquote(split.path)}"
+        return local_path(path)
+    return f"{split.scheme}://{split.netloc}{path}"
+
+
+def _below(storage: Storage, output: str, full: str) -> str | None:
+    """``full``'s path relative to ``output``, links resolved on a local disk (a log naming a file through a
+    link that leaves the output, or an output named through a link); None when it is not below it."""
+    if storage.local:
+        full, output = os.path.realpath(full), os.path.realpath(output)
+    prefix = output.rstrip("/") + "/"
+    return full[len(prefix):] if full.startswith(prefix) and len(full) > len(prefix) else None
 
 
 def apply(storage: Storage, plan: Plan, clock: Callable[[], float] = time.time) -> str | None:

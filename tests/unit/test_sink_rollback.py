@@ -313,3 +313,31 @@ def test_the_command_takes_the_compaction_interval_the_log_does_not_tell(capsys,
     # With the interval, the next question is the cut's files: this savepoint does not record them.
     assert main(["rollback-sink", saved, str(out), "--compact-interval", "3"]) == 18
     assert "cannot be undone from here" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("escape", ["dot-dot", "link"])
+def test_a_log_that_names_a_file_outside_the_output_through_dot_dot_or_a_link_is_refused(tmp_path, escape):
+    out, victim = tmp_path / "out", tmp_path / "victim"
+    sink(out, 7)
+    victim.mkdir()
+    (victim / "keep.txt").write_text("secret")
+    log = out / "_spark_metadata" / "6"
+    entry = json.loads(log.read_text().splitlines()[1])
+    if escape == "dot-dot":
+        entry["path"] = f"file://{out}/../victim/keep.txt"
+    else:
+        (out / "sub").symlink_to(victim)
+        entry["path"] = f"file://{out}/sub/keep.txt"
+    log.write_text("v1\n" + json.dumps(entry))
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with pytest.raises(SinkRollbackRefusedError, match="outside the output"):
+        sink_rollback.plan(LOCAL, str(out), Cut(3, 3, True, last_at(out, 3)))
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before and (victim / "keep.txt").read_text() == "secret"
+
+
+def test_an_output_named_through_a_link_is_the_output(tmp_path):
+    out = tmp_path / "out"
+    sink(out, 6)
+    (tmp_path / "link").symlink_to(out)
+    plan = sink_rollback.plan(LOCAL, str(tmp_path / "link"), Cut(3, 3, True, last_at(out, 3)))
+    assert sorted(p for p, _ in plan.moved) == [f"part-{b:02d}-{i}.parquet" for b in (4, 5) for i in range(2)]

@@ -3,6 +3,7 @@ writes there, and the rollback itself (``spark.sink_rollback``): `rollback-sink`
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,15 +80,18 @@ def roll_back_sinks(settings: Settings, savepoint: Savepoint, output: str | None
             + (f" (query {', '.join(missing)} records no sink at all: a savepoint of a plain checkpoint, or by "
                "sparkpoint < 0.13); name the output: sparkpoint rollback-sink SAVEPOINT OUTPUT_DIR" if missing else ""))
     writers = {} if dry_run else _running_writers(settings)
-    planned = []
-    for saved, location in pairs:
-        storage, path = storage_for(location, settings.storage_options)
-        writer = writers.get(path)
-        if writer:
-            raise SinkRollbackRefusedError(f"{writer} still writes to {location}: stop or cancel it first")
-        planned.append((saved, storage, sink_rollback.plan(storage, path, _cut(saved, compact_interval))))
-    return [_done(saved, plan, None if dry_run else sink_rollback.apply(storage, plan), dry_run)
-            for saved, storage, plan in planned]
+    with contextlib.ExitStack() as locks:
+        planned = []
+        for saved, location in pairs:
+            storage, path = storage_for(location, settings.storage_options)
+            writer = writers.get(path)
+            if writer:
+                raise SinkRollbackRefusedError(f"{writer} still writes to {location}: stop or cancel it first")
+            if not dry_run:
+                locks.enter_context(sink_rollback.exclusive(storage, path))
+            planned.append((saved, storage, sink_rollback.plan(storage, path, _cut(saved, compact_interval))))
+        return [_done(saved, plan, None if dry_run else sink_rollback.apply(storage, plan), dry_run)
+                for saved, storage, plan in planned]
 
 
 def _cut(saved: dict[str, Any], compact_interval: int | None) -> sink_rollback.Cut:

@@ -15,20 +15,24 @@ compaction interval Spark will derive from the log that is left.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
 import secrets
+import socket
 import time
 from urllib.parse import unquote, urlsplit
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sparkpoint.adapters.storage import Storage, basename, join, parent, translate_errors
-from sparkpoint.errors import SinkRollbackRefusedError
+from sparkpoint.adapters.processes import pid_alive, process_start
+from sparkpoint.errors import SinkRollbackRefusedError, SparkpointError
 from sparkpoint.paths import local_path
 from sparkpoint.spark.checkpoint import hadoop_checksum
+from sparkpoint.spark.logs import BATCH_FILE
 from sparkpoint.spark.file_sink import (
     COMPACT_SUFFIX,
     DEFAULT_COMPACT_INTERVAL,
@@ -41,6 +45,7 @@ from sparkpoint.spark.file_sink import (
 )
 
 TRASH_INFIX = ".sparkpoint-trash-"
+LOCK_SUFFIX = ".sparkpoint-rollback.lock"  # beside the output, while a rollback plans and moves
 RECORD = "_sparkpoint_rollback.json"  # in the trash, written last: what was moved, from where, why
 COMPACT_INTERVAL_CONF = "spark.sql.streaming.fileSink.log.compactInterval"
 
@@ -165,6 +170,49 @@ def _interval(log: SinkLog, cut: Cut) -> int:
         "spark.sql.streaming.fileSink.log.compactInterval=N)")
 
 
+@contextlib.contextmanager
+def exclusive(storage: Storage, output: str) -> Iterator[None]:
+    """One rollback of ``output`` at a time, from its plan to its last move: a second one planned while the first
+    moved would find its files gone half-way. The lock names its process; one whose process is gone (on this
+    host) is taken over. On an object store the lock is written without an exclusive create: best effort."""
+    lock = join(parent(output), f"{basename(output)}{LOCK_SUFFIX}")
+    owner = {"pid": os.getpid(), "start": process_start(os.getpid()), "host": socket.gethostname()}
+    for _attempt in range(2):
+        with translate_errors(lock):
+            try:
+                if not storage.local and storage.exists(lock):
+                    raise FileExistsError(lock)
+                with storage.open_write(lock) as handle:
+                    handle.write(json.dumps(owner).encode())
+                break
+            except FileExistsError:
+                pass
+        holder = _lock_holder(storage, lock)
+        if holder is not None:
+            raise SinkRollbackRefusedError(f"another rollback of {output} runs ({holder}): wait for it to end")
+        with translate_errors(lock):
+            storage.remove_file(lock)  # its process is gone: the rollback it ran is finished by this one
+    else:
+        raise SinkRollbackRefusedError(f"another rollback of {output} keeps taking its lock ({lock})")
+    try:
+        yield
+    finally:
+        with translate_errors(lock):
+            storage.remove_file(lock)
+
+
+def _lock_holder(storage: Storage, lock: str) -> str | None:
+    """Who holds the lock, if its process still runs (or runs on another host, where it cannot be checked)."""
+    try:
+        owner = json.loads(storage.read_bytes(lock, 1 << 16))
+        pid, start, host = owner["pid"], owner["start"], owner["host"]
+    except (OSError, SparkpointError, ValueError, KeyError, TypeError):
+        return f"its lock {lock} is unreadable: remove it if no rollback runs"
+    if host != socket.gethostname():
+        return f"pid {pid} on {host}; remove {lock} if it does not run"
+    return f"pid {pid}" if pid_alive(pid, start) else None
+
+
 def _interrupted(storage: Storage, output: str, cut: Cut) -> Plan | None:
     """The plan of a rollback of ``output`` that was interrupted (its record in a trash beside the output says it
     was moving), to finish; refused when it went to another cut."""
@@ -195,11 +243,19 @@ def _resumed(output: str, trash: str, record: dict, cut: Cut) -> Plan:
         raise SinkRollbackRefusedError(
             f"{output}: a rollback to batch {record['sink_batch']} was interrupted ({trash}): run that rollback "
             "again to finish it, before another")
-    return Plan(output=output, sink_batch=record["sink_batch"], query_batch=record["query_batch"],
-                latest=record["latest_batch"], moved=[(f["path"], f["size"]) for f in record["files"]],
-                log_aside=record["log_aside"], log_chain=record["log_chain"],
-                log_written={n: t.encode() for n, t in record["log_written"].items()},
-                filler={n: t.encode() for n, t in record["filler"].items()}, rebuilt=record["rebuilt"], trash=trash)
+    resumed = Plan(output=output, sink_batch=record["sink_batch"], query_batch=record["query_batch"],
+                   latest=record["latest_batch"], moved=[(f["path"], f["size"]) for f in record["files"]],
+                   log_aside=record["log_aside"], log_chain=record["log_chain"],
+                   log_written={n: t.encode() for n, t in record["log_written"].items()},
+                   filler={n: t.encode() for n, t in record["filler"].items()}, rebuilt=record["rebuilt"],
+                   trash=trash)
+    # The record is a file anybody with the output's rights may have edited: it names nothing outside the output.
+    names = [*resumed.log_moved, *resumed.log_written, *resumed.filler]
+    if not all(isinstance(n, str) and BATCH_FILE.fullmatch(n) for n in names) or not all(
+            isinstance(p, str) and p and posixpath.normpath(p) == p and not p.startswith(("/", "../"))
+            and p != ".." for p, _size in resumed.moved):
+        raise ValueError("a name outside the output")
+    return resumed
 
 
 def _check_spark_reads(log: SinkLog, plan: Plan, default_interval: int) -> None:

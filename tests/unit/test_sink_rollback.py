@@ -341,3 +341,47 @@ def test_an_output_named_through_a_link_is_the_output(tmp_path):
     (tmp_path / "link").symlink_to(out)
     plan = sink_rollback.plan(LOCAL, str(tmp_path / "link"), Cut(3, 3, True, last_at(out, 3)))
     assert sorted(p for p, _ in plan.moved) == [f"part-{b:02d}-{i}.parquet" for b in (4, 5) for i in range(2)]
+
+
+@pytest.mark.parametrize("edit", [
+    lambda record: record["files"].append({"path": "../victim/keep.txt", "size": 1}),
+    lambda record: record["log_chain"].append("../../victim/keep.txt"),
+    lambda record: record.update(log_written=["2.compact"]),
+    lambda record: record.update(sink_batch=None),
+])
+def test_an_edited_record_of_an_interrupted_rollback_is_refused(tmp_path, monkeypatch, edit):
+    out, victim = tmp_path / "out", tmp_path / "victim"
+    sink(out, 7)
+    victim.mkdir()
+    (victim / "keep.txt").write_text("secret")
+    cut = Cut(3, 3, True, last_at(out, 3), compact_interval=3)
+    monkeypatch.setattr(Storage, "move", lambda self, source, target: (_ for _ in ()).throw(OSError(5, "I/O")))
+    with pytest.raises(Exception, match="I/O"):
+        sink_rollback.apply(LOCAL, sink_rollback.plan(LOCAL, str(out), cut))
+    monkeypatch.undo()
+    (record_path,) = tmp_path.glob("out.sparkpoint-trash-*/_sparkpoint_rollback.json")
+    record = json.loads(record_path.read_text())
+    edit(record)
+    record_path.write_text(json.dumps(record))
+    with pytest.raises(SinkRollbackRefusedError, match="(not readable|was interrupted)"):
+        sink_rollback.plan(LOCAL, str(out), cut)
+    assert (victim / "keep.txt").read_text() == "secret"
+
+
+def test_a_second_rollback_of_one_output_waits_for_the_first_and_a_dead_one_s_lock_is_taken_over(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    sink(out, 4)
+    with sink_rollback.exclusive(LOCAL, str(out)), pytest.raises(
+            SinkRollbackRefusedError, match=r"another rollback of .* runs \(pid \d+\)"), \
+            sink_rollback.exclusive(LOCAL, str(out)):
+        pass
+    assert not list(tmp_path.glob("*.lock"))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / "out.sparkpoint-rollback.lock").write_text(json.dumps(
+        {"pid": int(gone.stdout), "start": "1", "host": __import__("socket").gethostname()}))
+    with sink_rollback.exclusive(LOCAL, str(out)):  # its process is gone
+        assert json.loads((tmp_path / "out.sparkpoint-rollback.lock").read_text())["pid"] != int(gone.stdout)
+    assert not list(tmp_path.glob("*.lock"))

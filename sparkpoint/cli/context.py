@@ -21,6 +21,7 @@ class AppContext:
     config_path: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
     quiet: bool = False
+    output: str | None = None  # -o given before the command (`sparkpoint -o json list`)
 
     @cached_property
     def settings(self) -> Settings:
@@ -41,15 +42,23 @@ class AppContext:
 pass_app = click.make_pass_decorator(AppContext)
 
 
+OUTPUTS = click.Choice(["table", "json"])
+OUTPUT_HELP = "table for people; json (stable keys, see README) for scripts. [default: table]"
+
+
 def output_option(command: Callable) -> Callable:
-    return click.option(
-        "-o",
-        "--output",
-        type=click.Choice(["table", "json"]),
-        default="table",
-        show_default=True,
-        help="table for people; json (stable keys, see README) for scripts.",
-    )(command)
+    """-o/--output after the command; the group's, before it, means the same (kubectl, gh and the Databricks
+    CLI take it at either place)."""
+    return click.option("-o", "--output", type=OUTPUTS, default=None, callback=_either_place,
+                        help=OUTPUT_HELP + " Also before the command: sparkpoint -o json list.")(command)
+
+
+def _either_place(ctx: click.Context, _param: click.Parameter, after: str | None) -> str:
+    given = ctx.find_object(AppContext)
+    before = given.output if given is not None else None
+    if before and after and before != after:
+        raise click.UsageError(f"-o {before} before the command and -o {after} after it: give one")
+    return after or before or "table"
 
 
 def emit(output: str, data: Any, render: Callable[[Any], None]) -> None:

@@ -17,7 +17,7 @@ import traceback
 import click
 
 from sparkpoint.cli import catalog_cmds, cluster_cmds, job_cmds, savepoint_cmds
-from sparkpoint.cli.context import AppContext, echo
+from sparkpoint.cli.context import OUTPUT_HELP, OUTPUTS, AppContext, echo
 from sparkpoint.errors import SparkpointError
 
 
@@ -25,16 +25,17 @@ from sparkpoint.errors import SparkpointError
 @click.option("--home", metavar="URL", help="Home of registry, checkpoints and savepoints [env SPARKPOINT_HOME].")
 @click.option("--config", "config_path", metavar="FILE", help="Configuration file [env SPARKPOINT_CONFIG].")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display on stderr.")
+@click.option("-o", "--output", type=OUTPUTS, help=OUTPUT_HELP + " The command's own -o means the same.")
 @click.version_option(package_name="sparkpoint")
 @click.pass_context
-def cli(ctx: click.Context, home: str | None, config_path: str | None, quiet: bool) -> None:
+def cli(ctx: click.Context, home: str | None, config_path: str | None, quiet: bool, output: str | None) -> None:
     """Flink-style savepoints for Spark Structured Streaming.
 
     Run streaming applications as managed jobs; savepoint them while they run; stop them at a
     micro-batch boundary with a savepoint; start upgraded versions from any savepoint. Savepoints of
     plain checkpoints, restore for any launcher, and a catalog with retention.
     """
-    ctx.obj = AppContext(config_path=config_path, overrides={"home": home}, quiet=quiet)
+    ctx.obj = AppContext(config_path=config_path, overrides={"home": home}, quiet=quiet, output=output)
 
 
 DEBUG_ENV = "SPARKPOINT_DEBUG"

@@ -396,3 +396,19 @@ def test_an_unexpected_exception_is_one_line_saying_it_is_a_bug(capsys, monkeypa
     code, _, err = run(capsys, "savepoints")
     assert code == 1 and err.startswith("Traceback (most recent call last):") and "in broken" in err
     assert err.splitlines()[-1].startswith("sparkpoint: internal error, a bug")
+
+
+def test_output_goes_before_or_after_the_command_with_one_meaning(capsys, home, checkpoint):
+    """kubectl, gh and the Databricks CLI take their output flag at either place: `sparkpoint -o json list` failed
+    with "No such option '-o'"."""
+    created = run_json(capsys, "savepoint", "--from-checkpoint", str(checkpoint))
+    for args in (["-o", "json", "savepoints"], ["--output", "json", "savepoints"], ["savepoints", "-o", "json"],
+                 ["-o", "json", "savepoints", "-o", "json"]):
+        code, out, err = run(capsys, *args)
+        assert code == 0 and [e["id"] for e in json.loads(out)] == [created["id"]], (args, err)
+    code, out, _ = run(capsys, "-o", "table", "savepoints")
+    assert code == 0 and created["id"] in out and not out.lstrip().startswith("[")
+    code, out, err = run(capsys, "-o", "json", "savepoints", "-o", "table")
+    assert (code, out) == (2, "") and "-o json before the command and -o table after it: give one" in err
+    code, out, _ = run(capsys, "-o", "json", "cluster", "status", "--dir", str(home / "cluster"))
+    assert code == 0 and json.loads(out)["directory"] == str(home / "cluster")

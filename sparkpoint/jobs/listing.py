@@ -37,7 +37,8 @@ class Version(Result):
 
 @dataclass(frozen=True, kw_only=True)
 class ListedJob(JobView):
-    last_savepoint: str | None  # the newest complete savepoint of the job's name
+    last_savepoint: str | None  # the newest savepoint taken of this job, while it is there
+    name_last_savepoint: str | None  # the newest complete savepoint of the job's name (any version's)
     app_state: str | None  # what a standalone master says of the application (RUNNING, FINISHED, KILLED)
     lineage: list[Version]  # the versions this job continues, oldest first, ending with itself; [] if none
     ui: str | None = field(default=None, metadata=WHEN_SET)  # list --ui: the driver UI it was found through
@@ -65,8 +66,8 @@ def ui_entries(ui_url: str) -> list[ListedJob]:
         ListedJob(source="ui", id=None, name=app["app_name"], state="running", app_id=app["app_id"], pid=None,
                   created_at=None, app=None, checkpoint_root=None, restored_from=None, log=None, error=None,
                   queries=[LiveQuery.from_report(q) for q in app["queries"]], master=None, submission_id=None,
-                  driver_state=None, follows=None, history=[], last_savepoint=None, app_state=None,
-                  lineage=[], ui=ui_url)
+                  driver_state=None, follows=None, history=[], last_savepoint=None, name_last_savepoint=None,
+                  app_state=None, lineage=[], ui=ui_url)
         for app in applications(ui_url)
     ]
 
@@ -77,6 +78,8 @@ def list_jobs(settings: Settings, include_all: bool = False) -> list[ListedJob]:
     states = [(job, state_of(job)) for job in registry.all()]
     by_id = {job.id: (job, state) for job, state in states}
 
+    newest_of = {name: last_savepoint(settings, name) for name in {job.name for job, _ in states}}
+
     def live(job: Job, state: str) -> ListedJob:
         status = None
         if state == "running":
@@ -86,7 +89,8 @@ def list_jobs(settings: Settings, include_all: bool = False) -> list[ListedJob]:
                 status = None
         view = describe_job(job, status, state)
         return ListedJob(**{f.name: getattr(view, f.name) for f in fields(view)},
-                         last_savepoint=last_savepoint(settings, job.name), app_state=None,
+                         last_savepoint=own_savepoint(settings, job), name_last_savepoint=newest_of[job.name],
+                         app_state=None,
                          lineage=lineage(job, by_id))
 
     shown = [(job, state) for job, state in states if include_all or state in ACTIVE_STATES]
@@ -107,6 +111,17 @@ def _application_states(masters: set[str | None]) -> dict[str, dict[str, str]]:
         applications[master] = {a.get("id"): a.get("state")
                                 for a in [*overview.get("activeapps", []), *overview.get("completedapps", [])]}
     return applications
+
+
+def own_savepoint(settings: Settings, job: Job) -> str | None:
+    """The newest savepoint taken of ``job``, as its record says, unless it has been disposed of since."""
+    if job.last_savepoint is None:
+        return None
+    storage, path = storage_for(job.last_savepoint, settings.storage_options)
+    try:
+        return job.last_savepoint if storage.exists(join(path, MANIFEST)) else None
+    except OSError:  # a store that does not answer: the record is all that is known
+        return job.last_savepoint
 
 
 def last_savepoint(settings: Settings, job_name: str) -> str | None:

@@ -41,6 +41,7 @@ JOB_FILE = "job.json"
 TOKEN_FILE = "token"
 CHECKPOINTS_DIR = "checkpoints"
 LOG_FILE = "driver.log"
+LAST_SAVEPOINT_FILE = "last-savepoint.json"
 ACTIVE_STATES = ("starting", "running")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
@@ -71,6 +72,10 @@ class Job:
     history: list[dict[str, Any]] = field(default_factory=list)  # events, oldest first: what was decided, and why
     agent: dict[str, Any] = field(default_factory=dict)  # agent.json, as last read
     driver: dict[str, Any] = field(default_factory=dict)  # the master's view of a cluster-mode driver, as last asked
+    # The newest savepoint taken of this job (live, at a stop, a cancel with a savepoint, a hand-over), not of its
+    # name, which the versions after it share. A file of its own (LAST_SAVEPOINT_FILE): a command that saves a
+    # job.json it loaded before a savepoint was taken (a foreground run, a stop) cannot lose it.
+    last_savepoint: str | None = None
 
     @property
     def checkpoint_root(self) -> str:
@@ -91,8 +96,8 @@ class Job:
 
     def record(self) -> dict[str, Any]:
         data = asdict(self)
-        data.pop("agent")
-        data.pop("driver")
+        for kept_elsewhere in ("agent", "driver", "last_savepoint"):
+            data.pop(kept_elsewhere)
         return data
 
 
@@ -138,6 +143,7 @@ class Registry:
             raise CorruptRecordError(f"the registry entry {directory / JOB_FILE} is not JSON") from None
         job = _job_from_record(data, job_id, directory / JOB_FILE)
         job.agent = read_agent_file(directory)
+        job.last_savepoint = _last_savepoint(directory)
         if job.submission_id and not job.ended and job.agent.get("state") not in ("finished", "failed"):
             job.driver = driver_status(job)
         return job
@@ -167,8 +173,20 @@ class Registry:
             matches = [j for j in self.all() if j.name == reference and state_of(j) in ACTIVE_STATES]
         return the_one(reference, matches, _job_id, "jobs", f"no job {reference!r}: see 'sparkpoint list --all'")
 
+    def savepoint_taken(self, job: Job, path: str) -> None:
+        """Record ``path`` as the newest savepoint of ``job``."""
+        write_json(Path(job.directory) / LAST_SAVEPOINT_FILE, {"path": path, "at": iso()})
+
     def token(self, job: Job) -> str:
         return (Path(job.directory) / TOKEN_FILE).read_text().strip()
+
+
+def _last_savepoint(directory: Path) -> str | None:
+    try:
+        path = json.loads((directory / LAST_SAVEPOINT_FILE).read_text()).get("path")
+    except (FileNotFoundError, ValueError, AttributeError):  # none taken, or not a record of ours: none known
+        return None
+    return path if isinstance(path, str) else None
 
 
 def _job_id(job: Job) -> str:

@@ -40,5 +40,7 @@ def savepoint_job(settings: Settings, reference: str, target_dir: str | None = N
 def create_savepoint(settings: Settings, job: Job, sources: list[QuerySource], target_dir: str | None,
                      progress: Progress | None, keep_last: int | None = None) -> Created:
     source_storage, _ = storage_for(job.checkpoint_root)
-    return take(settings, job.name, sources, source_storage, target_dir, origin={"kind": "job", "job_id": job.id},
-                restored_from=job.restored_from, keep_last=keep_last, progress=progress)
+    created = take(settings, job.name, sources, source_storage, target_dir, origin={"kind": "job", "job_id": job.id},
+                   restored_from=job.restored_from, keep_last=keep_last, progress=progress)
+    Registry(settings.home_url()).savepoint_taken(job, created.path)
+    return created

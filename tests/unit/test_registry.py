@@ -7,16 +7,21 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from checkpoints import hdfs_checkpoint
 
 from sparkpoint.config import Settings
 from sparkpoint.jobs import triggers
 from sparkpoint.jobs.registry import Registry
 from sparkpoint.jobs.protocol import answer_handover, write_agent_file
 from sparkpoint.jobs.listing import list_jobs
+from sparkpoint.jobs.savepoint import create_savepoint
+from sparkpoint.savepoints.create import QuerySource
+from sparkpoint.savepoints.savepoint import dispose
 from sparkpoint.errors import BadArgumentError, CorruptRecordError
 
 
@@ -191,3 +196,27 @@ def test_list_shows_the_line_of_versions_a_job_continues(tmp_path):
     v1_record.write_text(json.dumps({**json.loads(v1_record.read_text()), "follows": again.id}))
     listed = {job.id: job for job in list_jobs(Settings(home=str(tmp_path)), include_all=True)}
     assert [v.id for v in listed[again.id].lineage] == [v1.id, v2.id, again.id]
+
+
+def test_list_shows_each_job_its_own_last_savepoint_and_the_names_newest_beside_it(tmp_path):
+    """v1 stopped with a savepoint, v2 (same name) restored from it and savepointed since: v1's row showed
+    v2's savepoint; after a chain of five versions every row showed the last one's."""
+    settings = Settings(home=str(tmp_path / "home"))
+    registry = Registry(settings.home_url())
+    checkpoint = hdfs_checkpoint(tmp_path / "ckpt" / "posts", committed=2)
+    v1 = new_job(registry, "posts")
+    v1_saved = [create_savepoint(settings, v1, [QuerySource("posts", str(checkpoint))], None, None).path
+                for _ in range(2)]
+    v1.end("finished")
+    registry.save(v1)  # the record as loaded before its savepoints: a save of it must not lose them
+    v2 = registry.new_job("posts", app="v2.py", app_args=[], master="local[2]", submit_args=[], follows=v1.id)
+    v3 = registry.new_job("posts", app="v3.py", app_args=[], master="local[2]", submit_args=[], follows=v2.id)
+    time.sleep(1.05)  # savepoint ids sort by the second they were taken in: v2's is the name's newest
+    v2_saved = create_savepoint(settings, v2, [QuerySource("posts", str(checkpoint))], None, None).path
+
+    listed = {job.id: job for job in list_jobs(settings, include_all=True)}
+    assert len({*v1_saved, v2_saved}) == 3
+    assert {job_id: (job.last_savepoint, job.name_last_savepoint) for job_id, job in listed.items()} == {
+        v1.id: (v1_saved[1], v2_saved), v2.id: (v2_saved, v2_saved), v3.id: (None, v2_saved)}
+    dispose(v1_saved[1])  # disposed of since: not offered as a savepoint to restore from
+    assert {job.id: job.last_savepoint for job in list_jobs(settings, include_all=True)}[v1.id] is None

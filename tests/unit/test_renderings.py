@@ -61,13 +61,13 @@ def test_the_jobs_table(capsys):
     line = [Version("alarms-1a2b", "alarms_v1.py", "finished"), Version("alarms-9f8e", "alarms_v2.py", "failed"),
             Version("alarms-3f9c", "alarms_v1.py", "running")]
     jobs = [job_view(id="alarms-3f9c", name="alarms", state="running", app_id="local-1795000000",
-                     last_savepoint="/h/savepoints/alarms/sp-1", lineage=line,
+                     last_savepoint="/h/savepoints/alarms/sp-1", name_last_savepoint="/h/savepoints/alarms/sp-1", lineage=line,
                      queries=[live_query(name="alarms", batch_id=41, input_rate=1234.5, processing_rate=2000.0,
                                          state_rows=1200),
                               live_query(name="counts", batch_id=7, input_rate=None, processing_rate=0.75,
                                          state_rows=None)]),
             job_view(source="ui", id=None, name="adhoc", state="running", app_id="app-20261122", queries=[],
-                     last_savepoint=None)]
+                     last_savepoint=None, name_last_savepoint=None)]
     assert shown(capsys, _render_jobs, jobs) == textwrap.dedent("""\
         ┏━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┳━━━━━━━━┳━━━━━━━┳━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━┓
         ┃ job         ┃ state   ┃ application      ┃ query  ┃ batch ┃ input    ┃ processed ┃ state rows ┃ last savepoint ┃

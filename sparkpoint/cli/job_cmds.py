@@ -126,8 +126,9 @@ def _render_job(job: JobView) -> None:
              f"{job.rollback['savepoint']} ({job.rolled_back.state})")
     if job.upgrade_check:
         check = job.upgrade_check
-        echo(f"  check: skipped ({check['skipped']})" if "skipped" in check else
-             f"  check: it restores (checked in {check['seconds']:.1f} s)")
+        from sparkpoint.jobs.upgrade_check import check_said
+
+        echo(f"  check: {check_said(check)}")
         for note in check.get("notes") or []:
             echo(f"  note: {note}")
     if job.restored_from:

@@ -24,7 +24,7 @@ from sparkpoint.adapters.processes import pid_alive, process_start, terminate_gr
 from sparkpoint.adapters.transfer import NullProgress, Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import NotFoundError, SparkFailureError, SparkpointError
-from sparkpoint.jobs.protocol import CHECK_REPORT, CHECK_REQUEST
+from sparkpoint.jobs.protocol import CHECK_REPORT, CHECK_REQUEST, START_CHECK_DIR, answer_outcome, read_outcome
 from sparkpoint.savepoints import compat
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.times import poll_until
@@ -104,6 +104,76 @@ def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, p
         raise SparkFailureError("the check could not decide: " + "; ".join(p.message for p in undecided)
                                 + f" (`--no-check` skips it){_log_said(kept)}")
     return replace(checked, seconds=round(clock() - began, 3), log=kept)
+
+
+def prepare_in_driver(settings: Settings, saved: Savepoint, job_directory: str, request: CheckRequest,
+                      controller: int | None, progress: Progress | None = None) -> dict[str, str]:
+    """`run -s`'s check in the new job's own driver (runtime.gate): the sandbox it tries each saved query in,
+    prepared in the job's directory (on the device of its checkpoints: linked, not copied); the driver's
+    environment that asks for it. ``controller``: the pid of this `run`, when the driver runs on this machine."""
+    directory = os.path.join(job_directory, START_CHECK_DIR)
+    compat.prepare_sandbox(saved, os.path.join(directory, "checkpoints"), settings.transfer_workers, progress)
+    write_json(Path(directory) / CHECK_REQUEST,
+               {**compat.request(saved, request.restore_grace, request.timeout), "timeout": request.timeout})
+    return {"SPARKPOINT_CHECK_DIR": directory, **({"SPARKPOINT_CONTROLLER": str(controller)} if controller else {})}
+
+
+@dataclass(frozen=True)
+class InDriverVerdict:
+    checked: compat.Checked  # the saved queries the driver tried, and what was found
+    untried: list[str]  # saved queries it had not tried when the wait ended (see await_in_driver)
+
+
+def await_in_driver(saved: Savepoint, app: str, job_directory: str, running: Callable[[], bool],
+                    gave_up: Callable[[], bool], before_go: Callable[[], None], timeout: float | None,
+                    sleep: Callable[[float], None] = time.sleep,
+                    clock: Callable[[], float] = time.monotonic) -> InDriverVerdict:
+    """Answer each saved query the driver tried, as its outcome arrives: go, or abort with the problems found
+    (then the wait ends). ``before_go`` runs once, before the first query is let go. The wait also ends when
+    every saved query is answered, the driver ends (``running``), its agent gives up on the queries not
+    started (``gave_up``), or ``timeout`` seconds have passed (None: never)."""
+    directory = os.path.join(job_directory, START_CHECK_DIR)
+    untried = list(range(len(saved.queries)))
+    problems: list[compat.Problem] = []
+    notes: list[str] = []
+    queries: list[compat.CheckedQuery] = []
+    seconds, released = 0.0, False
+
+    def answer_what_arrived() -> bool:
+        nonlocal seconds, released
+        for index in list(untried):
+            report = read_outcome(directory, index)
+            if report is None:
+                continue
+            untried.remove(index)
+            query, found, said = compat.query_verdict(saved, saved.queries[index], report)
+            queries.append(query)
+            notes.extend(said)
+            seconds += float(report.get("seconds") or 0.0)
+            if found:
+                problems.extend(found)
+                answer_outcome(directory, index, {"abort": "; ".join(problem.message for problem in found)})
+                return True
+            if not released:
+                _before_the_first_go(directory, index, before_go)
+                released = True
+            answer_outcome(directory, index, {"go": True})
+        return not untried or not running() or gave_up()
+
+    poll_until(answer_what_arrived, timeout, 0.05, clock=clock, sleep=sleep)
+    for index in untried:  # a driver that reaches them after the wait is refused at once
+        answer_outcome(directory, index, {"abort": "the run that checks this job stopped waiting"})
+    checked = compat.Checked(savepoint=saved.path, app=app, compatible=not problems, problems=problems,
+                             notes=notes, queries=queries, seconds=round(seconds, 3))
+    return InDriverVerdict(checked, [saved.queries[index]["name"] for index in untried])
+
+
+def _before_the_first_go(directory: str, index: int, before_go: Callable[[], None]) -> None:
+    try:
+        before_go()
+    except BaseException as exc:
+        answer_outcome(directory, index, {"abort": f"{exc}"})
+        raise
 
 
 def _keep_log(settings: Settings, log: str, saved: Savepoint) -> str | None:

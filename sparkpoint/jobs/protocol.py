@@ -10,7 +10,8 @@ A job lives in ``<home>/jobs/<job id>/``:
   command took it;
 - ``checkpoints/``: the checkpoint root (``spark.sql.streaming.checkpointLocation``), one directory
   per named query;
-- ``driver.log``: the driver's output, for a detached job.
+- ``driver.log``: the driver's output, for a detached job;
+- ``check/``: `run -s`'s check in the driver (see START_CHECK_DIR below).
 Each writer owns its files, so the CLI and the driver never overwrite each other's records.
 
 """
@@ -32,6 +33,12 @@ CHECK_REQUEST, CHECK_REPORT = "request.json", "report.json"
 # `run --replace`: the new driver says it is up by HANDOVER_WAITING; the CLI answers with HANDOVER_FILE.
 HANDOVER_WAITING = "handover-waiting"
 HANDOVER_FILE = "handover.json"
+# `run -s`: the check inside the new driver. The CLI prepares START_CHECK_DIR in the job's directory (a sandbox
+# restore under checkpoints/, and CHECK_REQUEST); the driver tries each saved query there before it starts it,
+# and reports ``outcome-<i>.json`` (i: the query's place in the request's ``saved``); the CLI answers with
+# ``answer-<i>.json``: {"go": true}, or {"abort": reason}. The sandbox is removed once the CLI has answered; the
+# small records stay, as an account of the check.
+START_CHECK_DIR = "check"
 
 
 def read_agent_file(directory: Path | str) -> dict[str, Any]:
@@ -50,13 +57,12 @@ def await_handover(directory: Path | str, controller_pid: int, sleep=time.sleep)
     (directory / HANDOVER_WAITING).touch()
 
     def answered() -> dict[str, Any] | None:
+        gone = not pid_alive(controller_pid)  # before the read: an answer written just before its end counts
         try:
             return json.loads((directory / HANDOVER_FILE).read_text())
         except FileNotFoundError:
             pass
-        if not pid_alive(controller_pid):
-            return {"abort": "the sparkpoint run that started this driver ended before the hand-over"}
-        return None
+        return {"abort": "the sparkpoint run that started this driver ended before the hand-over"} if gone else None
 
     return poll_until(answered, None, 0.02, sleep=sleep)
 
@@ -69,6 +75,45 @@ def handover_waiting(directory: Path | str) -> bool:
 def answer_handover(directory: Path | str, answer: dict[str, Any]) -> None:
     """Release a waiting driver ({"expected_queries": [...]}) or call the hand-over off ({"abort": reason})."""
     write_json(Path(directory) / HANDOVER_FILE, answer)
+
+
+def write_outcome(directory: Path | str, index: int, outcome: dict[str, Any]) -> None:
+    write_json(Path(directory) / f"outcome-{index}.json", outcome)
+
+
+def read_outcome(directory: Path | str, index: int) -> dict[str, Any] | None:
+    try:
+        data = json.loads((Path(directory) / f"outcome-{index}.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def answer_outcome(directory: Path | str, index: int, answer: dict[str, Any]) -> None:
+    """Let a saved query start ({"go": true}) or refuse it ({"abort": reason})."""
+    write_json(Path(directory) / f"answer-{index}.json", answer)
+
+
+def await_answer(directory: Path | str, index: int, controller_pid: int | None, timeout: float,
+                 sleep=time.sleep) -> dict[str, Any]:
+    """In a restored job's driver: the CLI's answer to a saved query's outcome. A controller that died, or
+    none within ``timeout`` seconds (a cluster-mode driver's may be on another machine), is an abort."""
+    path = Path(directory) / f"answer-{index}.json"
+
+    def answered() -> dict[str, Any] | None:
+        # The controller's end is seen before the file is read: a controller that answers and exits at once
+        # (a detached run) has written the answer by then.
+        gone = controller_pid is not None and not pid_alive(controller_pid)
+        try:
+            return json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            pass
+        if gone:
+            return {"abort": "the sparkpoint run that started this driver ended before the check's answer"}
+        return None
+
+    found = poll_until(answered, timeout, 0.02, sleep=sleep)
+    return found if isinstance(found, dict) else {"abort": f"no answer to the check within {timeout:g} s"}
 
 
 def write_agent_file(directory: Path | str, data: dict[str, Any]) -> None:

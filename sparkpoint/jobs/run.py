@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +24,13 @@ from sparkpoint.adapters.transfer import Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import (
     BadArgumentError,
-    IncompatibleUpgradeError,
     JobFailedError,
     NotFoundError,
     SavepointInvalidError,
     SparkpointError,
 )
-from sparkpoint.jobs.check import CheckRequest, Launch, check_upgrade
+from sparkpoint.jobs.check import Launch, prepare_in_driver
+from sparkpoint.jobs.upgrade_check import check_before_launch, check_in_driver, check_request, check_said
 from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start, end_driver, end_interrupted
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, client_for, describe_job, state_of
 from sparkpoint.jobs.rollback import HealthCondition, Probation, parse_condition, watch_probation
@@ -39,7 +38,6 @@ from sparkpoint.jobs.replace import HandoverFailedError, take_over
 from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints.rescale import needs_rescale, rescale
 from sparkpoint.savepoints.restore import restore
-from sparkpoint.jobs.savepoint import savepoint_job
 from sparkpoint.jobs.sinks import SinkRolledBack, log_interval, pending, roll_back_sinks
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.savepoints.savepoint import load as load_savepoint
@@ -123,12 +121,18 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
         # Its Spark session stopped: the job's driver runs beside this process.
         saved = load_savepoint(rescale(settings, saved, request.partitions, stop_spark=True,
                                        progress=progress).savepoint.path)
-    upgrade_check = None  # nothing is restored: nothing to check
+    upgrade_check = None  # nothing is restored (nothing to check), or -s: checked in the job's own driver
+    # -s: the stop is behind and the downtime under way, so the new driver itself tries the saved queries
+    # (runtime.gate) instead of a Spark started for the check alone; --replace checks before anything stops, and
+    # so does a claim, which hands the savepoint over at the launch: a refusal must leave it where it was.
+    checked_in_driver = saved is not None and request.check and rollback_of is None and not request.claim
     if rollback_of is not None:
         upgrade_check = {"skipped": f"rollback: the version {rollback_of.id} replaced, as it ran before", "at": iso()}
-    elif saved or replaced:
-        upgrade_check = _check_upgrade(settings, request, saved, replaced, progress)
-    sink_notes = _sinks_before_launch(settings, request, saved, warn, rolled) if saved else []
+    elif (saved or replaced) and not checked_in_driver:
+        upgrade_check = check_before_launch(settings, request, saved, replaced, progress)
+    # A sink is rolled back once the check has let the first query go: an upgrade refused moves nothing.
+    sink_notes = (_sinks_before_launch(settings, request, saved, warn, rolled)
+                  if saved and not (checked_in_driver and request.rollback_sink) else [])
     follows = (rollback_of or replaced or way_back and way_back.previous or _taken_of(registry, saved))
     job = registry.new_job(
         request.name or Path(app).stem.replace("_", "-"), app=app, app_args=request.app_args,
@@ -139,16 +143,21 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     )
     job.note("started", _started(job, request, saved, replaced, rollback_of))
     if upgrade_check is not None:
-        job.note("check", _check_said(upgrade_check))
+        job.note("check", check_said(upgrade_check))
     for event, note in sink_notes:
         job.note(event, note)
     try:
-        process = _launch(settings, job, app, request, conf_args, master, saved, replaced is not None, progress)
+        process = _launch(settings, job, app, request, conf_args, master, saved, replaced is not None,
+                          checked_in_driver, progress)
     except BaseException as exc:
         job.end("failed", error=str(exc))
         registry.save(job)
         raise
     registry.save(job)
+    if checked_in_driver:
+        check_in_driver(registry, job, process, saved, request,
+                        lambda: _rolled_back_before_the_first_query(settings, registry, job, request, saved, warn,
+                                                                    rolled), progress, sleep, clock, start_timeout)
     handover = None
     if replaced is not None:
         try:
@@ -190,6 +199,18 @@ def _sinks_before_launch(settings: Settings, request: RunRequest, saved: Savepoi
     for warning in said:
         warn(warning)
     return [("sink_skips", warning) for warning in said]
+
+
+def _rolled_back_before_the_first_query(settings: Settings, registry: Registry, job: Job, request: RunRequest,
+                                        saved: Savepoint, warn: Callable[[str], None],
+                                        rolled: list[SinkRolledBack]) -> None:
+    """--rollback-sink with the check in the driver: once the check lets the first saved query go."""
+    if request.rollback_sink:
+        notes = _sinks_before_launch(settings, request, saved, warn, rolled)
+        latest = registry.load(job.id)
+        for event, note in notes:
+            latest.note(event, note)
+        registry.save(latest)
 
 
 def _refuse_what_cannot_go_together(request: RunRequest) -> None:
@@ -274,12 +295,6 @@ def _started(job: Job, request: RunRequest, saved: Savepoint | None, replaced: J
     return f"{command} ({request.deploy_mode} mode), {where}{why}"
 
 
-def _check_said(upgrade_check: dict[str, Any]) -> str:
-    if "skipped" in upgrade_check:
-        return f"skipped ({upgrade_check['skipped']})"
-    return f"it restores (checked in {upgrade_check['seconds']:.1f} s)"
-
-
 def _on_probation(settings: Settings, registry: Registry, job: Job, process: subprocess.Popen | None,
                   way_back: WayBack, request: RunRequest, conditions: list[HealthCondition],
                   progress: Progress | None, sleep, clock, start_timeout: float) -> JobView | None:
@@ -357,41 +372,20 @@ def _roll_back(settings: Settings, registry: Registry, failed: Job, way_back: Wa
     return again
 
 
-def _check_upgrade(settings: Settings, request: RunRequest, saved: Savepoint | None, replaced: Job | None,
-                   progress: Progress | None) -> dict[str, Any]:
-    """Before anything is stopped or started: will the application restore? Raises IncompatibleUpgradeError
-    if not. A job to replace is checked against a savepoint of it taken now, without pausing it (the one
-    the hand-over takes comes later, at the boundary), in a scratch directory removed afterwards."""
-    if not request.check:
-        return {"skipped": "--no-check", "at": iso()}
-    checking = CheckRequest(**{f.name: getattr(request, f.name) for f in fields(Launch)},
-                            timeout=request.restore_grace + 240.0)
-    scratch = settings.scratch_dir("sparkpoint-precheck-") if replaced else None
-    try:
-        if replaced is not None:
-            saved = load_savepoint(savepoint_job(settings, replaced.id, scratch, progress=progress).path)
-        checked = check_upgrade(settings, saved, checking, progress)
-    finally:
-        if scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
-    if not checked.compatible:
-        problems = "; ".join(problem.message for problem in checked.problems)
-        raise IncompatibleUpgradeError(f"{request.app} will not restore from {saved.manifest['id']}, so nothing was "
-                                       f"stopped or started: {problems} (`sparkpoint check` shows the details; "
-                                       f"--no-check skips it){'; driver log: ' + checked.log if checked.log else ''}")
-    return {"compatible": True, "savepoint": saved.path if not replaced else None, "seconds": checked.seconds,
-            "notes": checked.notes, "at": iso()}
-
-
 def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_args: list[str],
-            master: StandaloneMaster | None, saved: Savepoint | None, replacing: bool,
+            master: StandaloneMaster | None, saved: Savepoint | None, replacing: bool, checked_in_driver: bool,
             progress: Progress | None) -> subprocess.Popen | None:
     """Restore the savepoint into the job's checkpoints and start its driver: spark-submit here (its
     process), or a submission to the standalone master (None; the submission id is recorded in ``job``)."""
+    check_settings = {}
     if saved is not None:
+        if checked_in_driver:
+            check_settings = prepare_in_driver(settings, saved, job.directory, check_request(request),
+                                               None if master is not None else os.getpid(), progress)
         restore(saved, job.checkpoint_root, mode="claim" if request.claim else "auto",
                 workers=settings.transfer_workers, progress=progress, fork=request.fork)
     driver_settings = {
+        **check_settings,
         "SPARKPOINT_RESTORE_GRACE": str(request.restore_grace),
         "SPARKPOINT_ALLOW_NON_RESTORED_STATE": "1" if request.allow_non_restored_state else "0",
         "SPARKPOINT_EXPECTED_QUERIES": ",".join(q["name"] for q in saved.queries) if saved else "",

@@ -43,6 +43,8 @@ DRAIN_SECONDS = 10.0
 RECENT_BATCHES = 100  # per query, as Spark's recentProgress keeps
 # How Spark wraps a query's failure: "[STREAM_FAILED] Query [id = …, runId = …] terminated with exception: <cause>".
 _TERMINATED = re.compile(r"^\[STREAM_FAILED\] Query \[[^\]]*\] terminated with exception: ")
+# The query run.py's check tries in a sandbox before a saved query starts (runtime.gate): not the application's.
+CHECK_QUERY_SUFFIX = " (sparkpoint check)"
 _ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)*)\]")
 
 
@@ -200,7 +202,8 @@ class Agent:
 
     def queries(self) -> list:
         session = self.session()
-        return list(session.streams.active) if session is not None else []
+        active = list(session.streams.active) if session is not None else []
+        return [query for query in active if not _is_check(query.name)]
 
     def status(self) -> dict[str, Any]:
         session = self.session()
@@ -266,26 +269,31 @@ class Agent:
         from pyspark.sql.streaming import StreamingQueryListener
 
         agent = self
+        check_runs: set[str] = set()  # the run ids of the check's sandbox queries (runtime.gate)
 
         class Tracker(StreamingQueryListener):
             def onQueryStarted(self, event):
+                if _is_check(event.name):
+                    check_runs.add(str(event.runId))  # its end is not a failure of the application's query
+                    return
                 with agent._lock:
                     agent.started_queries[str(event.id)] = event.name
 
             def onQueryProgress(self, event):
-                agent.record_progress(event.progress)
+                if not _is_check(event.progress.name):
+                    agent.record_progress(event.progress)
 
             def onQueryIdle(self, event):
                 pass
 
             def onQueryTerminated(self, event):
-                if event.exception:
+                if event.exception and str(event.runId) not in check_runs:
                     name = agent.started_queries.get(str(event.id), str(event.id))
                     agent.failures[name or str(event.id)] = spark_error_line(event.exception)
 
         session = poll_until(self.session, None, 0.1)
         session.streams.addListener(Tracker())
-        for query in session.streams.active:
+        for query in self.queries():
             self.started_queries[str(query.id)] = query.name
         self._write_state("running", app_id=session.sparkContext.applicationId)
         if self.expected_queries:
@@ -315,6 +323,11 @@ class Agent:
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
+        # Imported here, on the thread that runs the application, before the watch thread imports it too: two
+        # threads importing pyspark's mutually importing modules at once can deadlock (Python then raises
+        # _DeadlockError in one of them, and the agent would never attach its listener).
+        from pyspark.sql.streaming import StreamingQueryListener  # noqa: F401
+
         self._server = _BoundedServer((self.host, 0), _handler(self))
         # A short poll: shutdown() waits for it, and the driver exits only after shutdown() returns.
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="sparkpoint-agent",
@@ -368,6 +381,10 @@ class Agent:
         job = headers.get("X-Sparkpoint-Job", "")
         return hmac.compare_digest(token.encode(), self._token.encode()) and hmac.compare_digest(
             job.encode(), self.job_id.encode())
+
+
+def _is_check(name: str | None) -> bool:
+    return bool(name) and name.endswith(CHECK_QUERY_SUFFIX)
 
 
 def _instantiated_session():

@@ -6,7 +6,8 @@ Environment: SPARKPOINT_AGENT_HOST (default 127.0.0.1), SPARKPOINT_EXPECTED_QUER
 query names of a restored savepoint), SPARKPOINT_ALLOW_NON_RESTORED_STATE (1/0),
 SPARKPOINT_RESTORE_GRACE (seconds), SPARKPOINT_HANDOVER_FROM (the pid of a `run --replace`: wait for
 its hand-over before the application starts, so that the JVM and Python start-up overlap the stop of
-the job being replaced).
+the job being replaced); SPARKPOINT_CHECK_DIR and SPARKPOINT_CONTROLLER (`run -s`'s check, tried in this
+driver before each saved query starts: see runtime.gate).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def main(argv: list[str]) -> int:
 
     from sparkpoint.jobs.protocol import await_handover
     from sparkpoint.runtime.agent import Agent
+    from sparkpoint.runtime.gate import install_from_environment
 
     expected = tuple(n for n in os.environ.get("SPARKPOINT_EXPECTED_QUERIES", "").split(",") if n)
     if os.environ.get("SPARKPOINT_HANDOVER_FROM"):
@@ -71,6 +73,7 @@ def main(argv: list[str]) -> int:
     )
     agent.start()
     _hand_the_cluster_secret_to_spark()
+    install_from_environment()
 
     # The application sees itself as __main__ with its own arguments and directory, as under spark-submit.
     sys.argv = [app, *app_args]

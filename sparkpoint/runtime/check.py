@@ -31,6 +31,7 @@ from typing import Any
 from sparkpoint.adapters.local_files import write_json
 from sparkpoint.jobs.protocol import CHECK_REPORT, CHECK_REQUEST
 from sparkpoint.runtime.agent import spark_error_line
+from sparkpoint.runtime.writers import StartCall, conf_of, intercept_starts, outcome, session_of
 from sparkpoint.times import poll_until
 
 
@@ -54,51 +55,13 @@ class Sandbox:
         from pyspark.sql import SparkSession
         from pyspark.sql.streaming import query as streaming_query
 
-        for writer_class in _writer_classes():
-            self._redirect(writer_class)
+        intercept_starts(self.start)
         self._await_termination = streaming_query.StreamingQuery.awaitTermination
         streaming_query.StreamingQuery.awaitTermination = _wait_for_the_answer
         streaming_query.StreamingQueryManager.awaitAnyTermination = _wait_for_the_answer
         SparkSession.stop = lambda session: None
 
-    def _redirect(self, writer_class) -> None:
-        sandbox = self
-        original_query_name, original_start = writer_class.queryName, writer_class.start
-        original_option, original_options = writer_class.option, writer_class.options
-
-        def query_name(writer, name):
-            writer._sparkpoint_name = name
-            return original_query_name(writer, name)
-
-        def option(writer, key, value):
-            if key == "checkpointLocation":  # the application's own: `run` would not restore it there
-                writer._sparkpoint_checkpoint = str(value)
-            return original_option(writer, key, value)
-
-        def options(writer, **given):
-            if "checkpointLocation" in given:
-                writer._sparkpoint_checkpoint = str(given["checkpointLocation"])
-            return original_options(writer, **given)
-
-        def start(writer, path=None, format=None, outputMode=None, partitionBy=None, queryName=None, **given):
-            if outputMode is not None:
-                writer.outputMode(outputMode)
-            if queryName is not None:
-                query_name(writer, queryName)
-            if "checkpointLocation" in given:
-                writer._sparkpoint_checkpoint = str(given["checkpointLocation"])
-            return sandbox.start(writer, original_start, original_option)
-
-        def to_table(writer, tableName, format=None, outputMode=None, partitionBy=None, queryName=None, **options):
-            return start(writer, outputMode=outputMode, queryName=queryName)
-
-        writer_class.queryName = query_name
-        writer_class.option = option
-        writer_class.options = options
-        writer_class.start = start
-        writer_class.toTable = to_table
-
-    def start(self, writer, original_start, original_option):
+    def start(self, writer, call: StartCall):
         name = getattr(writer, "_sparkpoint_name", None)
         own_checkpoint = getattr(writer, "_sparkpoint_checkpoint", None)
         with self.lock:
@@ -106,10 +69,9 @@ class Sandbox:
             self.first_start = self.first_start or time.monotonic()
         location = os.path.join(self.directory, "checkpoints", name if name else f"unnamed-{index}")
         # The no-op sink replaces whatever sink (format, path, foreachBatch, table) the application chose.
-        original_option(writer.format("noop"), "checkpointLocation", location).trigger(once=True)
-        session = getattr(writer, "_spark", None) or getattr(writer, "_session", None)
-        confs = {key: _conf(session, key) for key in self.conf_keys}
-        query = original_start(writer)
+        call.option(writer.format("noop"), "checkpointLocation", location).trigger(once=True)
+        confs = {key: conf_of(session_of(writer), key) for key in self.conf_keys}
+        query = call.bare()
         if name not in self.saved:
             query.stop()  # no saved state to check: its first batch would read input
         with self.lock:
@@ -131,44 +93,16 @@ class Sandbox:
                 "queries": [self._outcome(entry, entry["name"] in self.saved) for entry in started]}
 
     def _outcome(self, entry: dict[str, Any], saved: bool) -> dict[str, Any]:
-        query = entry["query"]
-        outcome: dict[str, Any] = {"name": entry["name"], "saved": saved, "confs": entry["confs"], "error": None,
-                                   "batch_id": None, "input_rows": None, "operators": [], "sources": [],
-                                   "own_checkpoint": entry["own_checkpoint"]}
-        if saved:
-            exception = self.settle(query, 1.0)
-            if exception is not None:
-                outcome["error"] = spark_error_line(str(exception))
-            progress = query.lastProgress or {}
-            outcome.update(batch_id=progress.get("batchId"), input_rows=progress.get("numInputRows"),
-                           operators=[{"name": op.get("operatorName"), "partitions": op.get("numShufflePartitions")}
-                                      for op in progress.get("stateOperators") or []],
-                           sources=[source.get("description") for source in progress.get("sources") or []])
-        return outcome
-
-
-def _writer_classes() -> list:
-    from pyspark.sql.streaming.readwriter import DataStreamWriter
-
-    classes = [DataStreamWriter]
-    try:  # Spark Connect's writer: present when its dependencies (grpc) are installed
-        from pyspark.sql.connect.streaming.readwriter import DataStreamWriter as ConnectWriter
-    except ImportError:
-        return classes
-    return [*classes, ConnectWriter]
+        if not saved:
+            return outcome(entry["name"], False, entry["confs"], entry["own_checkpoint"])
+        failure = self.settle(entry["query"], 1.0)
+        return outcome(entry["name"], True, entry["confs"], entry["own_checkpoint"], entry["query"], failure)
 
 
 def _wait_for_the_answer(_self, timeout=None):
     """What the application's awaitTermination and awaitAnyTermination become: the check's end ends the process."""
     threading.Event().wait(timeout)
     return False
-
-
-def _conf(session, key: str) -> str | None:
-    try:
-        return session.conf.get(key, None) if session is not None else None
-    except Exception:  # noqa: BLE001 - a conf Spark refuses to show is one the check cannot compare
-        return None
 
 
 def main(argv: list[str]) -> None:

@@ -108,16 +108,10 @@ def verdict(savepoint: Savepoint, app: str, report: dict[str, Any], allow_non_re
                 problems.append(Problem(name, None, "not_started", message + " (--allow-non-restored-state "
                                                                              "accepts that)"))
             continue
-        operators = [op.get("name") or "?" for op in outcome.get("operators") or []]
-        checked.append(CheckedQuery(name=name, started=True, error=outcome.get("error"), operators=operators,
-                                    sources=len(outcome["sources"]) if outcome.get("sources") else None))
-        found = _query_problems(saved, outcome, operators)
-        if name in _rescaled_queries(savepoint):  # its partition count was chosen: the application's is moot
-            notes += [f"{p.message.split(' (Spark would')[0]}, as `rescale` made it: Spark keeps "
-                      f"{saved['confs'].get(SHUFFLE_PARTITIONS)}" for p in found if p.kind == "shuffle_partitions"]
-            found = [p for p in found if p.kind != "shuffle_partitions"]
+        query, found, said = query_verdict(savepoint, saved, outcome)
+        checked.append(query)
         problems += found
-        notes += _pinned_conf_notes(saved, outcome.get("confs") or {})
+        notes += said
     for name in started.keys() - {q["name"] for q in savepoint.queries}:
         notes.append(f"query {name}: not in the savepoint; it starts without state")
     unnamed = sum(1 for q in report.get("queries", []) if not q.get("name"))
@@ -131,6 +125,23 @@ def verdict(savepoint: Savepoint, app: str, report: dict[str, Any], allow_non_re
             notes.append(f"{failed} (after its saved queries were checked)")
     return Checked(savepoint=savepoint.path, app=app, compatible=not problems, problems=problems, notes=notes,
                    queries=checked)
+
+
+def query_verdict(savepoint: Savepoint, saved: dict[str, Any],
+                  outcome: dict[str, Any]) -> tuple[CheckedQuery, list[Problem], list[str]]:
+    """One saved query held against what the runtime reported of it: the query as checked, its problems, its
+    notes. `run -s` asks this of each query its driver tried (runtime.gate)."""
+    name = saved["name"]
+    operators = [op.get("name") or "?" for op in outcome.get("operators") or []]
+    checked = CheckedQuery(name=name, started=True, error=outcome.get("error"), operators=operators,
+                           sources=len(outcome["sources"]) if outcome.get("sources") else None)
+    found = _query_problems(saved, outcome, operators)
+    notes = []
+    if name in _rescaled_queries(savepoint):  # its partition count was chosen: the application's is moot
+        notes += [f"{p.message.split(' (Spark would')[0]}, as `rescale` made it: Spark keeps "
+                  f"{saved['confs'].get(SHUFFLE_PARTITIONS)}" for p in found if p.kind == "shuffle_partitions"]
+        found = [p for p in found if p.kind != "shuffle_partitions"]
+    return checked, found, notes + _pinned_conf_notes(saved, outcome.get("confs") or {})
 
 
 def _rescaled_queries(savepoint: Savepoint) -> list[str]:

@@ -29,7 +29,8 @@ def saved(tmp_path_factory):
     for index in range(2, 6):
         feed(inputs, index, paid=True)
     (root / "in-more").mkdir()  # the second source of two-sources
-    return {"root": root, "home": home, "inputs": inputs, "savepoint": stopped["id"], "job": job}
+    return {"root": root, "home": home, "inputs": inputs, "savepoint": stopped["id"], "savepoint_path": stopped["path"],
+            "job": job}
 
 
 def check(saved, version, *options):
@@ -86,6 +87,8 @@ def test_run_checks_first_and_replace_refuses_an_incompatible_version_before_tou
     v1 = cli_json(home, "run", "--detach", "--name", "posts", "-s", saved["savepoint"], APP, "v1",
                   str(saved["inputs"]), str(root / "out-v1-again"))
     assert v1["state"] == "running" and v1["upgrade_check"]["compatible"] is True, v1
+    # -s checks in the job's own driver (no Spark started for the check alone); --replace, below, before the stop.
+    assert v1["upgrade_check"]["in_driver"] is True and v1["upgrade_check"]["savepoint"] == saved["savepoint_path"]
     wait_for(lambda: batches(root / "out-v1-again"), what="v1's first batch after the restore")
     before = {p.name for p in (home / "savepoints" / "posts").iterdir()}
 

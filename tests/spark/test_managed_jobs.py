@@ -126,11 +126,21 @@ def test_restore_refusals_are_one_clear_line(tmp_path):
     saved = cli_json(home, "stop", job["id"])
     feed(inputs, 2)  # Spark checks the state schema when a batch first loads the state
 
-    # The check refuses it before anything starts; past the check, Spark refuses it at its first batch.
+    # The check, in the new driver, refuses it before its query starts; past the check, Spark refuses it at its
+    # first batch. In the foreground the driver's output comes first: the last line is the refusal.
     code, out, err = cli(home, "run", "-s", saved["path"], APP, str(inputs), str(tmp_path / "o2"), "v2-incompatible")
-    assert code == 16 and out == "" and len(err.strip().splitlines()) == 1, err[-2000:]
-    assert "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE" in err and "so nothing was stopped or started" in err
+    last = err.strip().splitlines()[-1]
+    assert code == 16 and out == "", err[-2000:]
+    assert last.startswith("sparkpoint: error: ") and "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE" in last
+    assert "the job is stopped, no query of it started" in last and "Traceback" not in err
     assert not (tmp_path / "o2").exists() and cli_json(home, "list") == []
+    refused = cli_json(home, "list", "--all")[0]
+    assert refused["state"] == "failed" and refused["upgrade_check"]["compatible"] is False
+    assert refused["upgrade_check"]["in_driver"] is True and "STATE_STORE_KEY_SCHEMA" in refused["error"]
+    assert not (Path(refused["checkpoint_root"]).parent / "check" / "checkpoints").exists()  # the sandbox is gone
+    cut = saved["queries"][0]["batch_id"]  # the refused query never ran: its checkpoint is the savepoint's cut
+    assert max(int(n) for n in os.listdir(Path(refused["checkpoint_root"]) / "counts" / "offsets")
+               if n.isdigit()) == cut
     code, out, err = cli(home, "run", "-s", saved["path"], "--no-check", APP, str(inputs), str(tmp_path / "o2"),
                          "v2-incompatible")
     assert code == 13, err[-2000:]

@@ -135,3 +135,72 @@ def test_an_application_that_raises_after_its_queries_were_checked_gets_a_note(s
     checked = compat.verdict(saved, "app.py", ran, allow_non_restored=False)
     assert checked.compatible and checked.notes == [
         "the application failed: RuntimeError: the queries ended (after its saved queries were checked)"]
+
+
+def test_run_answers_each_query_its_driver_tried_and_refuses_at_the_first_problem(tmp_path):
+    """`run -s`'s check in the new driver (jobs.check.await_in_driver, the CLI's half): each outcome the driver
+    writes is judged as `check` judges it and answered; the first query let go runs ``before_go`` (the sink
+    rollback) once; a refused one is answered with its problems and ends the wait."""
+    from sparkpoint.jobs.check import await_in_driver
+    from sparkpoint.jobs.protocol import START_CHECK_DIR, write_outcome
+
+    storage, target = storage_for(str(tmp_path / "savepoints"))
+    sources = [QuerySource(name, str(hdfs_checkpoint(tmp_path / "ckpt" / name, committed=3))) for name in "abc"]
+    saved = load(create(sources, storage, target, storage, job="three")["path"])
+    job_dir = tmp_path / "job"
+    check_dir = job_dir / START_CHECK_DIR
+    check_dir.mkdir(parents=True)
+    ran = report()["queries"][0] | {"seconds": 1.5}
+    write_outcome(check_dir, 1, ran | {"name": "b"})  # the application starts b first, then a
+
+    def driver_runs() -> bool:  # the driver, let go with b, starts a next
+        if (check_dir / "answer-1.json").exists() and not (check_dir / "outcome-0.json").exists():
+            write_outcome(check_dir, 0, ran | {"name": "a", "error": "[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] no"})
+        return True
+
+    released = []
+    found = await_in_driver(saved, "app.py", str(job_dir), driver_runs, lambda: False,
+                            lambda: released.append("sinks"), None, sleep=lambda _: None)
+    answers = {path.name: path.read_text() for path in check_dir.glob("answer-*.json")}
+    assert released == ["sinks"] and found.untried == ["c"]
+    assert '"go": true' in answers["answer-1.json"] and "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE" in answers[
+        "answer-0.json"]
+    assert "stopped waiting" in answers["answer-2.json"]  # a driver that reaches c later is refused at once
+    assert not found.checked.compatible and [(p.query, p.kind) for p in found.checked.problems] == [
+        ("a", "state_schema")]
+    assert [q.name for q in found.checked.queries] == ["b", "a"] and found.checked.seconds == 3.0
+
+
+def test_a_sink_rollback_that_fails_refuses_the_query_it_was_for(tmp_path, saved):
+    from sparkpoint.errors import SinkRollbackRefusedError
+    from sparkpoint.jobs.check import await_in_driver
+    from sparkpoint.jobs.protocol import START_CHECK_DIR, write_outcome
+
+    check_dir = tmp_path / "job" / START_CHECK_DIR
+    check_dir.mkdir(parents=True)
+    write_outcome(check_dir, 0, report()["queries"][0])
+
+    def refused():
+        raise SinkRollbackRefusedError("job x still writes to /out")
+
+    with pytest.raises(SinkRollbackRefusedError):
+        await_in_driver(saved, "app.py", str(tmp_path / "job"), lambda: True, lambda: False, refused, None,
+                        sleep=lambda _: None)
+    assert "still writes to /out" in (check_dir / "answer-0.json").read_text()
+
+
+def test_the_wait_for_a_driver_ends_with_it_or_at_the_time_out(tmp_path, saved):
+    from sparkpoint.jobs.check import await_in_driver
+
+    (tmp_path / "job" / "check").mkdir(parents=True)
+    ended = await_in_driver(saved, "app.py", str(tmp_path / "job"), lambda: False, lambda: False, lambda: None,
+                            None, sleep=lambda _: None)
+    assert ended.untried == ["alarms"] and ended.checked.compatible and ended.checked.queries == []
+    now = [0.0]
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    late = await_in_driver(saved, "app.py", str(tmp_path / "job"), lambda: True, lambda: False, lambda: None, 5.0,
+                           sleep=sleep, clock=lambda: now[0])
+    assert late.untried == ["alarms"] and 5.0 <= now[0] < 5.2

@@ -1,0 +1,118 @@
+"""`run`'s check of an application against the saved state it restores: before the launch, in a driver of
+its own (`run --replace`: the old job still runs, so the check costs no downtime), or in the new job's own
+driver (`run -s`: the stop is behind and the downtime under way, so no second Spark is started for it; see
+runtime.gate). What was found is recorded as the job's ``upgrade_check``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
+
+from sparkpoint.adapters.transfer import NullProgress, Progress
+from sparkpoint.config import Settings
+from sparkpoint.errors import IncompatibleUpgradeError, SparkFailureError
+from sparkpoint.jobs.check import CheckRequest, Launch, await_in_driver, check_upgrade
+from sparkpoint.jobs.drivers import end_driver
+from sparkpoint.jobs.protocol import START_CHECK_DIR, read_agent_file
+from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, state_of
+from sparkpoint.jobs.savepoint import savepoint_job
+from sparkpoint.savepoints import compat
+from sparkpoint.savepoints.savepoint import Savepoint
+from sparkpoint.savepoints.savepoint import load as load_savepoint
+from sparkpoint.times import iso
+
+if TYPE_CHECKING:  # the request's type only: run imports this module
+    from sparkpoint.jobs.run import RunRequest
+
+
+def check_said(upgrade_check: dict[str, Any]) -> str:
+    if "skipped" in upgrade_check:
+        return f"skipped ({upgrade_check['skipped']})"
+    where = " in its own driver" if upgrade_check.get("in_driver") else ""
+    if not upgrade_check.get("compatible", True):
+        return f"it does not restore (checked{where}): " + "; ".join(upgrade_check.get("problems") or [])
+    return f"it restores (checked{where} in {upgrade_check['seconds']:.1f} s)"
+
+
+def check_before_launch(settings: Settings, request: RunRequest, saved: Savepoint | None, replaced: Job | None,
+                        progress: Progress | None) -> dict[str, Any]:
+    """Before anything is stopped or started: will the application restore? Raises IncompatibleUpgradeError
+    if not. A job to replace is checked against a savepoint of it taken now, without pausing it (the one
+    the hand-over takes comes later, at the boundary), in a scratch directory removed afterwards."""
+    if not request.check:
+        return {"skipped": "--no-check", "at": iso()}
+    checking = check_request(request)
+    scratch = settings.scratch_dir("sparkpoint-precheck-") if replaced else None
+    try:
+        if replaced is not None:
+            saved = load_savepoint(savepoint_job(settings, replaced.id, scratch, progress=progress).path)
+        checked = check_upgrade(settings, saved, checking, progress)
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    if not checked.compatible:
+        problems = "; ".join(problem.message for problem in checked.problems)
+        raise IncompatibleUpgradeError(f"{request.app} will not restore from {saved.manifest['id']}, so nothing was "
+                                       f"stopped or started: {problems} (`sparkpoint check` shows the details; "
+                                       f"--no-check skips it){'; driver log: ' + checked.log if checked.log else ''}")
+    return {"compatible": True, "savepoint": saved.path if not replaced else None, "seconds": checked.seconds,
+            "notes": checked.notes, "at": iso()}
+
+
+def check_request(request: RunRequest) -> CheckRequest:
+    return CheckRequest(**{f.name: getattr(request, f.name) for f in fields(Launch)},
+                        timeout=request.restore_grace + 240.0)
+
+
+def check_in_driver(registry: Registry, job: Job, process: subprocess.Popen | None, saved: Savepoint,
+                    request: RunRequest, before_go: Callable[[], None], progress: Progress | None, sleep, clock,
+                    start_timeout: float) -> None:
+    """Answer the new driver's check of each saved query (runtime.gate), and record the verdict. A query
+    refused: the job ends, with IncompatibleUpgradeError (exit 16), or SparkFailureError (11) when the check
+    could not decide. The sinks of --rollback-sink are rolled back before the first query is let go."""
+    def running() -> bool:
+        return process.poll() is None if process is not None else state_of(registry.load(job.id)) in ACTIVE_STATES
+
+    def gave_up() -> bool:  # the application did not start a saved query within --restore-grace
+        agent = read_agent_file(job.directory)
+        return bool(agent.get("restore_error") or agent.get("not_restored"))
+
+    (progress or NullProgress()).waiting(f"checking {os.path.basename(job.app)} in its driver against "
+                                         f"{saved.manifest['id']}")
+    try:
+        found = await_in_driver(saved, job.app, job.directory, running, gave_up, before_go,
+                                None if process is not None and not request.detach
+                                else start_timeout + check_request(request).timeout, sleep, clock)
+    finally:  # the sandbox goes; the answers stay (the driver may not have read the last one yet)
+        shutil.rmtree(os.path.join(job.directory, START_CHECK_DIR, "checkpoints"), ignore_errors=True)
+    checked = found.checked
+    latest = registry.load(job.id)
+    latest.upgrade_check = {"compatible": checked.compatible, "savepoint": saved.path, "seconds": checked.seconds,
+                            "notes": checked.notes, "at": iso(), "in_driver": True,
+                            **({"problems": [p.message for p in checked.problems]} if checked.problems else {})}
+    latest.note("check", check_said(latest.upgrade_check))
+    registry.save(latest)
+    undecided = [p for p in checked.problems if p.kind in compat.UNDECIDED]
+    if checked.compatible and not (found.untried and running() and not gave_up()):
+        return
+    end_driver(latest, grace=30.0, sleep=sleep, clock=clock)  # a refused start() ends the application
+    problems = "; ".join(problem.message for problem in checked.problems)
+    if checked.compatible:
+        problems = f"query {', '.join(found.untried)} not started and checked in time"
+    latest = registry.load(job.id)
+    latest.end("failed", error=f"the check refused it: {problems}")
+    registry.save(latest)
+    where = f"its driver's log: {job.log_path}" if request.detach and not job.submission_id else "job " + job.id
+    if checked.compatible or (undecided and len(undecided) == len(checked.problems)):
+        raise SparkFailureError(f"the check could not decide: {problems} (`--no-check` skips it; {where})")
+    refused = {problem.query for problem in checked.problems}
+    started = [query.name for query in checked.queries if query.name not in refused]
+    ran = f"query {', '.join(started)} had started before" if started else "no query of it started"
+    raise IncompatibleUpgradeError(f"{request.app} will not restore from {saved.manifest['id']}: {problems}; the "
+                                   f"job is stopped, {ran} (`sparkpoint check` shows the details; --no-check "
+                                   f"skips it; {where})")

@@ -1,0 +1,101 @@
+"""`run -s`'s check inside the restored job's own driver: before a saved query starts for real, the same
+query (the application's DataFrame and output mode) runs one batch into Spark's no-op sink on a sandbox restore
+of the savepoint whose next batch is planned empty (see savepoints.compat), in this driver's JVM. Its planning
+is where Spark checks the saved state against the new plan. The outcome goes to the CLI, which words the
+verdict (savepoints.compat, as for `sparkpoint check`) and answers: the query then starts as the application
+asked, or its start() raises and nothing of it runs.
+
+Trying the query here instead of in a driver of its own spares the upgrade's downtime a second Spark start-up:
+what the check costs is the empty batch. The sandbox query is named ``<name>`` + CHECK_QUERY_SUFFIX: the agent
+leaves it out of what it reports and stops, and its end is kept from the application's awaitAnyTermination()
+(reset, unless a query of the application had ended before). A refused query's start() ends the application
+as sys.exit(reason) would. Each saved query is tried at its own first start: a query the application starts
+before a later, refused, one has run by then.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+from sparkpoint.jobs.protocol import CHECK_REQUEST, await_answer, write_outcome
+from sparkpoint.runtime.agent import CHECK_QUERY_SUFFIX
+from sparkpoint.runtime.writers import StartCall, conf_of, intercept_starts, outcome, session_of
+
+
+class Gate:
+    def __init__(self, directory: str, controller_pid: int | None):
+        self.directory = directory
+        request = json.loads((Path(directory) / CHECK_REQUEST).read_text())
+        self.saved: list[str] = request["saved"]
+        self.conf_keys: list[str] = request["confs"]
+        self.timeout = float(request["timeout"])  # for the sandbox's batch, and again for the CLI's answer
+        self.controller_pid = controller_pid
+        self.tried: set[str] = set()
+        self.lock = threading.Lock()
+
+    def install(self) -> None:
+        intercept_starts(self.start)
+
+    def start(self, writer, call: StartCall):
+        name = getattr(writer, "_sparkpoint_name", None)
+        with self.lock:
+            first = name in self.saved and name not in self.tried
+            self.tried.add(name)
+        if not first:  # not saved (nothing to check), the sandbox's own start, or a saved query started again
+            return call.as_called()
+        index = self.saved.index(name)
+        began = time.monotonic()
+        streams = session_of(writer).streams
+        unseen = not _ended_since_reset(streams)
+        query, failure = None, None
+        try:
+            query = self._sandbox_writer(writer, name).start()
+            query.awaitTermination(self.timeout)
+            if query.isActive:
+                query.stop()
+                failure = TimeoutError(f"its check batch did not end within {self.timeout:g} s")
+        except Exception as exc:  # noqa: BLE001 - py4j: Spark's refusal, however it surfaces, is the answer
+            failure = exc
+        if unseen:  # the sandbox query's end must not end the application's awaitAnyTermination()
+            streams.resetTerminated()
+        report = outcome(name, True, {key: conf_of(session_of(writer), key) for key in self.conf_keys},
+                         getattr(writer, "_sparkpoint_checkpoint", None), query, failure)
+        write_outcome(self.directory, index, {**report, "seconds": round(time.monotonic() - began, 3)})
+        answer = await_answer(self.directory, index, self.controller_pid, self.timeout)
+        if answer.get("go") is True:
+            return call.as_called()
+        # The application ends here, as by sys.exit(message): the bootstrap records the message as its error.
+        raise SystemExit(f"sparkpoint: query {name} is not started: {answer.get('abort')}")
+
+    def _sandbox_writer(self, writer, name: str):
+        """The application's query as a writer of its own: the application's writer is left as it set it, for
+        the real start. The no-op sink stands for its sink (format, path, foreachBatch, table)."""
+        sandbox = (writer._df.writeStream.queryName(name + CHECK_QUERY_SUFFIX).format("noop")
+                   .option("checkpointLocation", os.path.join(self.directory, "checkpoints", name))
+                   .trigger(once=True))
+        mode = getattr(writer, "_sparkpoint_output_mode", None)
+        return sandbox.outputMode(mode) if mode else sandbox
+
+
+def _ended_since_reset(streams) -> bool:
+    """Whether a query of the session has ended since its awaitAnyTermination() was last reset (it would return)."""
+    try:
+        return bool(streams.awaitAnyTermination(0))
+    except Exception:  # noqa: BLE001 - a query that ended with an error: it raises that error
+        return True
+
+
+def install_from_environment() -> Gate | None:
+    """The gate `run` asks for (SPARKPOINT_CHECK_DIR; SPARKPOINT_CONTROLLER: the pid of a `run` on this
+    machine, whose end is an abort), else none."""
+    directory = os.environ.get("SPARKPOINT_CHECK_DIR")
+    if not directory:
+        return None
+    controller = os.environ.get("SPARKPOINT_CONTROLLER")
+    gate = Gate(directory, int(controller) if controller else None)
+    gate.install()
+    return gate

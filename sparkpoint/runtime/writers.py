@@ -1,0 +1,130 @@
+"""The application's streaming writers, as the checks see them: each ``start()`` handed to a callback, with
+what the application set that the check needs (the query's name, its own checkpointLocation, its output
+mode), and what a query that ran its check batch tells of itself.
+
+Used by the check's sandbox driver (runtime.check: every query redirected into the sandbox) and by the
+check inside a restored job's own driver (runtime.gate: each saved query tried in the sandbox before it
+starts for real).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sparkpoint.runtime.agent import spark_error_line
+
+
+@dataclass(frozen=True)
+class StartCall:
+    """A start() the application made: ``as_called()`` starts the query as it asked; ``bare()`` starts the
+    writer as it now stands, without start()'s own arguments (a writer redirected to the sandbox);
+    ``option(writer, key, value)`` is the writer's own option(), not the interception's."""
+
+    as_called: Callable[[], Any]
+    bare: Callable[[], Any]
+    option: Callable[[Any, str, Any], Any]
+
+
+# on_start(writer, call): what start() returns instead.
+OnStart = Callable[[Any, StartCall], Any]
+
+
+def writer_classes() -> list:
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    classes = [DataStreamWriter]
+    try:  # Spark Connect's writer: present when its dependencies (grpc) are installed
+        from pyspark.sql.connect.streaming.readwriter import DataStreamWriter as ConnectWriter
+    except ImportError:
+        return classes
+    return [*classes, ConnectWriter]
+
+
+def intercept_starts(on_start: OnStart, classes: list | None = None) -> None:
+    """Every streaming writer's start() and toTable() go to ``on_start``. The writer carries
+    ``_sparkpoint_name``, ``_sparkpoint_checkpoint`` (a checkpointLocation option of its own) and
+    ``_sparkpoint_output_mode`` when the application set them."""
+    for writer_class in classes if classes is not None else writer_classes():
+        _intercept(writer_class, on_start)
+
+
+def _intercept(writer_class, on_start: OnStart) -> None:
+    original_query_name, original_start = writer_class.queryName, writer_class.start
+    original_option, original_options = writer_class.option, writer_class.options
+    original_output_mode, original_to_table = writer_class.outputMode, writer_class.toTable
+
+    def query_name(writer, name):
+        writer._sparkpoint_name = name
+        return original_query_name(writer, name)
+
+    def output_mode(writer, mode):
+        writer._sparkpoint_output_mode = mode
+        return original_output_mode(writer, mode)
+
+    def option(writer, key, value):
+        if key == "checkpointLocation":  # the application's own: `run` would not restore it there
+            writer._sparkpoint_checkpoint = str(value)
+        return original_option(writer, key, value)
+
+    def options(writer, **given):
+        if "checkpointLocation" in given:
+            writer._sparkpoint_checkpoint = str(given["checkpointLocation"])
+        return original_options(writer, **given)
+
+    def arguments(writer, outputMode, queryName, given) -> None:
+        if outputMode is not None:
+            output_mode(writer, outputMode)
+        if queryName is not None:
+            query_name(writer, queryName)
+        if "checkpointLocation" in given:
+            writer._sparkpoint_checkpoint = str(given["checkpointLocation"])
+
+    def start(writer, path=None, format=None, outputMode=None, partitionBy=None, queryName=None, **given):
+        arguments(writer, outputMode, queryName, given)
+        return on_start(writer, StartCall(
+            as_called=lambda: original_start(writer, path, format, outputMode, partitionBy, queryName, **given),
+            bare=lambda: original_start(writer), option=original_option))
+
+    def to_table(writer, tableName, format=None, outputMode=None, partitionBy=None, queryName=None, **given):
+        arguments(writer, outputMode, queryName, given)
+        return on_start(writer, StartCall(
+            as_called=lambda: original_to_table(writer, tableName, format, outputMode, partitionBy, queryName,
+                                                **given),
+            bare=lambda: original_start(writer), option=original_option))
+
+    writer_class.queryName = query_name
+    writer_class.outputMode = output_mode
+    writer_class.option = option
+    writer_class.options = options
+    writer_class.start = start
+    writer_class.toTable = to_table
+
+
+def conf_of(session, key: str) -> str | None:
+    try:
+        return session.conf.get(key, None) if session is not None else None
+    except Exception:  # noqa: BLE001 - a conf Spark refuses to show is one the check cannot compare
+        return None
+
+
+def session_of(writer):
+    return getattr(writer, "_spark", None) or getattr(writer, "_session", None)
+
+
+def outcome(name: str | None, saved: bool, confs: dict[str, str | None], own_checkpoint: str | None,
+            query=None, failure: BaseException | None = None) -> dict[str, Any]:
+    """A query's account for the verdict (savepoints.compat): Spark's refusal, one line, and for a check batch
+    that ran, its batch, the stateful operators of the new plan and its sources."""
+    result: dict[str, Any] = {"name": name, "saved": saved, "confs": confs, "error": None, "batch_id": None,
+                              "input_rows": None, "operators": [], "sources": [], "own_checkpoint": own_checkpoint}
+    if failure is not None:
+        result["error"] = spark_error_line(str(failure))
+    if query is not None:
+        progress = query.lastProgress or {}
+        result.update(batch_id=progress.get("batchId"), input_rows=progress.get("numInputRows"),
+                      operators=[{"name": op.get("operatorName"), "partitions": op.get("numShufflePartitions")}
+                                 for op in progress.get("stateOperators") or []],
+                      sources=[source.get("description") for source in progress.get("sources") or []])
+    return result

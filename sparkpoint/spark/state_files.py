@@ -184,7 +184,8 @@ def read_zip_member(source: bytes | BinaryIO, member: str, where: str) -> bytes:
                 raw = content.read(MAX_PARSED_BYTES + 1)  # one byte more says the member is larger
     except KeyError:
         raise NotACheckpointError(f"{where} is not a RocksDB checkpoint zip (no {member})") from None
-    except (zipfile.BadZipFile, zlib.error, EOFError):
+    # ValueError: an offset before the file's start; NotImplementedError: a zip version or method no writer of Spark's
+    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, NotImplementedError):
         raise NotACheckpointError(f"{where} is not a RocksDB checkpoint zip (corrupt)") from None
     bounded(len(raw), f"{where} ({member})")
     return raw

@@ -207,3 +207,11 @@ def test_a_garbled_zip_gives_its_member_or_is_refused_naming_the_file(content, d
 
 def test_a_zip_without_the_member_is_refused_naming_it():
     assert refused(NotACheckpointError, lambda: read_zip_member(b"PK\x05\x06" + bytes(18), "metadata", WHERE))
+
+
+def test_a_zip_whose_member_offset_lies_before_the_file_is_refused():
+    """Found by the fuzz test above: zipfile raised ValueError ('negative seek value -256'), a traceback."""
+    raw = bytearray(zip_metadata(b"\x00\x00", compression=8))
+    end = raw.rindex(b"PK\x05\x06")  # the end record names where the central directory starts: 64 bytes late
+    raw[end + 16:end + 20] = (int.from_bytes(raw[end + 16:end + 20], "little") + 64).to_bytes(4, "little")
+    assert refused(NotACheckpointError, lambda: read_zip_member(bytes(raw), "metadata", WHERE))

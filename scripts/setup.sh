@@ -39,7 +39,8 @@ stamp=".venv/.sparkpoint-installed-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "Installing sparkpoint and its dependencies (pyspark is ~450 MB; about a minute the first time) ..." >&2
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".[s3,test]"
+  # The project's own Spark (4.3) comes with the [spark] extra.
+  .venv/bin/python -m pip install --quiet -e ".[spark,s3,test]"
   rm -f .venv/.sparkpoint-installed-*
   touch "$stamp"
 fi

@@ -70,6 +70,12 @@ class EnvironmentSetupError(SparkpointError):
     exit_code = 10
 
 
+class UnsupportedSparkError(EnvironmentSetupError):
+    """The Spark that would run the job is not one sparkpoint supports (3.5 to 4.3): nothing was started."""
+
+    exit_code = 19
+
+
 class BadArgumentError(SparkpointError):
     """A flag or argument is invalid in context: an ambiguous id, a bad duration, overlapping paths.
     Shares exit status 2 with the parser's own usage errors."""

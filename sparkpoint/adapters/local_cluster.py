@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkpoint.adapters.spark_submit import spark_submit
+from sparkpoint.adapters.spark_submit import find_spark
 from sparkpoint.adapters.standalone import JWS_KEY, StandaloneMaster, read_properties
 from sparkpoint.results import Result
 from sparkpoint.times import poll_until
@@ -112,8 +112,10 @@ def _write_conf(directory: Path, ports: Ports) -> None:
 
 
 def _spawn(directory: Path, role: str, main_class: str, args: list[str]) -> int:
-    spark_class = str(Path(spark_submit()).with_name("spark-class"))
-    env = dict(os.environ, SPARK_LOCAL_IP=HOST, SPARK_MASTER_HOST=HOST, SPARK_CONF_DIR=str(conf_dir(directory)),
+    spark = find_spark()
+    spark_class = spark.spark_class
+    env = dict(os.environ, SPARK_HOME=spark.home, SPARK_LOCAL_IP=HOST, SPARK_MASTER_HOST=HOST,
+               SPARK_CONF_DIR=str(conf_dir(directory)),
                PYSPARK_PYTHON=sys.executable)
     (directory / "logs").mkdir(exist_ok=True)
     with open(directory / "logs" / f"{role}.log", "ab") as log:

@@ -5,14 +5,15 @@ Always an argument list, never a shell: application arguments with spaces and qu
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import shutil
+import re
 import subprocess
 import sys
-from pathlib import Path
+from dataclasses import dataclass
 from typing import IO
 
-from sparkpoint.errors import BadArgumentError, EnvironmentSetupError
+from sparkpoint.errors import BadArgumentError, EnvironmentSetupError, UnsupportedSparkError
 
 # spark-submit options that take no value (SparkSubmitOptionParser); every other option takes one.
 VALUELESS_OPTIONS = {"--verbose", "-v", "--supervise"}
@@ -39,12 +40,86 @@ def split_arguments(tokens: list[str], own_options: set[str]) -> tuple[list[str]
     return submit, tokens[index], tokens[index + 1:]
 
 
-def spark_submit() -> str:
-    beside = Path(sys.executable).parent / "spark-submit"
-    found = str(beside) if beside.exists() else shutil.which("spark-submit")
-    if not found:
-        raise EnvironmentSetupError("spark-submit not found: run scripts/setup.sh (it installs pyspark)")
-    return found
+# The Spark minors sparkpoint's driver side and checkpoint reader know (runtime/spark_versions.py, one entry each).
+SUPPORTED = ((3, 5), (4, 0), (4, 1), (4, 2), (4, 3))
+SUPPORTED_RANGE = "3.5 to 4.3"
+# jars/spark-core_<scala>-<version>.jar; vendors add a suffix (EMR's 3.5.1-amzn-0, Cloudera's ...)
+_CORE_JAR = re.compile(r"spark-core_2\.\d+-(\d+)\.(\d+)\.(\d+)([-+.][^/]*)?\.jar")
+# RELEASE of a Spark distribution: "Spark 3.5.1 built for Hadoop 3.3.4"
+_RELEASE = re.compile(r"Spark (\d+)\.(\d+)\.(\d+)")
+
+
+@dataclass(frozen=True)
+class Spark:
+    """The Spark installation that runs a job's driver: a distribution's SPARK_HOME, or pyspark's package
+    directory (it has bin/ and jars/ as a distribution does)."""
+
+    home: str
+    version: str  # as its jars name it: 3.5.1, or 3.5.1-amzn-0
+    found_by: str  # --spark-home, SPARK_HOME, or pyspark (the one this Python imports)
+
+    @property
+    def submit(self) -> str:
+        return os.path.join(self.home, "bin", "spark-submit")
+
+    @property
+    def spark_class(self) -> str:
+        return os.path.join(self.home, "bin", "spark-class")
+
+    @property
+    def minor(self) -> tuple[int, int]:
+        major, minor = self.version.split(".")[:2]
+        return int(major), int(minor)
+
+
+def find_spark(spark_home: str | None = None, environ: dict[str, str] | None = None) -> Spark:
+    """The Spark to launch drivers with: ``spark_home`` (--spark-home), else $SPARK_HOME (as Spark's own scripts
+    and every launcher take it), else the pyspark this Python has. Refused before anything starts: none at all,
+    one without bin/spark-submit, or a version outside SUPPORTED."""
+    environ = os.environ if environ is None else environ
+    if spark_home:
+        home, found_by = spark_home, "--spark-home"
+    elif environ.get("SPARK_HOME"):
+        home, found_by = environ["SPARK_HOME"], "SPARK_HOME"
+    else:
+        try:
+            spec = importlib.util.find_spec("pyspark")  # found, not imported: that would cost seconds
+        except (ImportError, ValueError):  # a finder that refuses it, or a broken module: none to use
+            spec = None
+        if spec is None or not spec.origin:
+            raise EnvironmentSetupError(
+                f"no Spark to run the job with: set SPARK_HOME (or --spark-home) to a Spark {SUPPORTED_RANGE}, "
+                "or install one into this environment (pip install 'sparkpoint[spark]')")
+        home, found_by = os.path.dirname(spec.origin), "pyspark"
+    home = os.path.abspath(home)
+    if not os.path.isfile(os.path.join(home, "bin", "spark-submit")):
+        raise EnvironmentSetupError(f"{found_by} {home} is not a Spark installation: it has no bin/spark-submit")
+    version = installed_version(home)
+    if version is None:
+        raise EnvironmentSetupError(f"the Spark at {home} ({found_by}) does not say its version: it has no "
+                                    "jars/spark-core_*.jar and no RELEASE file")
+    spark = Spark(home, version, found_by)
+    if spark.minor not in SUPPORTED:
+        raise UnsupportedSparkError(f"Spark {version} at {home} ({found_by}) is not supported: sparkpoint runs jobs "
+                                    f"on Spark {SUPPORTED_RANGE}")
+    return spark
+
+
+def installed_version(home: str) -> str | None:
+    """A Spark installation's version, from the name of its core jar (its RELEASE file when it has no jars/)."""
+    try:
+        for name in sorted(os.listdir(os.path.join(home, "jars"))):
+            found = _CORE_JAR.fullmatch(name)
+            if found:
+                return ".".join(found.groups()[:3]) + (found.group(4) or "")
+    except FileNotFoundError:
+        pass
+    try:
+        with open(os.path.join(home, "RELEASE"), encoding="utf-8", errors="replace") as release:
+            found = _RELEASE.search(release.readline())
+    except FileNotFoundError:
+        return None
+    return ".".join(found.groups()) if found else None
 
 
 def launch(argv: list[str], env: dict[str, str], log_path: str | None = None, stdout: IO | None = None
@@ -59,9 +134,12 @@ def launch(argv: list[str], env: dict[str, str], log_path: str | None = None, st
                             start_new_session=True)
 
 
-def driver_environment(base: dict[str, str] | None = None) -> dict[str, str]:
-    """The driver must run this interpreter (it has sparkpoint and pyspark), bound to loopback by default."""
+def driver_environment(spark: Spark, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The driver must run this interpreter (it has sparkpoint; spark-submit puts the Spark's own pyspark first
+    on its path), bound to loopback by default. SPARK_HOME is the Spark chosen: Spark's scripts take it over
+    their own location."""
     env = dict(os.environ if base is None else base)
+    env["SPARK_HOME"] = spark.home
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

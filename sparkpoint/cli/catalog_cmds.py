@@ -61,7 +61,8 @@ def _node_label(node: Node):
     queries = ", ".join(f"{q['name']}@{q['batch_id']}" for q in entry.queries) or "-"
     how = {"rescale": f"rescaled to {origin.get('partitions')} partitions", "job": f"job {origin.get('job_id')}",
            "checkpoint": "of a checkpoint"}.get(origin.get("kind"), origin.get("kind") or "")
-    return text(entry.id, "bold") + text(f"  {entry.job}  {entry.created_at}  {queries}  {how}")
+    spark = f"  Spark {entry.spark_version}" if entry.spark_version else ""
+    return text(entry.id, "bold") + text(f"  {entry.job}  {entry.created_at}  {queries}  {how}{spark}")
 
 
 def _render_list(entries: list[Entry]) -> None:
@@ -70,7 +71,7 @@ def _render_list(entries: list[Entry]) -> None:
     if not entries:
         click.echo("No savepoints.", err=True)
         return
-    table = Table("job", "created", "queries @ batch", "size", "status")
+    table = Table("job", "created", "queries @ batch", "size", "spark", "status")
     # Ids are what operators copy into the next command: never truncate them.
     table.add_column("id", overflow="fold")
     for entry in entries:
@@ -78,7 +79,7 @@ def _render_list(entries: list[Entry]) -> None:
         status = (text(entry.status) if entry.status == "complete"
                   else text(f"{entry.status}: {entry.problem}", "red"))
         table.add_row(text(entry.job or "-"), text(entry.created_at or "-"), text(queries), human_bytes(entry.bytes),
-                      status, text(entry.id))
+                      text(entry.spark_version or "-"), status, text(entry.id))
     make_console().print(table)
 
 

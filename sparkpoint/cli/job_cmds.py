@@ -52,19 +52,22 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
 @click.option("--no-rollback", is_flag=True, help="With --replace: no probation, no automatic rollback.")
 @click.option("--no-check", is_flag=True,
               help="With -s or --replace: skip `sparkpoint check` (by default an application that will not "
-                   "restore is refused before anything is stopped or started).")
+                   "restore is refused before its queries start, and with --replace before anything stops).")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
 @click.option("--deploy-mode", type=click.Choice(["client", "cluster"]), default="client", show_default=True,
               help="cluster: a standalone master runs the driver on a worker (submitted through its REST API).")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Spark configuration (repeatable).")
 @click.option("--detach", is_flag=True, help="Return once the job runs; its output goes to the job's driver.log.")
+@click.option("--spark-home", metavar="DIR",
+              help="The Spark that runs the driver (its bin/spark-submit) [default: $SPARK_HOME, else this "
+                   "environment's pyspark]. Spark 3.5 to 4.3.")
 @output_option
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, required=True,
                 metavar="[SPARK_SUBMIT_OPTIONS] APP.py [APP_ARGS]")
 @pass_app
 def run_cmd(app, name, from_savepoint, fork, partitions, allow_non_restored_state, claim_mode, restore_grace, replace,
             savepoint_path, stop_timeout, probation, rollback_to, healthy_when, rollback_sink, no_rollback, no_check,
-            master, deploy_mode, confs, detach, output, args):
+            master, deploy_mode, confs, detach, spark_home, output, args):
     """Run a streaming application under spark-submit as a managed job.
 
     sparkpoint's options come first; spark-submit's own (--py-files, --archives, --jars, --packages,
@@ -74,8 +77,9 @@ def run_cmd(app, name, from_savepoint, fork, partitions, allow_non_restored_stat
     new driver starts first and waits; JOB is then stopped at a batch boundary with a savepoint,
     which the new job restores and continues from (the upgrade with the least downtime).
 
-    With -s or --replace, `sparkpoint check` runs first: an application that will not restore is
-    refused (exit 16) before anything is stopped or started. With --replace, the new version is then on
+    With --replace, `sparkpoint check` runs first: an application that will not restore is refused (exit
+    16) before anything is stopped. With -s, the new driver checks each saved query just before it starts
+    (exit 16, none of its queries run). With --replace, the new version is then on
     probation: if it fails before --probation seconds past its first committed batch, the replaced
     version is started again, as it ran, from the hand-over's savepoint (exit 13, `rolled_back`). After a
     stop, -s SAVEPOINT --rollback-to SAVEPOINT gives the two-step upgrade the same way back. Every decision
@@ -95,7 +99,7 @@ def run_cmd(app, name, from_savepoint, fork, partitions, allow_non_restored_stat
         claim=claim_mode == "claim", restore_grace=restore_grace, replace=replace, savepoint_path=savepoint_path,
         stop_timeout=stop_timeout, deploy_mode=deploy_mode, check=not no_check,
         probation=None if no_rollback else probation, rollback_to=rollback_to, healthy_when=list(healthy_when),
-        rollback_sink=rollback_sink,
+        rollback_sink=rollback_sink, spark_home=spark_home,
     )
     job = run.run_job(app.settings, request, progress=app.progress(),
                       warn=lambda message: echo(f"sparkpoint: warning: {message}", err=True))
@@ -150,11 +154,14 @@ def _render_job(job: JobView) -> None:
 @click.option("--timeout", type=Seconds(min=1), default=300.0, show_default=True,
               help="Seconds for the whole check, Spark's start-up included.")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Spark configuration (repeatable).")
+@click.option("--spark-home", metavar="DIR",
+              help="The Spark that runs the driver (its bin/spark-submit) [default: $SPARK_HOME, else this "
+                   "environment's pyspark]. Spark 3.5 to 4.3.")
 @output_option
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, required=True,
                 metavar="[SPARK_SUBMIT_OPTIONS] APP.py [APP_ARGS]")
 @pass_app
-def check_cmd(app, saved, allow_non_restored_state, restore_grace, timeout, confs, output, args):
+def check_cmd(app, saved, allow_non_restored_state, restore_grace, timeout, confs, spark_home, output, args):
     """Will this application restore from this savepoint? Answered before any downtime.
 
     The application runs against a throwaway restore of the savepoint, with every sink replaced by
@@ -171,7 +178,7 @@ def check_cmd(app, saved, allow_non_restored_state, restore_grace, timeout, conf
     submit_args, application, app_args = split_arguments(list(args), CHECK_OPTIONS)
     request = check.CheckRequest(app=application, app_args=app_args, submit_args=submit_args,
                                  confs=list(confs), allow_non_restored_state=allow_non_restored_state,
-                                 restore_grace=restore_grace, timeout=timeout)
+                                 restore_grace=restore_grace, timeout=timeout, spark_home=spark_home)
     checked = check.check_upgrade(app.settings, saved, request, progress=app.progress())
     emit(output, checked, _render_checked)
     if not checked.compatible:
@@ -226,14 +233,14 @@ def _render_jobs(jobs: list[ListedJob]) -> None:
     if not jobs:
         click.echo("No running jobs (--all lists ended ones).", err=True)
         return
-    table = Table("job", "state", "application", "query", "batch", "input", "processed", "state rows",
+    table = Table("job", "state", "application", "spark", "query", "batch", "input", "processed", "state rows",
                   "last savepoint")
     for job in jobs:
         for index, query in enumerate(job.queries or [None]):
             first = index == 0
             cells = (
                 (job.id or f"{job.name} (ui)") if first else "", job.state if first else "",
-                (job.app_id or "-") if first else "",
+                (job.app_id or "-") if first else "", (job.spark_version or "-") if first else "",
                 *((query.name or "-", _plain(query.batch_id), _rate(query.input_rate), _rate(query.processing_rate),
                    _plain(query.state_rows)) if query else ("-", "-", "-", "-", "-")),
                 (job.last_savepoint or "-").rsplit("/", 1)[-1] if first else "",

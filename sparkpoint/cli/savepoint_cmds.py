@@ -184,6 +184,7 @@ def _render_inspected(inspected: Inspected) -> None:
                                                       f"{human_bytes(manifest['bytes'])} in {manifest['file_count']} "
                                                       "files"))
     console.print(text(f"path: {inspected.path}"))
+    console.print(text(f"written by Spark {manifest.get('spark_version') or 'unknown (a plain checkpoint)'}"))
     if manifest.get("restored_from"):
         console.print(text(f"restored from: {manifest['restored_from']}"))
     for q in inspected.queries:

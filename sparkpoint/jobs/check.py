@@ -43,6 +43,7 @@ class Launch:
     confs: list[str] = field(default_factory=list)
     allow_non_restored_state: bool = False
     restore_grace: float = 60.0  # seconds, once the application runs, for every saved query to start
+    spark_home: str | None = None  # --spark-home: else $SPARK_HOME, else this environment's pyspark
 
 
 @dataclass
@@ -65,6 +66,7 @@ def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, p
     if not os.path.isfile(app):
         raise NotFoundError(f"application {request.app} does not exist")
     conf_args = spark_submit.conf_arguments(request.confs)
+    spark = spark_submit.find_spark(request.spark_home)
     progress = progress or NullProgress()
     began = clock()
     sandbox = settings.scratch_dir("sparkpoint-check-")
@@ -75,10 +77,10 @@ def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, p
         compat.prepare_sandbox(saved, checkpoints, settings.transfer_workers, progress)
         first_start = max(30.0, request.timeout - request.restore_grace - MARGIN)
         write_json(Path(sandbox) / CHECK_REQUEST, compat.request(saved, request.restore_grace, first_start))
-        argv = [spark_submit.spark_submit(), "--master", CHECK_MASTER, "--name", "sparkpoint-check",
+        argv = [spark.submit, "--master", CHECK_MASTER, "--name", "sparkpoint-check",
                 "--conf", f"spark.sql.streaming.checkpointLocation={checkpoints}", *conf_args, *request.submit_args,
                 CHECK_DRIVER, sandbox, app, *request.app_args]
-        process = spark_submit.launch(argv, spark_submit.driver_environment(), log)
+        process = spark_submit.launch(argv, spark_submit.driver_environment(spark), log)
         start = process_start(process.pid)
         progress.waiting(f"trying {os.path.basename(app)} on a sandbox restore of {saved.manifest['id']}")
         poll_until(lambda: process.poll() is not None, request.timeout, 0.2, clock=clock, sleep=sleep)

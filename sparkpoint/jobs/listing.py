@@ -66,8 +66,8 @@ def ui_entries(ui_url: str) -> list[ListedJob]:
         ListedJob(source="ui", id=None, name=app["app_name"], state="running", app_id=app["app_id"], pid=None,
                   created_at=None, app=None, checkpoint_root=None, restored_from=None, log=None, error=None,
                   queries=[LiveQuery.from_report(q) for q in app["queries"]], master=None, submission_id=None,
-                  driver_state=None, follows=None, history=[], last_savepoint=None, name_last_savepoint=None,
-                  app_state=None, lineage=[], ui=ui_url)
+                  driver_state=None, follows=None, spark_version=None, history=[], last_savepoint=None,
+                  name_last_savepoint=None, app_state=None, lineage=[], ui=ui_url)
         for app in applications(ui_url)
     ]
 

@@ -69,6 +69,10 @@ class Job:
     # savepoint was taken of. `list` follows these links back to show a job's versions.
     follows: str | None = None
     app_sha256: str | None = None  # the application file as launched: a rollback starts it only if unchanged
+    # The Spark that runs the driver (client mode; a cluster-mode driver's is the worker's): a rollback starts the
+    # version it follows with that version's Spark. Its driver also says which Spark it runs (agent.json).
+    spark_home: str | None = None
+    spark_version: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)  # events, oldest first: what was decided, and why
     agent: dict[str, Any] = field(default_factory=dict)  # agent.json, as last read
     driver: dict[str, Any] = field(default_factory=dict)  # the master's view of a cluster-mode driver, as last asked
@@ -213,6 +217,8 @@ _RECORD_TYPES: RecordTypes = {
     "rollback": (lambda v: isinstance(v, dict), True),
     "follows": (lambda v: isinstance(v, str), True),
     "app_sha256": (lambda v: isinstance(v, str), True),
+    "spark_home": (lambda v: isinstance(v, str), True),
+    "spark_version": (lambda v: isinstance(v, str), True),
     "history": (lambda v: isinstance(v, list) and all(isinstance(e, dict) for e in v), False),
 }
 
@@ -241,6 +247,12 @@ def _job_from_record(data: Any, job_id: str, path: Path) -> Job:
         raise CorruptRecordError(f"the registry entry {path} is malformed ({'; '.join(problems)}): "
                                  "remove that job's directory, or restore its job.json")
     return Job(**{key: data[key] for key in _RECORD_TYPES if key in data})
+
+
+def spark_version_of(job: Job) -> str | None:
+    """The Spark the job's driver runs: as the driver said it (its SparkSession's version), else as launched."""
+    said = job.agent.get("spark_version")
+    return said if isinstance(said, str) else job.spark_version
 
 
 def driver_start(job: Job) -> str | None:
@@ -332,6 +344,7 @@ class JobView(Result):
     submission_id: str | None
     driver_state: str | None
     follows: str | None
+    spark_version: str | None  # the Spark the driver runs, as it said (or as launched); null if unknown
     history: list[dict[str, Any]]  # {at, event, detail}, oldest first: see the README's event list
     upgrade_check: dict[str, Any] | None = field(default=None, metadata=WHEN_SET)  # run -s, run --replace
     rollback: dict[str, Any] | None = field(default=None, metadata=WHEN_SET)  # rolled_back_to, or rollback_of
@@ -359,6 +372,7 @@ def describe_job(job: Job, status: dict[str, Any] | None = None, state: str | No
         submission_id=job.submission_id,
         driver_state=job.driver.get("driverState"),
         follows=job.follows,
+        spark_version=spark_version_of(job),
         history=history_of(job),
         upgrade_check=job.upgrade_check,
         rollback=job.rollback,

@@ -107,6 +107,8 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     _refuse_what_cannot_go_together(request)
     cluster = request.deploy_mode == "cluster"
     master = StandaloneMaster(request.master) if cluster else None  # a bad master URL fails before anything runs
+    # The Spark that runs the driver here (a cluster-mode driver runs on a worker's): refused before anything runs.
+    spark = None if cluster else spark_submit.find_spark(request.spark_home)
     if request.replace:
         replaced = registry.resolve(request.replace)
         client_for(registry, replaced).status()  # exit 12 now, before a driver starts, if it does not run
@@ -140,6 +142,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
         restored_from=saved.path if saved else None, upgrade_check=upgrade_check, confs=request.confs,
         follows=follows.id if follows else None,
         rollback={"rollback_of": rollback_of.id, "at": iso()} if rollback_of else None, app_sha256=app_digest(app),
+        spark_home=spark.home if spark else None, spark_version=spark.version if spark else None,
     )
     job.note("started", _started(job, request, saved, replaced, rollback_of))
     if upgrade_check is not None:
@@ -147,7 +150,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     for event, note in sink_notes:
         job.note(event, note)
     try:
-        process = _launch(settings, job, app, request, conf_args, master, saved, replaced is not None,
+        process = _launch(settings, job, app, request, conf_args, master or spark, saved, replaced is not None,
                           checked_in_driver, progress)
     except BaseException as exc:
         job.end("failed", error=str(exc))
@@ -360,6 +363,7 @@ def _roll_back(settings: Settings, registry: Registry, failed: Job, way_back: Wa
         again = run_job(settings, RunRequest(
             app=previous.app, app_args=previous.app_args, submit_args=previous.submit_args, master=previous.master,
             confs=previous.confs, name=previous.name, detach=True, savepoint=way_back.savepoint, check=False,
+            spark_home=previous.spark_home,
             deploy_mode="cluster" if previous.submission_id else "client", rollback_sink=way_back.rollback_sink,
         ), progress, sleep, clock, start_timeout, rollback_of=failed)
     except SparkpointError as exc:
@@ -373,10 +377,12 @@ def _roll_back(settings: Settings, registry: Registry, failed: Job, way_back: Wa
 
 
 def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_args: list[str],
-            master: StandaloneMaster | None, saved: Savepoint | None, replacing: bool, checked_in_driver: bool,
-            progress: Progress | None) -> subprocess.Popen | None:
-    """Restore the savepoint into the job's checkpoints and start its driver: spark-submit here (its
-    process), or a submission to the standalone master (None; the submission id is recorded in ``job``)."""
+            runs_on: StandaloneMaster | spark_submit.Spark, saved: Savepoint | None, replacing: bool,
+            checked_in_driver: bool, progress: Progress | None) -> subprocess.Popen | None:
+    """Restore the savepoint into the job's checkpoints and start its driver: spark-submit of the Spark chosen,
+    here (its process), or a submission to the standalone master (None; the submission id is recorded in
+    ``job``)."""
+    master = runs_on if isinstance(runs_on, StandaloneMaster) else None
     check_settings = {}
     if saved is not None:
         if checked_in_driver:
@@ -396,11 +402,11 @@ def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_ar
         job.submission_id = _submit(master, job, app, request, [*conf_args, "--conf", checkpoint_conf],
                                     driver_settings)
         return None
-    argv = [spark_submit.spark_submit(), "--master", request.master, "--name", job.id,
+    argv = [runs_on.submit, "--master", request.master, "--name", job.id,
             "--conf", checkpoint_conf, *conf_args, *request.submit_args, BOOTSTRAP, job.directory, app,
             *request.app_args]
     # Foreground: the driver's output goes to stderr, so stdout stays clean for --output json.
-    process = spark_submit.launch(argv, {**spark_submit.driver_environment(), **driver_settings},
+    process = spark_submit.launch(argv, {**spark_submit.driver_environment(runs_on), **driver_settings},
                                   job.log_path if request.detach else None,
                                   stdout=None if request.detach else sys.stderr)
     job.pid, job.pid_start = process.pid, process_start(process.pid)

@@ -9,7 +9,7 @@ from sparkpoint.adapters.transfer import Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, JobNotRunningError
 from sparkpoint.paths import local_path
-from sparkpoint.jobs.registry import Job, Registry, client_for
+from sparkpoint.jobs.registry import Job, Registry, client_for, spark_version_of
 from sparkpoint.savepoints.create import Created, QuerySource, take
 from sparkpoint.spark import file_sink
 
@@ -41,6 +41,7 @@ def create_savepoint(settings: Settings, job: Job, sources: list[QuerySource], t
                      progress: Progress | None, keep_last: int | None = None) -> Created:
     source_storage, _ = storage_for(job.checkpoint_root)
     created = take(settings, job.name, sources, source_storage, target_dir, origin={"kind": "job", "job_id": job.id},
-                   restored_from=job.restored_from, keep_last=keep_last, progress=progress)
+                   restored_from=job.restored_from, keep_last=keep_last, spark_version=spark_version_of(job),
+                   progress=progress)
     Registry(settings.home_url()).savepoint_taken(job, created.path)
     return created

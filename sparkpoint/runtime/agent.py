@@ -295,7 +295,7 @@ class Agent:
         session.streams.addListener(Tracker())
         for query in self.queries():
             self.started_queries[str(query.id)] = query.name
-        self._write_state("running", app_id=session.sparkContext.applicationId)
+        self._write_state("running", app_id=session.sparkContext.applicationId, spark_version=session.version)
         if self.expected_queries:
             self._check_restored_state()
 

@@ -70,6 +70,7 @@ class Entry:
     # was rescaled from), and how it was taken (the manifest's origin: kind job, checkpoint or rescale).
     parent: str | None = None
     origin: dict[str, Any] | None = None
+    spark_version: str | None = None  # the Spark that wrote the state (the manifest's), when known
 
     @property
     def created_at(self) -> str | None:
@@ -87,6 +88,7 @@ class Entry:
             "problem": self.problem,
             "parent": self.parent,
             "origin": self.origin,
+            "spark_version": self.spark_version,
         }
 
 
@@ -171,6 +173,7 @@ def _classify(storage: Storage, path: str) -> Entry | None:
             queries=[{"name": q["name"], "batch_id": q["batch_id"]} for q in data["queries"]],
             parent=basename(data["restored_from"]) if data["restored_from"] else None,
             origin=data["origin"],
+            spark_version=data.get("spark_version"),
         )
     for marker in (mf.IN_PROGRESS, mf.DISPOSING):
         if marker in names:

@@ -93,13 +93,6 @@ def new_savepoint_id(job: str, now: float) -> str:
     return f"savepoint-{slug[:60]}-{stamp}-{secrets.token_hex(3)}"
 
 
-def _spark_version() -> str | None:
-    try:
-        return importlib.metadata.version("pyspark")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def create(
     sources: Sequence[QuerySource],
     source_storage: Storage,
@@ -110,6 +103,7 @@ def create(
     batch_id: int | None = None,
     origin: dict[str, Any] | None = None,
     restored_from: str | None = None,
+    spark_version: str | None = None,
     workers: int = 4,
     attempts: int = 5,
     progress: transfer.Progress | None = None,
@@ -138,7 +132,7 @@ def create(
                 dir_mode,
             )
             queries.append(_query_entry(source, plan, results, storage_options))
-        data = _manifest(savepoint_id, job, now, clock(), origin or {}, restored_from, queries)
+        data = _manifest(savepoint_id, job, now, clock(), origin or {}, restored_from, spark_version, queries)
         with translate_errors(path):
             target_storage.write_atomic(join(path, mf.MANIFEST), mf.dumps(mf.validate(data, path)))
     except BaseException:
@@ -171,7 +165,7 @@ def _private_as(sources: Sequence[QuerySource], storage: Storage) -> int:
 
 
 def _manifest(savepoint_id: str, job: str, created: float, completed: float, origin: dict[str, Any],
-              restored_from: str | None, queries: list[dict[str, Any]]) -> dict[str, Any]:
+              restored_from: str | None, spark_version: str | None, queries: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "format": mf.FORMAT,
         "format_version": mf.FORMAT_VERSION,
@@ -180,7 +174,8 @@ def _manifest(savepoint_id: str, job: str, created: float, completed: float, ori
         "created_at": iso(created),
         "completed_at": iso(completed),
         "sparkpoint_version": importlib.metadata.version("sparkpoint"),
-        "spark_version": _spark_version(),
+        # The Spark that wrote the checkpoint (the job's, as its driver said); unknown for a plain checkpoint's.
+        "spark_version": spark_version,
         "checksum_algorithm": HASH_ALGORITHM,
         "origin": origin,
         "restored_from": restored_from,
@@ -204,7 +199,7 @@ def savepoint_checkpoint(settings: Settings, checkpoint: str, target_dir: str | 
 
 def take(settings: Settings, job: str, sources: Sequence[QuerySource], source_storage: Storage,
          target_dir: str | None, *, origin: dict[str, Any], restored_from: str | None = None,
-         batch_id: int | None = None, keep_last: int | None = None,
+         batch_id: int | None = None, keep_last: int | None = None, spark_version: str | None = None,
          progress: transfer.Progress | None = None) -> Created:
     """A savepoint as the settings ask (workers, attempts), in ``target_dir`` or by default in the catalog
     below the job label; with ``keep_last``, the label's older savepoints pruned (``pruned``)."""
@@ -212,7 +207,8 @@ def take(settings: Settings, job: str, sources: Sequence[QuerySource], source_st
                                          settings.storage_options)
     result = _created_summary(create(
         sources, source_storage, parent, target_storage, job=job, batch_id=batch_id, origin=origin,
-        restored_from=restored_from, workers=settings.transfer_workers, attempts=settings.savepoint_attempts,
+        restored_from=restored_from, spark_version=spark_version, workers=settings.transfer_workers,
+        attempts=settings.savepoint_attempts,
         progress=progress, storage_options=settings.storage_options,
     ))
     if keep_last is not None:

@@ -92,7 +92,9 @@ def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_di
                        storage_for(scratch)[0], target_dir,
                        origin={"kind": ORIGIN_KIND, "savepoint": savepoint.manifest["id"], "partitions": partitions,
                                "queries": sorted(chosen)},
-                       restored_from=savepoint.path, progress=progress)
+                       # The state is still the one the job's Spark wrote (this Spark only placed it).
+                       restored_from=savepoint.path, spark_version=savepoint.manifest.get("spark_version"),
+                       progress=progress)
     finally:
         # After the executor has let its thread go: no Spark job reads the scratch directory any more.
         shutil.rmtree(scratch, ignore_errors=True)

@@ -182,7 +182,7 @@ def started_agent(registry, job, active: list):
     from types import SimpleNamespace
 
     session = SimpleNamespace(streams=SimpleNamespace(active=active, addListener=lambda listener: None),
-                              sparkContext=SimpleNamespace(applicationId="local-1"))
+                              sparkContext=SimpleNamespace(applicationId="local-1"), version="4.3.0")
     running = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: session)
     running.start()
     return running, AgentClient(*running.address, job.id, registry.token(job))

@@ -291,15 +291,15 @@ def test_inspect_renders_markup_in_a_manifest_as_text(capsys):
              "provider": HOSTILE, "offsets": [HOSTILE], "files": [], "confs": {}, "relocate": [],
              "operators": [{"id": 0, "name": HOSTILE, "stores": [HOSTILE], "partitions": 2, "bytes": 1}]}
     manifest = {"id": HOSTILE, "job": HOSTILE, "created_at": HOSTILE, "bytes": 1, "file_count": 2,
-                "restored_from": HOSTILE, "queries": [query]}
+                "restored_from": HOSTILE, "spark_version": HOSTILE, "queries": [query]}
     data = Inspected(path=HOSTILE, manifest=manifest,
                      state=[StoreRows(query=HOSTILE, operator=0, store=HOSTILE, rows=1, columns=[HOSTILE],
                                       sample=[[HOSTILE]])])
     lines = rendered(capsys, _render_inspected, data)
-    assert lines[:3] == [f"{SHOWN}  job {SHOWN}  created {SHOWN}  1 B in 2 files", f"path: {SHOWN}",
-                         f"restored from: {SHOWN}"]
-    assert lines[4] == f"{SHOWN}  query id {SHOWN}  batch 3  state v4  {SHOWN}"
-    assert lines[5] == f"  source 0: {SHOWN}"
+    assert lines[:4] == [f"{SHOWN}  job {SHOWN}  created {SHOWN}  1 B in 2 files", f"path: {SHOWN}",
+                         f"written by Spark {SHOWN}", f"restored from: {SHOWN}"]
+    assert lines[5] == f"{SHOWN}  query id {SHOWN}  batch 3  state v4  {SHOWN}"
+    assert lines[6] == f"  source 0: {SHOWN}"
     assert f"│ 0        │ {SHOWN} │ {SHOWN} │ 2          │ 1 B  │" in lines
     assert f"┃ {SHOWN} ┃" in lines and f"│ {SHOWN} │" in lines  # the state rows: a column and a sample
 
@@ -309,11 +309,11 @@ def test_the_catalog_renderers_print_names_literally(capsys):
     from sparkpoint.savepoints.catalog import Entry, Pruned
 
     row = Entry(path=HOSTILE, status="invalid", id=HOSTILE, job=HOSTILE, queries=[{"name": HOSTILE, "batch_id": 3}],
-                problem=HOSTILE)
+                problem=HOSTILE, spark_version=HOSTILE)
     lines = rendered(capsys, _render_list, [row])
     body = next(line for line in lines if line.startswith("│"))
     assert [cell.strip() for cell in body.strip("│").split("│")] == [
-        SHOWN, "-", f"{SHOWN}@3", "0 B", f"invalid: {SHOWN}", SHOWN]
+        SHOWN, "-", f"{SHOWN}@3", "0 B", SHOWN, f"invalid: {SHOWN}", SHOWN]
     entry = Entry(path=HOSTILE, status="invalid", id=HOSTILE, job=HOSTILE, problem=HOSTILE)
     assert rendered(capsys, _render_pruned, Pruned(directory=HOSTILE, dry_run=True, deleted=[entry], kept=[],
                                                    freed_bytes=0)) == [
@@ -324,10 +324,10 @@ def test_the_jobs_table_prints_names_literally(capsys):
     from sparkpoint.cli.job_cmds import _render_jobs
 
     job = job_view(id=HOSTILE, name=HOSTILE, state="running", app_id=HOSTILE, last_savepoint="/sp/sp-1",
-                   queries=[live_query(name=HOSTILE, batch_id=3)])
+                   spark_version=HOSTILE, queries=[live_query(name=HOSTILE, batch_id=3)])
     body = next(line for line in rendered(capsys, _render_jobs, [job]) if line.startswith("│"))
     assert [cell.strip() for cell in body.strip("│").split("│")] == [
-        SHOWN, "running", SHOWN, SHOWN, "3", "-", "-", "-", "sp-1"]
+        SHOWN, "running", SHOWN, SHOWN, SHOWN, "3", "-", "-", "-", "sp-1"]
 
 
 def test_the_cluster_renderers_print_paths_literally(capsys):

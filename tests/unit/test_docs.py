@@ -190,7 +190,7 @@ def running_job(home, tmp_path):
     registry.save(job)
     query = FakeQuery(hdfs_checkpoint(tmp_path / "live" / "alarms", committed=3, planned=True))
     session = SimpleNamespace(streams=SimpleNamespace(active=[query], addListener=lambda listener: None),
-                              sparkContext=SimpleNamespace(applicationId="local-1795000000"))
+                              sparkContext=SimpleNamespace(applicationId="local-1795000000"), version="4.3.0")
     agent = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: session)
     agent.start()
     assert poll_until(lambda: read_agent_file(job.directory).get("state") == "running", 30, 0.02)

@@ -44,23 +44,24 @@ def shown(capsys, render, data) -> str:
 def test_the_savepoints_table(capsys):
     rows = [Entry(id="savepoint-alarms-20261122-101500-1a2b3c", path="/h/x", status="complete", job="alarms",
                   created=parse_iso("2026-11-22T10:15:00.000Z"), bytes=2150,
-                  queries=[{"name": "alarms", "batch_id": 41}, {"name": "counts", "batch_id": 7}]),
+                  queries=[{"name": "alarms", "batch_id": 41}, {"name": "counts", "batch_id": 7}],
+                  spark_version="3.5.7"),
             Entry(id="savepoint-alarms-20261122-101000-ffffff", path="/h/y", status="incomplete", job="alarms",
                   problem="no manifest")]
     assert shown(capsys, _render_list, rows) == textwrap.dedent("""\
-        ┏━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓
-        ┃ job    ┃ created                  ┃ queries @ batch     ┃ size    ┃ status                  ┃ id                                      ┃
-        ┡━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩
-        │ alarms │ 2026-11-22T10:15:00.000Z │ alarms@41, counts@7 │ 2.1 KiB │ complete                │ savepoint-alarms-20261122-101500-1a2b3c │
-        │ alarms │ -                        │ -                   │ 0 B     │ incomplete: no manifest │ savepoint-alarms-20261122-101000-ffffff │
-        └────────┴──────────────────────────┴─────────────────────┴─────────┴─────────────────────────┴─────────────────────────────────────────┘
+        ┏━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓
+        ┃ job    ┃ created                  ┃ queries @ batch     ┃ size    ┃ spark ┃ status                  ┃ id                                      ┃
+        ┡━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩
+        │ alarms │ 2026-11-22T10:15:00.000Z │ alarms@41, counts@7 │ 2.1 KiB │ 3.5.7 │ complete                │ savepoint-alarms-20261122-101500-1a2b3c │
+        │ alarms │ -                        │ -                   │ 0 B     │ -     │ incomplete: no manifest │ savepoint-alarms-20261122-101000-ffffff │
+        └────────┴──────────────────────────┴─────────────────────┴─────────┴───────┴─────────────────────────┴─────────────────────────────────────────┘
         """)
 
 
 def test_the_jobs_table(capsys):
     line = [Version("alarms-1a2b", "alarms_v1.py", "finished"), Version("alarms-9f8e", "alarms_v2.py", "failed"),
             Version("alarms-3f9c", "alarms_v1.py", "running")]
-    jobs = [job_view(id="alarms-3f9c", name="alarms", state="running", app_id="local-1795000000",
+    jobs = [job_view(id="alarms-3f9c", name="alarms", state="running", app_id="local-1795000000", spark_version="4.3.0",
                      last_savepoint="/h/savepoints/alarms/sp-1", name_last_savepoint="/h/savepoints/alarms/sp-1", lineage=line,
                      queries=[live_query(name="alarms", batch_id=41, input_rate=1234.5, processing_rate=2000.0,
                                          state_rows=1200),
@@ -69,13 +70,13 @@ def test_the_jobs_table(capsys):
             job_view(source="ui", id=None, name="adhoc", state="running", app_id="app-20261122", queries=[],
                      last_savepoint=None, name_last_savepoint=None)]
     assert shown(capsys, _render_jobs, jobs) == textwrap.dedent("""\
-        ┏━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┳━━━━━━━━┳━━━━━━━┳━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━┓
-        ┃ job         ┃ state   ┃ application      ┃ query  ┃ batch ┃ input    ┃ processed ┃ state rows ┃ last savepoint ┃
-        ┡━━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━━━━━╇━━━━━━━━╇━━━━━━━╇━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━┩
-        │ alarms-3f9c │ running │ local-1795000000 │ alarms │ 41    │ 1234.5/s │ 2000.0/s  │ 1200       │ sp-1           │
-        │             │         │                  │ counts │ 7     │ -        │ 0.8/s     │ -          │                │
-        │ adhoc (ui)  │ running │ app-20261122     │ -      │ -     │ -        │ -         │ -          │ -              │
-        └─────────────┴─────────┴──────────────────┴────────┴───────┴──────────┴───────────┴────────────┴────────────────┘
+        ┏━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━━┳━━━━━━━┳━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━┓
+        ┃ job         ┃ state   ┃ application      ┃ spark ┃ query  ┃ batch ┃ input    ┃ processed ┃ state rows ┃ last savepoint ┃
+        ┡━━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━━╇━━━━━━━╇━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━┩
+        │ alarms-3f9c │ running │ local-1795000000 │ 4.3.0 │ alarms │ 41    │ 1234.5/s │ 2000.0/s  │ 1200       │ sp-1           │
+        │             │         │                  │       │ counts │ 7     │ -        │ 0.8/s     │ -          │                │
+        │ adhoc (ui)  │ running │ app-20261122     │ -     │ -      │ -     │ -        │ -         │ -          │ -              │
+        └─────────────┴─────────┴──────────────────┴───────┴────────┴───────┴──────────┴───────────┴────────────┴────────────────┘
         alarms-3f9c: alarms-1a2b (alarms_v1.py, finished) → alarms-9f8e (alarms_v2.py, failed) → alarms-3f9c (alarms_v1.py, running)
         """)
 
@@ -113,13 +114,15 @@ def test_inspect_with_state_rows(capsys):
                            {"id": 1, "name": None, "stores": ["left-keyToNumValues", "right-keyToNumValues"],
                             "partitions": 2, "bytes": 0}]}
     manifest = {"id": "sp-1", "job": "alarms", "created_at": "2026-11-22T10:15:00.000Z", "bytes": 2150,
-                "file_count": 9, "restored_from": "/h/savepoints/alarms/sp-0", "queries": [query]}
+                "file_count": 9, "restored_from": "/h/savepoints/alarms/sp-0", "spark_version": "4.0.5",
+                "queries": [query]}
     data = Inspected(path="/h/savepoints/alarms/sp-1", manifest=manifest,
                      state=[StoreRows(query="alarms", operator=0, store="default", rows=2, columns=["key", "value"],
                                       sample=[["door", "3"], ["window", "1"]])])
     assert shown(capsys, _render_inspected, data) == textwrap.dedent("""\
         sp-1  job alarms  created 2026-11-22T10:15:00.000Z  2.1 KiB in 9 files
         path: /h/savepoints/alarms/sp-1
+        written by Spark 4.0.5
         restored from: /h/savepoints/alarms/sp-0
 
         alarms  query id 6a1b0c5e  batch 41 (batch 42 planned)  state v42  rocksdb

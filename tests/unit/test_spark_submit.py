@@ -33,3 +33,69 @@ def test_confs_are_checked_and_the_checkpoint_location_is_reserved():
         conf_arguments(["novalue"])
     with pytest.raises(BadArgumentError, match="sparkpoint's"):
         conf_arguments(["spark.sql.streaming.checkpointLocation=/x"])
+
+
+def spark_home(root, version: str | None = "4.0.5", jar: str | None = None, release: str | None = None):
+    """A directory laid out as a Spark installation: bin/spark-submit, and its version in a jar's name or RELEASE."""
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "spark-submit").write_text("#!/bin/sh\n")
+    if version or jar:
+        (root / "jars").mkdir()
+        (root / "jars" / "spark-catalyst_2.13-4.0.5.jar").write_text("")
+        (root / "jars" / (jar or f"spark-core_2.13-{version}.jar")).write_text("")
+    if release:
+        (root / "RELEASE").write_text(release)
+    return root
+
+
+def test_the_spark_is_spark_home_option_then_the_environment_then_this_pythons_pyspark(tmp_path):
+    from sparkpoint.adapters.spark_submit import driver_environment, find_spark
+
+    option, env_home = spark_home(tmp_path / "option", "3.5.7"), spark_home(tmp_path / "env", "4.1.4")
+    chosen = find_spark(str(option), {"SPARK_HOME": str(env_home)})
+    assert (chosen.home, chosen.version, chosen.found_by, chosen.minor) == (str(option), "3.5.7", "--spark-home",
+                                                                            (3, 5))
+    assert chosen.submit == str(option / "bin" / "spark-submit")
+    assert find_spark(None, {"SPARK_HOME": str(env_home)}).found_by == "SPARK_HOME"
+    own = find_spark(None, {})
+    assert own.found_by == "pyspark" and own.home.endswith("site-packages/pyspark") and own.minor == (4, 3)
+    # Spark's scripts take $SPARK_HOME over their own place: the driver's is the Spark chosen, whatever was set.
+    assert driver_environment(chosen, {"SPARK_HOME": str(env_home)})["SPARK_HOME"] == str(option)
+
+
+@pytest.mark.parametrize(("layout", "version"), [
+    ({"jar": "spark-core_2.12-3.5.1-amzn-0.jar", "version": None}, "3.5.1-amzn-0"),  # a vendor's build
+    ({"version": None, "release": "Spark 4.2.1 built for Hadoop 3.4.1\nBuild flags: -B\n"}, "4.2.1"),  # no jars/
+])
+def test_a_spark_says_its_version_in_its_core_jar_or_its_release_file(tmp_path, layout, version):
+    from sparkpoint.adapters.spark_submit import find_spark
+
+    assert find_spark(str(spark_home(tmp_path / "spark", **layout)), {}).version == version
+
+
+@pytest.mark.parametrize(("layout", "error", "words"), [
+    ({"version": "3.4.4"}, "UnsupportedSparkError", "Spark 3.4.4 at"),
+    ({"version": "4.4.0"}, "UnsupportedSparkError", "sparkpoint runs jobs on Spark 3.5 to 4.3"),
+    ({"version": None}, "EnvironmentSetupError", "does not say its version"),
+])
+def test_a_spark_outside_the_range_or_of_no_known_version_is_refused_by_name(tmp_path, layout, error, words):
+    from sparkpoint import errors
+    from sparkpoint.adapters.spark_submit import find_spark
+
+    with pytest.raises(getattr(errors, error), match=words) as raised:
+        find_spark(str(spark_home(tmp_path / "spark", **layout)), {})
+    assert type(raised.value).__name__ == error
+    assert raised.value.exit_code == (19 if error == "UnsupportedSparkError" else 10)
+
+
+def test_no_spark_at_all_says_how_to_get_one(tmp_path, monkeypatch):
+    import importlib.util
+
+    from sparkpoint.adapters.spark_submit import find_spark
+    from sparkpoint.errors import EnvironmentSetupError
+
+    with pytest.raises(EnvironmentSetupError, match="has no bin/spark-submit"):
+        find_spark(str(tmp_path), {})
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(EnvironmentSetupError, match=r"set SPARK_HOME \(or --spark-home\).*sparkpoint\[spark\]"):
+        find_spark(None, {})

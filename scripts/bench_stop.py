@@ -6,7 +6,9 @@ the job runs (restored from the previous round's stop savepoint), a live `savepo
 phases, the live savepoint and the batch duration (from the driver's log), and how many rounds met the
 target: median live savepoint + 2 batch durations + 1.5 s. A figure, never a pass/fail test.
 
-    .venv/bin/python scripts/bench_stop.py [--rounds 10] [--variants 1,0]
+    .venv/bin/python scripts/bench_stop.py [--rounds 10] [--variants 1,0] [--spark-home .venv-spark/3.5/pyspark]
+
+--spark-home: the job's Spark (each supported one: scripts/spark-versions.sh installs them); default, the project's.
 """
 
 from __future__ import annotations
@@ -52,12 +54,12 @@ def spread(values: list[float]) -> str:
     return f"{min(values):6.2f} {statistics.median(values):6.2f} {max(values):6.2f}"
 
 
-def variant(work: Path, trigger: str, rounds: int) -> None:
+def variant(work: Path, trigger: str, rounds: int, spark: list[str]) -> None:
     home, previous = work / "home", None
     stops, boundaries, savepoints, exits, lives, batches = [], [], [], [], [], []
     for round_ in range(rounds + 1):  # round 0 seeds the state and warms the page cache: not counted
-        job = sparkpoint(home, "run", "--detach", "--name", f"keyed-{trigger}", *(["-s", previous] if previous else []),
-                         APP, str(work), trigger)
+        job = sparkpoint(home, "run", "--detach", "--name", f"keyed-{trigger}", *spark,
+                         *(["-s", previous] if previous else []), APP, str(work), trigger)
         log = Path(job["log"])
         await_batches(log, 3)
         live_seconds, live = timed(home, "savepoint", job["id"])
@@ -68,8 +70,9 @@ def variant(work: Path, trigger: str, rounds: int) -> None:
         phases = stopped["phases"]
         print(f"  trigger {trigger} s, round {round_}: stop {stop_seconds:.2f} s (boundary {phases['boundary']:.2f}, "
               f"savepoint {phases['savepoint']:.2f}, driver exit {phases['driver_exit']:.2f}), at boundary "
-              f"{cut['at_boundary']}, replayed {cut['replayed_batch_id']}; live savepoint {live_seconds:.2f} s "
-              f"({live['bytes'] / 1e6:.0f} MB); batches {statistics.median(durations):.2f} s median", flush=True)
+              f"{cut['at_boundary']} ({cut.get('how')}), replayed {cut['replayed_batch_id']}; live savepoint "
+              f"{live_seconds:.2f} s ({live['bytes'] / 1e6:.0f} MB); batches "
+              f"{statistics.median(durations):.2f} s median", flush=True)
         if round_:
             stops.append(stop_seconds)
             boundaries.append(phases["boundary"])
@@ -97,12 +100,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--variants", default="1,0", help="trigger intervals in seconds (0: none)")
+    parser.add_argument("--spark-home", help="the job's Spark [default: the project's own]")
     options = parser.parse_args()
+    spark = ["--spark-home", options.spark_home] if options.spark_home else []
     work = Path(tempfile.mkdtemp(prefix="sparkpoint-bench-stop-"))
     print(f"machine: nproc={os.cpu_count()}, python {sys.version.split()[0]}; command: {' '.join(sys.argv)}")
     try:
         for trigger in options.variants.split(","):
-            variant(work, trigger, options.rounds)
+            variant(work, trigger, options.rounds, spark)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -52,7 +52,8 @@ def stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target
     outcome = {q["name"]: q for q in stopped}
     # The checkpoint has the last word: a planned batch without its commit was interrupted.
     queries = [StoppedQuery(**vars(q), at_boundary=bool(outcome[q.name]["at_boundary"]) and q.planned_batch_id is None,
-                            replayed_batch_id=q.planned_batch_id) for q in created.queries]
+                            replayed_batch_id=q.planned_batch_id, how=_how(outcome[q.name].get("how")))
+               for q in created.queries]
     phases = {"boundary": round(boundary - started, 3), "savepoint": round(clock() - boundary, 3)}
     return Stopped(path=created.path, id=created.id, job=created.job, created_at=created.created_at,
                    bytes=created.bytes, file_count=created.file_count, queries=queries, phases=phases), exiting
@@ -62,6 +63,13 @@ def stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target
 class StoppedQuery(SavedQuery):
     at_boundary: bool  # ended at a batch boundary; false: interrupted at the timeout
     replayed_batch_id: int | None  # the batch the restored query runs again
+    # How the agent ended it: boundary (its batch committed, no other started), between-triggers, ended (by
+    # itself), fallback (no trigger active: a Spark without the internals of the graceful stop), timeout, error: ...
+    how: str | None = None
+
+
+def _how(said: Any) -> str | None:
+    return said if isinstance(said, str) else None  # an agent's report is JSON from another process
 
 
 @dataclass(frozen=True)

@@ -120,8 +120,8 @@ def sink_log_interval(query) -> str | None:
 class Stop:
     """Every query of the application ended at its own next batch boundary, each on a thread of its own."""
 
-    def __init__(self, queries: list, timeout: float, jvm, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(self, queries: list, timeout: float, jvm, spark_version: str,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
         self._clock, self._sleep = clock, sleep
         self.started = clock()
         self.deadline = self.started + timeout
@@ -131,15 +131,15 @@ class Stop:
                                   "state": "waiting", "at_boundary": None, "how": None,
                                   "seconds": None})
                          for query in queries]
-        self._threads = [threading.Thread(target=self._stop_one, args=(query, record, jvm),
+        self._threads = [threading.Thread(target=self._stop_one, args=(query, record, jvm, spark_version),
                                           name=f"sparkpoint-stop-{record['name']}", daemon=True)
                          for query, record in self._queries]
         for thread in self._threads:
             thread.start()
 
-    def _stop_one(self, query, record: dict[str, Any], jvm) -> None:
+    def _stop_one(self, query, record: dict[str, Any], jvm, spark_version: str) -> None:
         try:
-            stream = stream_thread(query, jvm)
+            stream = stream_thread(query, jvm, spark_version)
             # The deadline is on this stop's clock: the waits for it must be too.
             outcome = (stop_at_next_boundary(stream, self.deadline, self._clock, self._sleep) if stream is not None
                        else stop_when_idle(query, self.deadline, self._clock, self._sleep))
@@ -236,7 +236,7 @@ class Agent:
             if self._stop is None or self._stop.done:
                 session = self.session()
                 jvm = getattr(getattr(session, "sparkContext", None), "_jvm", None)
-                self._stop = Stop(self.queries(), timeout, jvm)
+                self._stop = Stop(self.queries(), timeout, jvm, getattr(session, "version", ""))
         return self.stop_report()
 
     def stop_report(self) -> dict[str, Any] | None:

@@ -1,8 +1,9 @@
 """Ending a streaming query at its next micro-batch boundary: the batch in flight commits, none follows.
 
 Spark has no graceful stop: ``query.stop()`` interrupts the batch in flight. The stop here leans on
-these Spark 4.3 internals (``org.apache.spark.sql.execution.streaming.runtime``), read in its source
-and bytecode and proven by tests/spark/test_stop_under_load.py:
+these Spark internals, read in 4.3's source and in the bytecode of every supported minor, and proven by
+tests/spark/test_stop_under_load.py (4.3) and tests/compat (each minor); what differs by version (the
+package, 3.5's inline trigger body) is named in runtime.spark_versions:
 
 1. ``StreamExecution.state()`` is an AtomicReference and ``isActive`` is ``state != TERMINATED$``.
    ``MicroBatchExecution.executeOneBatch`` runs a batch only ``if (isActive)`` and returns ``isActive``;
@@ -36,6 +37,7 @@ import time
 from dataclasses import dataclass
 from collections.abc import Callable
 
+from sparkpoint.runtime.spark_versions import StreamInternals, stream_internals
 from sparkpoint.times import poll_until
 
 # Where the stream thread is, as far as a stop is concerned.
@@ -51,19 +53,20 @@ UNKNOWN = "unknown"  # the end was requested, but the thread was still on its wa
 COMMIT_GRACE = 5.0  # seconds past the deadline for a commit that was reached before it
 
 _LOCK_FRAMES = ("java.util.concurrent.locks.", "jdk.internal.misc.Unsafe.")
-_SECTIONS = {"constructNextBatch": BEFORE_BATCH, "runBatch": AT_COMMIT, "executeOneBatch": AT_COMMIT}
-STATE_CLASS = "org.apache.spark.sql.execution.streaming.runtime.TERMINATED$"
+_SECTIONS = {"constructNextBatch": BEFORE_BATCH, "runBatch": AT_COMMIT}
 
 
-def position(frames: list[str]) -> str:
-    """Where a stream thread is, from its stack (innermost first, each ``package.Class.method``)."""
+def position(frames: list[str], trigger_body: str = "executeOneBatch") -> str:
+    """Where a stream thread is, from its stack (innermost first, each ``package.Class.method``).
+    ``trigger_body``: the method one trigger runs in (runtime.spark_versions)."""
     methods = [frame.rsplit(".", 1)[-1] for frame in frames]
     locked = 0
     while locked < len(frames) and frames[locked].startswith(_LOCK_FRAMES):
         locked += 1
     if locked and frames[locked - 1].endswith("ReentrantLock.lock") and locked < len(frames):
         if methods[locked] == "withProgressLocked" and locked + 1 < len(frames):
-            return _SECTIONS.get(methods[locked + 1], BUSY)
+            section = methods[locked + 1]  # the end-of-trigger signal, just after a commit, is under the trigger's body
+            return AT_COMMIT if section == trigger_body else _SECTIONS.get(section, BUSY)
         if "runStream" in methods[locked]:  # runStream's finally, in a lambda: "$anonfun$runStream$7"
             return EXITING
         return BUSY
@@ -73,7 +76,7 @@ def position(frames: list[str]) -> str:
     callers = methods[slept:slept + 2]  # what called Thread.sleep, directly: a source's own sleep is busy
     if slept and callers == ["waitTillTime", "execute"]:
         return SLEEPING_TILL_TRIGGER
-    if slept and callers[:1] == ["executeOneBatch"]:
+    if slept and callers[:1] == [trigger_body]:
         return ASLEEP
     return BUSY
 
@@ -87,8 +90,9 @@ class Outcome:
 class StreamThread:
     """The few Spark internals a stop needs, for one query (see the module docstring)."""
 
-    def __init__(self, query, jvm):
+    def __init__(self, query, jvm, internals: StreamInternals):
         self.query = query
+        self._internals = internals
         self._execution = query._jsq.streamingQuery()
         if self._execution.getClass().getName().rsplit(".", 1)[-1] != "MicroBatchExecution":
             # Continuous processing has no batches; async progress tracking commits on another thread.
@@ -97,7 +101,7 @@ class StreamThread:
         self._lock = self._execution.awaitProgressLock()
         self._state = self._execution.state()
         self._thread = self._execution.queryExecutionThread()
-        self._terminated = jvm.java.lang.Class.forName(STATE_CLASS).getField("MODULE$").get(None)
+        self._terminated = jvm.java.lang.Class.forName(internals.terminated_class).getField("MODULE$").get(None)
         self._milliseconds = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
         self._previous = None
 
@@ -116,7 +120,8 @@ class StreamThread:
         probe.setStackTrace(self._thread.getStackTrace())
         lines = self._jvm.org.apache.spark.util.Utils.exceptionString(probe).splitlines()[1:]
         # "\tat java.base/java.lang.Thread.sleep(Native Method)" -> "java.lang.Thread.sleep"
-        return position([line.strip().removeprefix("at ").split("(", 1)[0].rsplit("/", 1)[-1] for line in lines])
+        return position([line.strip().removeprefix("at ").split("(", 1)[0].rsplit("/", 1)[-1] for line in lines],
+                        self._internals.trigger_body)
 
     def request_end(self) -> None:
         self._previous = self._state.getAndSet(self._terminated)
@@ -135,17 +140,21 @@ class StreamThread:
         self.query.stop()
 
 
-def stream_thread(query, jvm) -> StreamThread | None:
-    """The query's stream thread, or None where this Spark lacks the internals a graceful stop needs, or
-    where py4j does not pin Python threads to JVM threads (PYSPARK_PIN_THREAD=false): the lock would then
-    be unlocked by another JVM thread than took it, which fails and leaves it held."""
+def stream_thread(query, jvm, spark_version: str) -> StreamThread | None:
+    """The query's stream thread, or None where this Spark lacks the internals a graceful stop needs (a version
+    runtime.spark_versions does not know, a class or method gone), or where py4j does not pin Python threads to
+    JVM threads (PYSPARK_PIN_THREAD=false): the lock would then be unlocked by another JVM thread than took it,
+    which fails and leaves it held."""
+    internals = stream_internals(spark_version)
+    if internals is None:
+        return None
     try:
         from py4j.clientserver import ClientServer
         from pyspark import SparkContext
 
         if not isinstance(SparkContext._gateway, ClientServer):
             return None
-        return StreamThread(query, jvm)
+        return StreamThread(query, jvm, internals)
     except Exception:  # noqa: BLE001 - py4j errors, a missing class or method: use the fallback
         return None
 

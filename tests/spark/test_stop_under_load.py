@@ -43,7 +43,7 @@ def test_stops_at_random_moments_never_interrupt_a_batch(spark, tmp_path):
         wait_for(lambda path=checkpoint: len(logged(path, "commits")) >= 2, timeout=60, what="two batches",
                  interval=0.05)
         time.sleep(rng.random() * 0.5)
-        stream = stream_thread(query, spark.sparkContext._jvm)
+        stream = stream_thread(query, spark.sparkContext._jvm, spark.version)
         assert stream is not None, "Spark's internals for a graceful stop are missing: see runtime/boundary.py"
         outcome = stop_at_next_boundary(stream, time.monotonic() + 30)
         query.awaitTermination()

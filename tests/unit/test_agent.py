@@ -278,7 +278,7 @@ def test_a_stop_waits_for_a_busy_query_on_the_clock_it_is_given():
             self.stops += 1
 
     query = BusyQuery()
-    stop = Stop([query], 30.0, None, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    stop = Stop([query], 30.0, None, "4.3.0", clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
     stop.join(30)
     (outcome,) = stop.report()["queries"]
     assert (outcome["at_boundary"], outcome["how"], query.stops) == (True, "fallback", 1)

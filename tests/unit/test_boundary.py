@@ -51,6 +51,46 @@ def test_where_the_stream_thread_is(frames, expected):
     assert position(frames) == expected
 
 
+# Spark 3.5 (read in 3.5.9's bytecode): no executeOneBatch; one trigger runs in an inline lambda, under which the
+# end-of-trigger signal and the poll delay's sleep are found.
+SPARK_3_5 = "org.apache.spark.sql.execution.streaming."
+BODY_3_5 = "$anonfun$runActivatedStream$1"
+LOOP_3_5 = [SPARK_3_5 + "MicroBatchExecution." + BODY_3_5, SPARK_3_5 + "ProcessingTimeExecutor.execute",
+            SPARK_3_5 + "MicroBatchExecution.runActivatedStream",
+            SPARK_3_5 + "StreamExecution.org$apache$spark$sql$execution$streaming$StreamExecution$$runStream"]
+IN_TRIGGER_3_5 = [SPARK_3_5 + "MicroBatchExecution.$anonfun$runActivatedStream$2",
+                  SPARK_3_5 + "ProgressReporter.reportTimeTaken", *LOOP_3_5]
+
+
+@pytest.mark.parametrize("frames, expected", [
+    ([*BLOCKED, SPARK_3_5 + "MicroBatchExecution.withProgressLocked", SPARK_3_5 + "MicroBatchExecution.runBatch",
+      *IN_TRIGGER_3_5], AT_COMMIT),
+    ([*BLOCKED, SPARK_3_5 + "MicroBatchExecution.withProgressLocked", *LOOP_3_5], AT_COMMIT),  # end of the trigger
+    ([*BLOCKED, SPARK_3_5 + "MicroBatchExecution.withProgressLocked",
+      SPARK_3_5 + "MicroBatchExecution.constructNextBatch", *IN_TRIGGER_3_5], BEFORE_BATCH),
+    ([*BLOCKED, SPARK_3_5 + "StreamExecution.$anonfun$runStream$3", LOOP_3_5[-1]], EXITING),
+    (["java.lang.Thread.sleep", "org.apache.spark.util.SystemClock.waitTillTime", *LOOP_3_5[1:]],
+     SLEEPING_TILL_TRIGGER),
+    (["java.lang.Thread.sleep", *LOOP_3_5], ASLEEP),
+    # 4.x's trigger body means nothing on 3.5, and 3.5's is any lambda's name on 4.x: busy, never a safe place.
+    ([*BLOCKED, SPARK_3_5 + "MicroBatchExecution.withProgressLocked",
+      SPARK_3_5 + "MicroBatchExecution.executeOneBatch"], BUSY),
+])
+def test_where_a_spark_3_5_stream_thread_is(frames, expected):
+    assert position(frames, BODY_3_5) == expected
+
+
+def test_each_supported_spark_has_its_internals_named():
+    from sparkpoint.adapters.spark_submit import SUPPORTED
+    from sparkpoint.runtime.spark_versions import KNOWN, stream_internals
+
+    assert sorted(KNOWN) == sorted(SUPPORTED)
+    assert stream_internals("3.5.1-amzn-0").trigger_body == BODY_3_5
+    assert stream_internals("4.0.5").terminated_class == "org.apache.spark.sql.execution.streaming.TERMINATED$"
+    assert stream_internals("4.1.4").terminated_class == RUNTIME + "TERMINATED$"
+    assert stream_internals("4.4.0") is None and stream_internals("garbage") is None
+
+
 class ScriptedStream:
     """A stream thread that is at the given places, one per look; the last place stays."""
 
@@ -182,7 +222,8 @@ def test_a_spark_without_these_internals_gets_no_stream_thread():
     class Unknown:
         _jsq = None  # py4j would raise; so does a missing attribute
 
-    assert boundary.stream_thread(Unknown(), jvm=None) is None
+    assert boundary.stream_thread(Unknown(), jvm=None, spark_version="4.3.0") is None
+    assert boundary.stream_thread(Unknown(), jvm=None, spark_version="3.4.4") is None  # a version not known
 
 
 class IdleThenBusy:

@@ -344,3 +344,24 @@ def test_shell_completion_is_light():
                           env={**os.environ, "_SPARKPOINT_COMPLETE": "bash_complete", "COMP_WORDS": "sparkpoint sav",
                                "COMP_CWORD": "1"})
     assert done.returncode == 0 and done.stdout.split() == ["plain,savepoint", "plain,savepoints"], done.stderr
+
+
+def test_the_support_matrix_says_only_what_tests_compat_runs():
+    """The README's table of Spark versions: its columns are the minors tests/compat runs on, and the migrations
+    it claims are the pairs that suite continues a savepoint across."""
+    import ast
+
+    compat = (ROOT / "tests" / "compat" / "test_spark_versions.py").read_text()
+    minors = ast.literal_eval(re.search(r"^MINORS = (\[.*?\])", compat, re.M).group(1))
+    pairs = ast.literal_eval(re.search(r'parametrize\(\("older", "newer"\), (\[.*?\])\)', compat).group(1))
+    section = README.split("## Spark versions:", 1)[1].split("\n## ", 1)[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("|") and not line.startswith("|---")]
+    assert rows[0] == ["feature", *minors]
+    migrations = next(row for row in rows if row[0].startswith("migration"))
+    claimed = {(older, newer.strip()) for older, cell in zip(minors, migrations[1:], strict=True) if cell != "-"
+               for newer in cell.split(",")}
+    assert claimed == set(pairs)
+    from sparkpoint.adapters.spark_submit import SUPPORTED
+
+    assert [f"{major}.{minor}" for major, minor in SUPPORTED] == minors

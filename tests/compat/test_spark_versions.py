@@ -1,0 +1,154 @@
+"""sparkpoint on each Spark it supports, as a user runs it: their Spark (here each pyspark of
+scripts/spark-versions.sh, a Spark installation in .venv-spark/<minor>/pyspark) handed over with --spark-home,
+the CLI and its own Spark 4.3 in .venv. A focused suite, not a copy of the 4.3 one: per version, one managed job
+with HDFS-backed and one with RocksDB state, a savepoint of the running job, a stop, a restore that continues
+with exact outputs, list and cancel; then a savepoint taken on one version restored and continued on a newer one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "spark"))
+
+from clitools import cli, cli_json, wait_for  # noqa: E402
+
+pytestmark = [pytest.mark.spark, pytest.mark.compat]
+
+APPS = ROOT / "tests" / "spark" / "apps"
+ROOMS = str(APPS / "room_counts.py")  # RocksDB state, foreachBatch writing batch-<id>.json
+POSTS = str(APPS / "post_counts.py")  # HDFS-backed state (Spark's default), foreachBatch writing batch-<id>.json
+# The minors of scripts/spark-versions.sh, and the project's own.
+MINORS = ["3.5", "4.0", "4.1", "4.2", "4.3"]
+
+
+def spark_home(minor: str) -> str:
+    if minor == "4.3":
+        import pyspark
+
+        return os.path.dirname(pyspark.__file__)
+    home = ROOT / ".venv-spark" / minor / "pyspark"
+    if not (home / "bin" / "spark-submit").is_file():
+        pytest.fail(f"Spark {minor} is not installed: run scripts/spark-versions.sh (scripts/test.sh does)")
+    return str(home)
+
+
+def feed_rooms(directory: Path, index: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".e{index}.tmp"
+    tmp.write_text("\n".join(json.dumps({"room": f"r{i % 3}", "event": "motion"}) for i in range(index + 1)))
+    os.replace(tmp, directory / f"e{index:03d}.json")
+
+
+def feed_posts(directory: Path, index: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".p{index}.tmp"
+    tmp.write_text("\n".join(json.dumps({"post": f"p{(index + i) % 4}", "kind": "like", "paid": False})
+                             for i in range(3)))
+    os.replace(tmp, directory / f"posts-{index:03d}.json")
+
+
+def outputs(directory: Path) -> dict[int, object]:
+    return {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in directory.glob("batch-*.json")}
+
+
+def room_totals(files: range) -> dict[str, int]:
+    return dict(Counter(f"r{i % 3}" for index in files for i in range(index + 1)))
+
+
+def post_totals(files: range) -> dict[str, int]:
+    return dict(Counter(f"p{(index + i) % 4}/like" for index in files for i in range(3)))
+
+
+def latest_rooms(directory: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for _, rows in sorted(outputs(directory).items()):
+        counts.update(rows)
+    return counts
+
+
+def latest_posts(directory: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for _, rows in sorted(outputs(directory).items()):
+        counts.update({f"{row['post']}/{row['kind']}": row["count"] for row in rows})
+    return counts
+
+
+SCENARIOS = {  # app, its arguments before the input and output, feed, what its output says, the expected counts
+    "rocksdb": (ROOMS, lambda i, o: [str(i), str(o)], feed_rooms, latest_rooms, room_totals, "counts"),
+    "hdfs": (POSTS, lambda i, o: ["v1", str(i), str(o)], feed_posts, latest_posts, post_totals, "posts"),
+}
+
+
+def run_on(home: Path, minor: str, app: str, args: list[str], *options: str) -> dict:
+    return cli_json(home, "run", "--detach", "--spark-home", spark_home(minor), *options, app, *args)
+
+
+def stop_and_restore(home: Path, tmp: Path, store: str, on: str, restore_on: str) -> None:
+    """A job on Spark ``on``: 3 input files counted, a live savepoint, then a stop while a file arrives every
+    0.3 s (batches back to back), which must end at a batch boundary by the graceful stop, not by waiting for an
+    idle moment; 2 more files; the stop's savepoint restored on Spark ``restore_on``, which counts every file
+    not counted before the cut on top of the saved state, exactly."""
+    app, args, feed, latest, totals, query = SCENARIOS[store]
+    inputs, first, second = tmp / f"{store}-in", tmp / f"{store}-1", tmp / f"{store}-2"
+    for index in range(3):
+        feed(inputs, index)
+    job = run_on(home, on, app, args(inputs, first))
+    assert job["state"] == "running" and job["spark_version"].startswith(on + "."), job
+    wait_for(lambda: latest(first) == totals(range(3)), timeout=180, what=f"{store} on {on}: 3 files")
+    listed = {j["id"]: j for j in cli_json(home, "list")}[job["id"]]
+    assert listed["spark_version"] == job["spark_version"] and listed["queries"][0]["name"] == query
+    live = cli_json(home, "savepoint", job["id"])
+    assert cli(home, "verify", live["id"])[0] == 0
+
+    fed, done = [3], threading.Event()
+
+    def keep_feeding() -> None:
+        while not done.wait(0.3):
+            feed(inputs, fed[0])
+            fed[0] += 1
+
+    feeder = threading.Thread(target=keep_feeding)
+    feeder.start()
+    try:
+        time.sleep(2.0)
+        stopped = cli_json(home, "stop", job["id"], "--timeout", "30")
+    finally:
+        done.set()
+        feeder.join()
+    cut = stopped["queries"][0]
+    assert cut["at_boundary"] is True and cut["replayed_batch_id"] is None, stopped
+    assert cut["how"] in ("boundary", "between-triggers", "ended"), stopped  # not "fallback", nor "timeout"
+    assert cli_json(home, "inspect", stopped["id"])["spark_version"] == job["spark_version"]
+
+    for _ in range(2):
+        feed(inputs, fed[0])
+        fed[0] += 1
+    again = run_on(home, restore_on, app, args(inputs, second), "-s", stopped["id"])
+    assert again["spark_version"].startswith(restore_on + ".")
+    assert again["upgrade_check"]["compatible"] is True and again["upgrade_check"]["in_driver"] is True
+    wait_for(lambda: latest(second) == totals(range(fed[0])), timeout=180,
+             what=f"{store}: {on}'s savepoint continued on {restore_on} up to file {fed[0] - 1}")
+    assert min(outputs(second)) == cut["batch_id"] + 1  # nothing before the cut ran again
+    assert cli_json(home, "cancel", again["id"])["state"] == "cancelled"
+
+
+@pytest.mark.parametrize("minor", MINORS)
+def test_a_job_on_each_spark_is_savepointed_stopped_and_restored_exactly(tmp_path, minor):
+    for store in SCENARIOS:
+        stop_and_restore(tmp_path / "home", tmp_path, store, minor, minor)
+
+
+@pytest.mark.parametrize(("older", "newer"), [("3.5", "4.0"), ("3.5", "4.3"), ("4.0", "4.3")])
+def test_a_savepoint_taken_on_one_spark_continues_exactly_on_a_newer_one(tmp_path, older, newer):
+    for store in SCENARIOS:
+        stop_and_restore(tmp_path / "home", tmp_path, store, older, newer)

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_jobs import WORKLOADS, commit_time, managed_job, sparkpoint, wait_for_commit_after
+from bench_jobs import WORKLOADS, commit_time, managed_job, run_replace, sparkpoint, wait_for_commit_after
 
 
 def stop_then_run(home: Path, workload, *check: str) -> tuple[float, float]:
@@ -42,24 +42,10 @@ def stop_then_run(home: Path, workload, *check: str) -> tuple[float, float]:
     return first - returned, first - commit_time(checkpoint, cut)
 
 
-def replace(home: Path, workload) -> tuple[float, float]:
-    """(the command's start -> the new job's first commit, commit gap)."""
-    app, query, args = workload
-    job, checkpoint = managed_job(home, workload)
-    started = time.time()
-    restored = sparkpoint(home, "run", "--detach", "--name", "upgrade", "--replace", job["id"], "--no-rollback", app,
-                          *args(home.parent))
-    cut = restored["replaced"]["queries"][0]["batch_id"]
-    new_checkpoint = Path(restored["checkpoint_root"]) / query
-    first = commit_time(new_checkpoint, wait_for_commit_after(new_checkpoint, cut))
-    sparkpoint(home, "cancel", restored["id"])
-    return first - started, first - commit_time(checkpoint, cut)
-
-
 PATHS = {
     "stop + run -s": stop_then_run,
     "stop + run -s --no-check": lambda home, workload: stop_then_run(home, workload, "--no-check"),
-    "run --replace": replace,
+    "run --replace": run_replace,
 }
 
 

@@ -91,24 +91,27 @@ def check_in_driver(registry: Registry, job: Job, process: subprocess.Popen | No
     finally:  # the sandbox goes; the answers stay (the driver may not have read the last one yet)
         shutil.rmtree(os.path.join(job.directory, START_CHECK_DIR, "checkpoints"), ignore_errors=True)
     checked = found.checked
+    # Nothing refused, but saved queries the driver never tried while it runs on and its agent has not given up
+    # on them: the wait timed out (a driver that ended, or an agent that gave up, reports its own failure or note).
+    timed_out = checked.compatible and bool(found.untried) and running() and not gave_up()
+    found_problems = [p.message for p in checked.problems] or (
+        [f"query {', '.join(found.untried)} was not started and checked in time"] if timed_out else [])
+    problems = "; ".join(found_problems)
     latest = registry.load(job.id)
-    latest.upgrade_check = {"compatible": checked.compatible, "savepoint": saved.path, "seconds": checked.seconds,
+    latest.upgrade_check = {"compatible": not found_problems, "savepoint": saved.path, "seconds": checked.seconds,
                             "notes": checked.notes, "at": iso(), "in_driver": True,
-                            **({"problems": [p.message for p in checked.problems]} if checked.problems else {})}
+                            **({"problems": found_problems} if found_problems else {})}
     latest.note("check", check_said(latest.upgrade_check))
     registry.save(latest)
-    undecided = [p for p in checked.problems if p.kind in compat.UNDECIDED]
-    if checked.compatible and not (found.untried and running() and not gave_up()):
+    if latest.upgrade_check["compatible"]:
         return
     end_driver(latest, grace=30.0, sleep=sleep, clock=clock)  # a refused start() ends the application
-    problems = "; ".join(problem.message for problem in checked.problems)
-    if checked.compatible:
-        problems = f"query {', '.join(found.untried)} not started and checked in time"
     latest = registry.load(job.id)
     latest.end("failed", error=f"the check refused it: {problems}")
     registry.save(latest)
     where = f"its driver's log: {job.log_path}" if request.detach and not job.submission_id else "job " + job.id
-    if checked.compatible or (undecided and len(undecided) == len(checked.problems)):
+    undecided = [p for p in checked.problems if p.kind in compat.UNDECIDED]
+    if timed_out or (undecided and len(undecided) == len(checked.problems)):
         raise SparkFailureError(f"the check could not decide: {problems} (`--no-check` skips it; {where})")
     refused = {problem.query for problem in checked.problems}
     started = [query.name for query in checked.queries if query.name not in refused]

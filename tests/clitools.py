@@ -74,3 +74,16 @@ def closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def spark_home(root, version: str | None = "4.0.5", jar: str | None = None, release: str | None = None):
+    """A directory laid out as a Spark installation: bin/spark-submit, and its version in a jar's name or RELEASE."""
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "spark-submit").write_text("#!/bin/sh\n")
+    if version or jar:
+        (root / "jars").mkdir()
+        (root / "jars" / "spark-catalyst_2.13-4.0.5.jar").write_text("")
+        (root / "jars" / (jar or f"spark-core_2.13-{version}.jar")).write_text("")
+    if release:
+        (root / "RELEASE").write_text(release)
+    return root

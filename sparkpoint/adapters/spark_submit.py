@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from sparkpoint.errors import BadArgumentError, EnvironmentSetupError, UnsupportedSparkError
+from sparkpoint.spark_versions import KNOWN, SUPPORTED_RANGE
 
 # spark-submit options that take no value (SparkSubmitOptionParser); every other option takes one.
 VALUELESS_OPTIONS = {"--verbose", "-v", "--supervise"}
@@ -40,9 +41,6 @@ def split_arguments(tokens: list[str], own_options: set[str]) -> tuple[list[str]
     return submit, tokens[index], tokens[index + 1:]
 
 
-# The Spark minors sparkpoint's driver side and checkpoint reader know (runtime/spark_versions.py, one entry each).
-SUPPORTED = ((3, 5), (4, 0), (4, 1), (4, 2), (4, 3))
-SUPPORTED_RANGE = "3.5 to 4.3"
 # jars/spark-core_<scala>-<version>.jar; vendors add a suffix (EMR's 3.5.1-amzn-0, Cloudera's ...)
 _CORE_JAR = re.compile(r"spark-core_2\.\d+-(\d+)\.(\d+)\.(\d+)([-+.][^/]*)?\.jar")
 # RELEASE of a Spark distribution: "Spark 3.5.1 built for Hadoop 3.3.4"
@@ -75,7 +73,7 @@ class Spark:
 def find_spark(spark_home: str | None = None, environ: dict[str, str] | None = None) -> Spark:
     """The Spark to launch drivers with: ``spark_home`` (--spark-home), else $SPARK_HOME (as Spark's own scripts
     and every launcher take it), else the pyspark this Python has. Refused before anything starts: none at all,
-    one without bin/spark-submit, or a version outside SUPPORTED."""
+    one without bin/spark-submit, or a version sparkpoint does not know (spark_versions.KNOWN)."""
     environ = os.environ if environ is None else environ
     if spark_home:
         home, found_by = spark_home, "--spark-home"
@@ -99,7 +97,7 @@ def find_spark(spark_home: str | None = None, environ: dict[str, str] | None = N
         raise EnvironmentSetupError(f"the Spark at {home} ({found_by}) does not say its version: it has no "
                                     "jars/spark-core_*.jar and no RELEASE file")
     spark = Spark(home, version, found_by)
-    if spark.minor not in SUPPORTED:
+    if spark.minor not in KNOWN:
         raise UnsupportedSparkError(f"Spark {version} at {home} ({found_by}) is not supported: sparkpoint runs jobs "
                                     f"on Spark {SUPPORTED_RANGE}")
     return spark

@@ -25,7 +25,7 @@ from sparkpoint.adapters.transfer import NullProgress, Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import NotFoundError, SparkFailureError, SparkpointError
 from sparkpoint.jobs.protocol import CHECK_REPORT, CHECK_REQUEST, START_CHECK_DIR, answer_outcome, read_outcome
-from sparkpoint.savepoints import compat
+from sparkpoint.savepoints import compat, migration
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.times import poll_until
 
@@ -67,6 +67,11 @@ def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, p
         raise NotFoundError(f"application {request.app} does not exist")
     conf_args = spark_submit.conf_arguments(request.confs)
     spark = spark_submit.find_spark(request.spark_home)
+    moved = migration_to(saved, spark, request.confs)
+    if moved.refused:  # what that Spark cannot read is known from the savepoint: no Spark needs to start
+        return compat.Checked(savepoint=saved.path, app=app, compatible=False, notes=moved.notes, queries=[],
+                              problems=[compat.Problem(query, None, "spark_version", why)
+                                        for query, why in moved.problems])
     progress = progress or NullProgress()
     began = clock()
     sandbox = settings.scratch_dir("sparkpoint-check-")
@@ -78,7 +83,8 @@ def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, p
         first_start = max(30.0, request.timeout - request.restore_grace - MARGIN)
         write_json(Path(sandbox) / CHECK_REQUEST, compat.request(saved, request.restore_grace, first_start))
         argv = [spark.submit, "--master", CHECK_MASTER, "--name", "sparkpoint-check",
-                "--conf", f"spark.sql.streaming.checkpointLocation={checkpoints}", *conf_args, *request.submit_args,
+                "--conf", f"spark.sql.streaming.checkpointLocation={checkpoints}", *conf_args,
+                *spark_submit.conf_arguments(moved.launch_confs), *request.submit_args,
                 CHECK_DRIVER, sandbox, app, *request.app_args]
         process = spark_submit.launch(argv, spark_submit.driver_environment(spark), log)
         start = process_start(process.pid)
@@ -105,7 +111,14 @@ def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, p
     if undecided and len(undecided) == len(checked.problems):
         raise SparkFailureError("the check could not decide: " + "; ".join(p.message for p in undecided)
                                 + f" (`--no-check` skips it){_log_said(kept)}")
-    return replace(checked, seconds=round(clock() - began, 3), log=kept)
+    return replace(checked, notes=moved.notes + checked.notes, seconds=round(clock() - began, 3), log=kept,
+                   launch_confs=moved.launch_confs)
+
+
+def migration_to(saved: Savepoint, spark: spark_submit.Spark, confs: list[str]) -> migration.Move:
+    """What running ``saved`` on ``spark`` changes, read from the savepoint: the confs the driver needs, what
+    that Spark cannot read."""
+    return migration.move(saved, spark.version, dict(conf.partition("=")[::2] for conf in confs))
 
 
 def prepare_in_driver(settings: Settings, saved: Savepoint, job_directory: str, request: CheckRequest,

@@ -30,12 +30,19 @@ from sparkpoint.errors import (
     SparkpointError,
 )
 from sparkpoint.jobs.check import Launch, prepare_in_driver
-from sparkpoint.jobs.upgrade_check import check_before_launch, check_in_driver, check_request, check_said
+from sparkpoint.jobs.upgrade_check import (
+    check_before_launch,
+    check_in_driver,
+    check_move,
+    check_request,
+    check_said,
+)
 from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start, end_driver, end_interrupted
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, client_for, describe_job, state_of
 from sparkpoint.jobs.rollback import HealthCondition, Probation, parse_condition, watch_probation
 from sparkpoint.jobs.replace import HandoverFailedError, take_over
 from sparkpoint.savepoints import catalog
+from sparkpoint.savepoints.migration import Move
 from sparkpoint.savepoints.rescale import needs_rescale, rescale
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.jobs.sinks import SinkRolledBack, log_interval, pending, roll_back_sinks
@@ -128,10 +135,12 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     # (runtime.gate) instead of a Spark started for the check alone; --replace checks before anything stops, and
     # so does a claim, which hands the savepoint over at the launch: a refusal must leave it where it was.
     checked_in_driver = saved is not None and request.check and rollback_of is None and not request.claim
+    moved = check_move(saved, spark, request) if checked_in_driver and spark is not None else Move(None, "", [], [])
     if rollback_of is not None:
         upgrade_check = {"skipped": f"rollback: the version {rollback_of.id} replaced, as it ran before", "at": iso()}
     elif (saved or replaced) and not checked_in_driver:
         upgrade_check = check_before_launch(settings, request, saved, replaced, progress)
+    conf_args += spark_submit.conf_arguments(moved.launch_confs + (upgrade_check or {}).get("confs", []))
     # A sink is rolled back once the check has let the first query go: an upgrade refused moves nothing.
     sink_notes = (_sinks_before_launch(settings, request, saved, warn, rolled)
                   if saved and not (checked_in_driver and request.rollback_sink) else [])
@@ -158,7 +167,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
         raise
     registry.save(job)
     if checked_in_driver:
-        check_in_driver(registry, job, process, saved, request,
+        check_in_driver(registry, job, process, saved, request, moved,
                         lambda: _rolled_back_before_the_first_query(settings, registry, job, request, saved, warn,
                                                                     rolled), progress, sleep, clock, start_timeout)
     handover = None

@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any
 from sparkpoint.adapters.transfer import NullProgress, Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import IncompatibleUpgradeError, SparkFailureError
-from sparkpoint.jobs.check import CheckRequest, Launch, await_in_driver, check_upgrade
+from sparkpoint.adapters.spark_submit import Spark
+from sparkpoint.jobs.check import CheckRequest, Launch, await_in_driver, check_upgrade, migration_to
 from sparkpoint.jobs.drivers import end_driver
 from sparkpoint.jobs.protocol import START_CHECK_DIR, read_agent_file
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, state_of
 from sparkpoint.jobs.savepoint import savepoint_job
 from sparkpoint.savepoints import compat
+from sparkpoint.savepoints.migration import Move
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.savepoints.savepoint import load as load_savepoint
 from sparkpoint.times import iso
@@ -61,7 +63,18 @@ def check_before_launch(settings: Settings, request: RunRequest, saved: Savepoin
                                        f"stopped or started: {problems} (`sparkpoint check` shows the details; "
                                        f"--no-check skips it){'; driver log: ' + checked.log if checked.log else ''}")
     return {"compatible": True, "savepoint": saved.path if not replaced else None, "seconds": checked.seconds,
-            "notes": checked.notes, "at": iso()}
+            "notes": checked.notes, "at": iso(), **({"confs": checked.launch_confs} if checked.launch_confs else {})}
+
+
+def check_move(saved: Savepoint, spark: Spark, request: RunRequest) -> Move:
+    """Before `run -s` launches: what the job's Spark cannot read of the savepoint is refused (exit 16) with
+    nothing started; what it needs to read it is returned with what the move changes."""
+    moved = migration_to(saved, spark, request.confs)
+    if moved.refused:
+        raise IncompatibleUpgradeError(f"{request.app} will not restore from {saved.manifest['id']} on Spark "
+                                       f"{spark.version}, so nothing was started: {moved.refused} (`sparkpoint "
+                                       f"check` shows the details; --no-check skips it)")
+    return moved
 
 
 def check_request(request: RunRequest) -> CheckRequest:
@@ -70,11 +83,12 @@ def check_request(request: RunRequest) -> CheckRequest:
 
 
 def check_in_driver(registry: Registry, job: Job, process: subprocess.Popen | None, saved: Savepoint,
-                    request: RunRequest, before_go: Callable[[], None], progress: Progress | None, sleep, clock,
-                    start_timeout: float) -> None:
+                    request: RunRequest, moved: Move, before_go: Callable[[], None], progress: Progress | None,
+                    sleep, clock, start_timeout: float) -> None:
     """Answer the new driver's check of each saved query (runtime.gate), and record the verdict. A query
     refused: the job ends, with IncompatibleUpgradeError (exit 16), or SparkFailureError (11) when the check
-    could not decide. The sinks of --rollback-sink are rolled back before the first query is let go."""
+    could not decide. The sinks of --rollback-sink are rolled back before the first query is let go. ``moved``:
+    what the savepoint's move to the job's Spark changes, found before the launch (check_move)."""
     def running() -> bool:
         return process.poll() is None if process is not None else state_of(registry.load(job.id)) in ACTIVE_STATES
 
@@ -99,7 +113,7 @@ def check_in_driver(registry: Registry, job: Job, process: subprocess.Popen | No
     problems = "; ".join(found_problems)
     latest = registry.load(job.id)
     latest.upgrade_check = {"compatible": not found_problems, "savepoint": saved.path, "seconds": checked.seconds,
-                            "notes": checked.notes, "at": iso(), "in_driver": True,
+                            "notes": moved.notes + checked.notes, "at": iso(), "in_driver": True,
                             **({"problems": found_problems} if found_problems else {})}
     latest.note("check", check_said(latest.upgrade_check))
     registry.save(latest)

@@ -3,7 +3,7 @@
 Spark has no graceful stop: ``query.stop()`` interrupts the batch in flight. The stop here leans on
 these Spark internals, read in 4.3's source and in the bytecode of every supported minor, and proven by
 tests/spark/test_stop_under_load.py (4.3) and tests/compat (each minor); what differs by version (the
-package, 3.5's inline trigger body) is named in runtime.spark_versions:
+package, 3.5's inline trigger body) is named in sparkpoint.spark_versions:
 
 1. ``StreamExecution.state()`` is an AtomicReference and ``isActive`` is ``state != TERMINATED$``.
    ``MicroBatchExecution.executeOneBatch`` runs a batch only ``if (isActive)`` and returns ``isActive``;
@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 from collections.abc import Callable
 
-from sparkpoint.runtime.spark_versions import StreamInternals, stream_internals
+from sparkpoint.spark_versions import StreamInternals, stream_internals
 from sparkpoint.times import poll_until
 
 # Where the stream thread is, as far as a stop is concerned.
@@ -58,7 +58,7 @@ _SECTIONS = {"constructNextBatch": BEFORE_BATCH, "runBatch": AT_COMMIT}
 
 def position(frames: list[str], trigger_body: str = "executeOneBatch") -> str:
     """Where a stream thread is, from its stack (innermost first, each ``package.Class.method``).
-    ``trigger_body``: the method one trigger runs in (runtime.spark_versions)."""
+    ``trigger_body``: the method one trigger runs in (sparkpoint.spark_versions)."""
     methods = [frame.rsplit(".", 1)[-1] for frame in frames]
     locked = 0
     while locked < len(frames) and frames[locked].startswith(_LOCK_FRAMES):
@@ -142,7 +142,7 @@ class StreamThread:
 
 def stream_thread(query, jvm, spark_version: str) -> StreamThread | None:
     """The query's stream thread, or None where this Spark lacks the internals a graceful stop needs (a version
-    runtime.spark_versions does not know, a class or method gone), or where py4j does not pin Python threads to
+    sparkpoint.spark_versions does not know, a class or method gone), or where py4j does not pin Python threads to
     JVM threads (PYSPARK_PIN_THREAD=false): the lock would then be unlocked by another JVM thread than took it,
     which fails and leaves it held."""
     internals = stream_internals(spark_version)

@@ -31,17 +31,18 @@ from typing import Any
 from sparkpoint.adapters.local_files import write_json
 from sparkpoint.jobs.protocol import CHECK_REPORT, CHECK_REQUEST
 from sparkpoint.runtime.agent import spark_error_line
-from sparkpoint.runtime.writers import StartCall, conf_of, intercept_starts, outcome, session_of
+from sparkpoint.runtime.writers import StartCall, intercept_starts, outcome, session_confs
 from sparkpoint.times import poll_until
 
 
 class Sandbox:
     """The application's streaming queries, redirected into the sandbox, and what became of them."""
 
-    def __init__(self, directory: str, saved: list[str], confs: list[str]):
+    def __init__(self, directory: str, saved: list[str], confs: list[str], effective: list[str]):
         self.directory = directory
         self.saved = set(saved)
         self.conf_keys = confs
+        self.effective_keys = effective
         self.queries: list[dict[str, Any]] = []  # in start order: name, the StreamingQuery, the session's confs
         self.first_start: float | None = None
         self.lock = threading.Lock()
@@ -70,7 +71,7 @@ class Sandbox:
         location = os.path.join(self.directory, "checkpoints", name if name else f"unnamed-{index}")
         # The no-op sink replaces whatever sink (format, path, foreachBatch, table) the application chose.
         call.option(writer.format("noop"), "checkpointLocation", location).trigger(once=True)
-        confs = {key: conf_of(session_of(writer), key) for key in self.conf_keys}
+        confs = session_confs(writer, self.conf_keys, self.effective_keys)
         query = call.bare()
         if name not in self.saved:
             query.stop()  # no saved state to check: its first batch would read input
@@ -111,7 +112,7 @@ def main(argv: list[str]) -> None:
     directory, app, *app_args = argv
     with open(os.path.join(directory, CHECK_REQUEST)) as handle:
         request = json.load(handle)
-    sandbox = Sandbox(directory, request["saved"], request["confs"])
+    sandbox = Sandbox(directory, request["saved"], request["confs"], request.get("effective", []))
     sandbox.install()
     ended = threading.Event()
     app_error: list[str] = []

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from sparkpoint.jobs.protocol import CHECK_REQUEST, await_answer, write_outcome
 from sparkpoint.runtime.agent import CHECK_QUERY_SUFFIX
-from sparkpoint.runtime.writers import StartCall, conf_of, intercept_starts, outcome, session_of
+from sparkpoint.runtime.writers import StartCall, intercept_starts, outcome, session_confs, session_of
 
 
 class Gate:
@@ -32,6 +32,7 @@ class Gate:
         request = json.loads((Path(directory) / CHECK_REQUEST).read_text())
         self.saved: list[str] = request["saved"]
         self.conf_keys: list[str] = request["confs"]
+        self.effective_keys: list[str] = request.get("effective", [])
         self.timeout = float(request["timeout"])  # for the sandbox's batch, and again for the CLI's answer
         self.controller_pid = controller_pid
         self.tried: set[str] = set()
@@ -62,7 +63,7 @@ class Gate:
             failure = exc
         if unseen:  # the sandbox query's end must not end the application's awaitAnyTermination()
             streams.resetTerminated()
-        report = outcome(name, True, {key: conf_of(session_of(writer), key) for key in self.conf_keys},
+        report = outcome(name, True, session_confs(writer, self.conf_keys, self.effective_keys),
                          getattr(writer, "_sparkpoint_checkpoint", None), query, failure)
         write_outcome(self.directory, index, {**report, "seconds": round(time.monotonic() - began, 3)})
         answer = await_answer(self.directory, index, self.controller_pid, self.timeout)

@@ -109,15 +109,31 @@ def conf_of(session, key: str) -> str | None:
         return None
 
 
+def effective_conf_of(session, key: str) -> str | None:
+    """The value the session runs with, its default included (conf_of gives only what was set)."""
+    try:
+        return session.conf.get(key) if session is not None else None
+    except Exception:  # noqa: BLE001 - a key this Spark does not have
+        return None
+
+
+def session_confs(writer, keys: list[str], effective: list[str]) -> dict[str, dict[str, str | None]]:
+    """What outcome() reports of the writer's session: the pinned ``keys`` as set, the ``effective`` ones as run."""
+    session = session_of(writer)
+    return {"confs": {key: conf_of(session, key) for key in keys},
+            "effective": {key: effective_conf_of(session, key) for key in effective}}
+
+
 def session_of(writer):
     return getattr(writer, "_spark", None) or getattr(writer, "_session", None)
 
 
-def outcome(name: str | None, saved: bool, confs: dict[str, str | None], own_checkpoint: str | None,
+def outcome(name: str | None, saved: bool, confs: dict[str, dict[str, str | None]], own_checkpoint: str | None,
             query=None, failure: BaseException | None = None) -> dict[str, Any]:
-    """A query's account for the verdict (savepoints.compat): Spark's refusal, one line, and for a check batch
-    that ran, its batch, the stateful operators of the new plan and its sources."""
-    result: dict[str, Any] = {"name": name, "saved": saved, "confs": confs, "error": None, "batch_id": None,
+    """A query's account for the verdict (savepoints.compat): its session's confs (session_confs), Spark's
+    refusal, one line, and for a check batch that ran, its batch, the stateful operators of the new plan and its
+    sources."""
+    result: dict[str, Any] = {"name": name, "saved": saved, **confs, "error": None, "batch_id": None,
                               "input_rows": None, "operators": [], "sources": [], "own_checkpoint": own_checkpoint}
     if failure is not None:
         result["error"] = spark_error_line(str(failure))

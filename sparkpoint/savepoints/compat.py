@@ -16,9 +16,11 @@ from typing import Any
 from sparkpoint.adapters import transfer
 from sparkpoint.adapters.local_files import write_atomic
 from sparkpoint.results import Result
+from sparkpoint.savepoints.migration import ansi_note
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.spark.checkpoint import empty_batch
+from sparkpoint.spark_versions import ANSI_CONF
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 # What Spark's refusal says, by what it concerns: the first that matches an error line names its kind.
@@ -41,7 +43,7 @@ class Problem(Result):
     query: str | None
     operator: int | None  # the stateful operator concerned, when Spark's answer or the comparison names one
     kind: str  # not_started, own_checkpoint, state_schema, operators, sources, shuffle_partitions, spark_error,
-    # application_error
+    # application_error, spark_version (what the job's Spark cannot read: savepoints.migration)
     message: str
 
 
@@ -64,6 +66,7 @@ class Checked(Result):
     queries: list[CheckedQuery]
     seconds: float = field(default=0.0)
     log: str | None = None  # a check that did not pass: its driver's log, kept in <home>/checks/
+    launch_confs: list[str] = field(default_factory=list)  # KEY=VALUE the job's driver needs to read the savepoint
 
 
 def prepare_sandbox(savepoint: Savepoint, directory: str, workers: int = 4,
@@ -84,8 +87,8 @@ def request(savepoint: Savepoint, grace: float, first_start: float) -> dict[str,
     """What the runtime half needs: the saved queries, the confs Spark pins for them, how long to wait for
     the first query to start and, from then, for the saved ones."""
     keys = sorted({key for q in savepoint.queries for key in q["confs"]} | {SHUFFLE_PARTITIONS})
-    return {"saved": [q["name"] for q in savepoint.queries], "confs": keys, "grace": grace,
-            "first_start": first_start}
+    return {"saved": [q["name"] for q in savepoint.queries], "confs": keys, "effective": [ANSI_CONF],
+            "grace": grace, "first_start": first_start}
 
 
 def verdict(savepoint: Savepoint, app: str, report: dict[str, Any], allow_non_restored: bool) -> Checked:
@@ -141,7 +144,8 @@ def query_verdict(savepoint: Savepoint, saved: dict[str, Any],
         notes += [f"{p.message.split(' (Spark would')[0]}, as `rescale` made it: Spark keeps "
                   f"{saved['confs'].get(SHUFFLE_PARTITIONS)}" for p in found if p.kind == "shuffle_partitions"]
         found = [p for p in found if p.kind != "shuffle_partitions"]
-    return checked, found, notes + _pinned_conf_notes(saved, outcome.get("confs") or {})
+    ansi = ansi_note(name, savepoint.manifest.get("spark_version"), (outcome.get("effective") or {}).get(ANSI_CONF))
+    return checked, found, notes + _pinned_conf_notes(saved, outcome.get("confs") or {}) + ([ansi] if ansi else [])
 
 
 def _rescaled_queries(savepoint: Savepoint) -> list[str]:

@@ -136,6 +136,9 @@ def stop_and_restore(home: Path, tmp: Path, store: str, on: str, restore_on: str
     again = run_on(home, restore_on, app, args(inputs, second), "-s", stopped["id"])
     assert again["spark_version"].startswith(restore_on + ".")
     assert again["upgrade_check"]["compatible"] is True and again["upgrade_check"]["in_driver"] is True
+    # ANSI mode, pinned in no offset log, is on by default from 4.0: the move from 3.5 says so, no other does.
+    ansi = [note for note in again["upgrade_check"]["notes"] if "ANSI SQL mode" in note]
+    assert len(ansi) == (1 if on == "3.5" and restore_on != "3.5" else 0), again["upgrade_check"]
     wait_for(lambda: latest(second) == totals(range(fed[0])), timeout=180,
              what=f"{store}: {on}'s savepoint continued on {restore_on} up to file {fed[0] - 1}")
     assert min(outputs(second)) == cut["batch_id"] + 1  # nothing before the cut ran again
@@ -152,3 +155,33 @@ def test_a_job_on_each_spark_is_savepointed_stopped_and_restored_exactly(tmp_pat
 def test_a_savepoint_taken_on_one_spark_continues_exactly_on_a_newer_one(tmp_path, older, newer):
     for store in SCENARIOS:
         stop_and_restore(tmp_path / "home", tmp_path, store, older, newer)
+
+
+def test_a_checkpoint_v2_savepoint_is_refused_by_3_5_before_it_starts_and_read_by_4_0_with_its_conf(tmp_path):
+    """Checkpoint format v2 (the state stores' unique ids in the commit log) written by 4.3: 3.5 reads commit log
+    v1 only, and 4.0 reads v2 only when its session's checkpointFormatVersion says 2 (an exact match, pinned in no
+    offset log). `check` and `run -s` refuse the first from the savepoint alone; `run -s` sets the second."""
+    home, inputs, first, second = tmp_path / "home", tmp_path / "in", tmp_path / "out-1", tmp_path / "out-2"
+    for index in range(3):
+        feed_rooms(inputs, index)
+    job = run_on(home, "4.3", ROOMS, [str(inputs), str(first)], "--conf",
+                 "spark.sql.streaming.stateStore.checkpointFormatVersion=2")
+    wait_for(lambda: latest_rooms(first) == room_totals(range(3)), timeout=180, what="3 files on 4.3")
+    stopped = cli_json(home, "stop", job["id"])
+    assert cli_json(home, "inspect", stopped["id"])["queries"][0]["checkpoint_format_version"] == 2
+
+    for command in (["check"], ["run", "--detach"]):
+        began = time.monotonic()
+        code, out, err = cli(home, *command, "-s", stopped["id"], "--spark-home", spark_home("3.5"), ROOMS,
+                             str(inputs), str(second))
+        assert code == 16 and "its commit log is v2 (checkpoint format v2); Spark 3.5.9 reads up to v1" in err, err
+        assert time.monotonic() - began < 15  # refused from the savepoint: no Spark started for it
+
+    feed_rooms(inputs, 3)
+    again = run_on(home, "4.0", ROOMS, [str(inputs), str(second)], "-s", stopped["id"])
+    assert again["upgrade_check"]["compatible"] is True
+    wait_for(lambda: latest_rooms(second) == room_totals(range(4)), timeout=180,
+             what="4.3's checkpoint v2 continued on 4.0 up to file 3")
+    assert min(outputs(second)) == stopped["queries"][0]["batch_id"] + 1
+    assert cli_json(home, "cancel", again["id"])["state"] == "cancelled"
+

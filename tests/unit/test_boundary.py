@@ -81,10 +81,8 @@ def test_where_a_spark_3_5_stream_thread_is(frames, expected):
 
 
 def test_each_supported_spark_has_its_internals_named():
-    from sparkpoint.adapters.spark_submit import SUPPORTED
-    from sparkpoint.runtime.spark_versions import KNOWN, stream_internals
+    from sparkpoint.spark_versions import stream_internals
 
-    assert sorted(KNOWN) == sorted(SUPPORTED)
     assert stream_internals("3.5.1-amzn-0").trigger_body == BODY_3_5
     assert stream_internals("4.0.5").terminated_class == "org.apache.spark.sql.execution.streaming.TERMINATED$"
     assert stream_internals("4.1.4").terminated_class == RUNTIME + "TERMINATED$"

@@ -362,6 +362,6 @@ def test_the_support_matrix_says_only_what_tests_compat_runs():
     claimed = {(older, newer.strip()) for older, cell in zip(minors, migrations[1:], strict=True) if cell != "-"
                for newer in cell.split(",")}
     assert claimed == set(pairs)
-    from sparkpoint.adapters.spark_submit import SUPPORTED
+    from sparkpoint.spark_versions import KNOWN
 
-    assert [f"{major}.{minor}" for major, minor in SUPPORTED] == minors
+    assert [known.name for known in KNOWN.values()] == minors

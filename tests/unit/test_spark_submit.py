@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from clitools import spark_home
 
 from sparkpoint.adapters.spark_submit import conf_arguments, split_arguments
 from sparkpoint.cli.job_cmds import RUN_OPTIONS
@@ -33,19 +34,6 @@ def test_confs_are_checked_and_the_checkpoint_location_is_reserved():
         conf_arguments(["novalue"])
     with pytest.raises(BadArgumentError, match="sparkpoint's"):
         conf_arguments(["spark.sql.streaming.checkpointLocation=/x"])
-
-
-def spark_home(root, version: str | None = "4.0.5", jar: str | None = None, release: str | None = None):
-    """A directory laid out as a Spark installation: bin/spark-submit, and its version in a jar's name or RELEASE."""
-    (root / "bin").mkdir(parents=True)
-    (root / "bin" / "spark-submit").write_text("#!/bin/sh\n")
-    if version or jar:
-        (root / "jars").mkdir()
-        (root / "jars" / "spark-catalyst_2.13-4.0.5.jar").write_text("")
-        (root / "jars" / (jar or f"spark-core_2.13-{version}.jar")).write_text("")
-    if release:
-        (root / "RELEASE").write_text(release)
-    return root
 
 
 def test_the_spark_is_spark_home_option_then_the_environment_then_this_pythons_pyspark(tmp_path):

@@ -25,10 +25,14 @@ What changes:
 - Operator metadata (``state/<op>/_metadata``) from 4.0; transformWithState (its v2 metadata) from 4.0.
 - The confs an offset log pins, and what a version assumes for one its log lacks (10 keys in 3.5, 17 in 4.3).
 - ANSI SQL mode: pinned in no version's offset log; off by default in 3.5, on from 4.0.
+- A standalone master's security: the JWSFilter (the REST server's and the web UIs' token check) from 4.0; a
+  master with its REST server on refuses ``spark.authenticate.secret`` (the RPC secret) in 3.5, 4.0.0 and 4.1.0,
+  not in 4.0.5, 4.1.4 or 4.2.0+ (SPARK-57451, backported).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 _BEFORE_4_1 = "org.apache.spark.sql.execution.streaming"
@@ -92,26 +96,31 @@ class SparkMinor:
     ansi_default: bool
     pinned: dict[str, str | None]
     renamed: dict[str, str]  # a pinned conf's older name it still reads from an offset log, and its name now
+    jws_filter: bool  # org.apache.spark.ui.JWSFilter, the token check of the master's REST server and web UIs
+    rest_with_secret_from: int | None  # the first patch whose master takes the RPC secret with REST (None: none)
 
 
 KNOWN: dict[tuple[int, int], SparkMinor] = {
     (3, 5): SparkMinor("3.5", StreamInternals(_BEFORE_4_1, "$anonfun$runActivatedStream$1"), commit_log=1,
                        commit_log_from_conf=False, offset_log=1, operator_metadata=False,
                        transform_with_state=False, ansi_default=False, pinned=_PINNED_3_5,
-                       renamed=_MISNAMED_BY_3_5_4),
+                       renamed=_MISNAMED_BY_3_5_4, jws_filter=False, rest_with_secret_from=None),
     (4, 0): SparkMinor("4.0", StreamInternals(_BEFORE_4_1, "executeOneBatch"), commit_log=2,
                        commit_log_from_conf=True, offset_log=1, operator_metadata=True,
                        transform_with_state=True, ansi_default=True, pinned=_PINNED_4_0,
-                       renamed=_MISNAMED_BY_3_5_4),
+                       renamed=_MISNAMED_BY_3_5_4, jws_filter=True, rest_with_secret_from=5),
     (4, 1): SparkMinor("4.1", StreamInternals(_FROM_4_1, "executeOneBatch"), commit_log=2,
                        commit_log_from_conf=True, offset_log=1, operator_metadata=True,
-                       transform_with_state=True, ansi_default=True, pinned=_PINNED_4_0, renamed={}),
+                       transform_with_state=True, ansi_default=True, pinned=_PINNED_4_0, renamed={},
+                       jws_filter=True, rest_with_secret_from=4),
     (4, 2): SparkMinor("4.2", StreamInternals(_FROM_4_1, "executeOneBatch"), commit_log=3,
                        commit_log_from_conf=False, offset_log=2, operator_metadata=True,
-                       transform_with_state=True, ansi_default=True, pinned=_PINNED_4_2, renamed={}),
+                       transform_with_state=True, ansi_default=True, pinned=_PINNED_4_2, renamed={},
+                       jws_filter=True, rest_with_secret_from=0),
     (4, 3): SparkMinor("4.3", StreamInternals(_FROM_4_1, "executeOneBatch"), commit_log=3,
                        commit_log_from_conf=False, offset_log=2, operator_metadata=True,
-                       transform_with_state=True, ansi_default=True, pinned=_PINNED_4_3, renamed={}),
+                       transform_with_state=True, ansi_default=True, pinned=_PINNED_4_3, renamed={},
+                       jws_filter=True, rest_with_secret_from=0),
 }
 SUPPORTED_RANGE = f"{next(iter(KNOWN.values())).name} to {list(KNOWN.values())[-1].name}"
 
@@ -128,6 +137,15 @@ def spark_minor(version: str | None) -> SparkMinor | None:
     """What sparkpoint knows of a Spark version (``3.5.9``, ``4.0.5-amzn-0``); None for one it does not know."""
     minor = minor_of(version) if version else None
     return KNOWN.get(minor) if minor else None
+
+
+def master_takes_secret_with_rest(version: str) -> bool:
+    """Whether a standalone master of this version runs its REST server beside the RPC secret. Only the x.0 and
+    the latest patch of each line were read: a patch between them counts as refusing (REST off, RPC secured)."""
+    known = spark_minor(version)
+    patch = re.match(r"\d+\.\d+\.(\d+)", version)
+    return bool(known and patch) and known.rest_with_secret_from is not None and int(
+        patch.group(1)) >= known.rest_with_secret_from
 
 
 def stream_internals(version: str) -> StreamInternals | None:

@@ -87,3 +87,13 @@ def spark_home(root, version: str | None = "4.0.5", jar: str | None = None, rele
     if release:
         (root / "RELEASE").write_text(release)
     return root
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports

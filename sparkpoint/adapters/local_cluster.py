@@ -1,11 +1,16 @@
-"""A Spark standalone master and worker on this machine, from the installed pyspark: for trying
-sparkpoint against a real cluster, and for its tests.
+"""A Spark standalone master and worker on this machine, from the user's Spark (--spark-home, $SPARK_HOME, or
+the installed pyspark): for trying sparkpoint against a real cluster, and for its tests.
 
 Everything lives under one directory: ``conf/spark-defaults.conf`` (mode 0600: the RPC secret and the
 JWS key that the master's REST server and web UIs require), ``logs/``, ``pids/`` (each process's pid and
 start time, so that a pid reused since is not taken for it) and the worker's ``work/`` (drivers and
 executors write their output there). Clients point SPARK_CONF_DIR at ``conf``.
 Every port listens on 127.0.0.1 only.
+
+The security each Spark offers (spark_versions): from 4.0 the JWSFilter guards the REST server and the web
+UIs. A master that refuses the RPC secret beside its REST server (3.5, 4.0.0, 4.1.0) gets no REST server:
+its RPC keeps the secret, so only client mode runs on it; 3.5's web UIs have no token check, and stay on
+127.0.0.1.
 """
 
 from __future__ import annotations
@@ -20,13 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkpoint.adapters.spark_submit import find_spark
+from sparkpoint.adapters.spark_submit import Spark, find_spark
 from sparkpoint.adapters.standalone import JWS_KEY, StandaloneMaster, read_properties
 from sparkpoint.results import Result
 from sparkpoint.times import poll_until
 from sparkpoint.errors import EnvironmentSetupError, SparkpointError, TargetNotEmptyError
 from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
 from sparkpoint.adapters.local_files import write_private
+from sparkpoint.spark_versions import master_takes_secret_with_rest, spark_minor
 
 HOST = "127.0.0.1"
 JWS_FILTER = "org.apache.spark.ui.JWSFilter"
@@ -44,7 +50,7 @@ class Ports:
 class ClusterStatus(Result):
     directory: str
     master_url: str
-    rest_url: str
+    rest_url: str | None  # None: no REST server (its Spark cannot run one beside the RPC secret)
     conf_dir: str
     master_pid: int | None  # None: not running (no pid file, or its process is gone)
     worker_pid: int | None
@@ -87,32 +93,33 @@ def _read_pid(directory: Path, role: str) -> tuple[int | None, str | None]:
     return pid, start if start and pid_alive(pid, start) else None
 
 
-def _write_conf(directory: Path, ports: Ports) -> None:
-    """The cluster's settings, secrets included: written once, owner-only, atomically."""
+def _write_conf(directory: Path, ports: Ports, spark: Spark) -> None:
+    """The cluster's settings, secrets included, as much security as its Spark offers: written once,
+    owner-only, atomically."""
     path = _conf_file(directory)
     if path.exists():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
+    rest = master_takes_secret_with_rest(spark.version)
     lines = {
         "spark.authenticate": "true",
         "spark.authenticate.secret": secrets.token_hex(32),
-        "spark.master.rest.enabled": "true",
-        "spark.master.rest.host": HOST,
-        "spark.master.rest.port": str(ports.rest),
+        "spark.master.rest.enabled": str(rest).lower(),
+        **({"spark.master.rest.host": HOST, "spark.master.rest.port": str(ports.rest),
+            "spark.master.rest.filters": JWS_FILTER} if rest else {}),
         "spark.master.ui.port": str(ports.master_ui),
-        "spark.master.rest.filters": JWS_FILTER,
-        "spark.ui.filters": JWS_FILTER,
-        # Spark's JWSFilter reads the key as base64url; 48 bytes encode without padding.
-        JWS_KEY: base64.urlsafe_b64encode(secrets.token_bytes(48)).decode(),
-        "spark.org.apache.spark.ui.JWSFilter.param.requireExpiration": "true",
+        **({"spark.ui.filters": JWS_FILTER,
+            # Spark's JWSFilter reads the key as base64url; 48 bytes encode without padding.
+            JWS_KEY: base64.urlsafe_b64encode(secrets.token_bytes(48)).decode(),
+            "spark.org.apache.spark.ui.JWSFilter.param.requireExpiration": "true"}
+           if spark_minor(spark.version).jws_filter else {}),
         "spark.pyspark.python": sys.executable,
     }
     write_private(path, "# Written by sparkpoint cluster start. Secrets: keep this file private.\n"
                   + "".join(f"{key} {value}\n" for key, value in lines.items()))
 
 
-def _spawn(directory: Path, role: str, main_class: str, args: list[str]) -> int:
-    spark = find_spark()
+def _spawn(directory: Path, spark: Spark, role: str, main_class: str, args: list[str]) -> int:
     spark_class = spark.spark_class
     env = dict(os.environ, SPARK_HOME=spark.home, SPARK_LOCAL_IP=HOST, SPARK_MASTER_HOST=HOST,
                SPARK_CONF_DIR=str(conf_dir(directory)),
@@ -131,16 +138,17 @@ def master_url(ports: Ports = Ports()) -> str:
     return f"spark://{HOST}:{ports.master}"
 
 
-def start(directory: Path, ports: Ports = Ports(), cores: int = 2, memory: str = "4g", timeout: float = 90.0
-          ) -> ClusterStatus:
+def start(directory: Path, ports: Ports = Ports(), cores: int = 2, memory: str = "4g", timeout: float = 90.0,
+          spark_home: str | None = None) -> ClusterStatus:
     directory = directory.resolve()
+    spark = find_spark(spark_home)
     directory.mkdir(parents=True, exist_ok=True)
     if any(_read_pid(directory, role)[1] for role in ("master", "worker")):
         raise TargetNotEmptyError(f"a cluster already runs from {directory}: 'sparkpoint cluster stop' first")
-    _write_conf(directory, ports)
-    _spawn(directory, "master", "org.apache.spark.deploy.master.Master",
+    _write_conf(directory, ports, spark)
+    _spawn(directory, spark, "master", "org.apache.spark.deploy.master.Master",
            ["--host", HOST, "--port", str(ports.master), "--webui-port", str(ports.master_ui)])
-    _spawn(directory, "worker", "org.apache.spark.deploy.worker.Worker",
+    _spawn(directory, spark, "worker", "org.apache.spark.deploy.worker.Worker",
            ["--host", HOST, "--webui-port", str(ports.worker_ui), "--cores", str(cores), "--memory", memory,
             "--work-dir", str(directory / "work"), master_url(ports)])
     def settled() -> ClusterStatus | None:
@@ -160,14 +168,14 @@ def status(directory: Path, ports: Ports = Ports()) -> ClusterStatus:
     pids = {role: _read_pid(directory, role) for role in ("master", "worker")}
     alive = {role: pid if start else None for role, (pid, start) in pids.items()}
     overview: dict[str, Any] = {}
-    if alive["master"] and _conf_file(directory).exists():
+    properties = read_properties(_conf_file(directory)) if _conf_file(directory).exists() else {}
+    if alive["master"] and properties:
         with contextlib.suppress(SparkpointError):
-            overview = StandaloneMaster(master_url(ports), read_properties(_conf_file(directory)),
-                                        timeout=2.0).overview()
+            overview = StandaloneMaster(master_url(ports), properties, timeout=2.0).overview()
     return ClusterStatus(
         directory=str(directory),
         master_url=master_url(ports),
-        rest_url=f"http://{HOST}:{ports.rest}",
+        rest_url=f"http://{HOST}:{ports.rest}" if properties.get("spark.master.rest.enabled") != "false" else None,
         conf_dir=str(conf_dir(directory)),
         master_pid=alive["master"],
         worker_pid=alive["worker"],

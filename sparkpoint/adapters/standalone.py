@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from sparkpoint.adapters import http
 from sparkpoint.adapters.spark_submit import VALUELESS_OPTIONS
-from sparkpoint.errors import BadArgumentError, ConfigError, SparkFailureError, UnreachableError
+from sparkpoint.errors import BadArgumentError, ConfigError, EnvironmentSetupError, SparkFailureError, UnreachableError
 
 JWS_KEY = "spark.org.apache.spark.ui.JWSFilter.param.secretKey"
 PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
@@ -88,6 +88,14 @@ class StandaloneMaster:
         self.rest_url = f"http://{host}:{self.properties.get('spark.master.rest.port', '6066')}/v1/submissions"
         self.ui_url = f"http://{host}:{self.properties.get('spark.master.ui.port', '8080')}"
         self.timeout = timeout
+
+    def require_rest(self) -> None:
+        """--deploy-mode cluster submits through the REST server: refused at once on a master without one."""
+        if self.properties.get("spark.master.rest.enabled") == "false":
+            raise EnvironmentSetupError(
+                f"the master at {self.master_url} runs no REST submission server (spark.master.rest.enabled=false in "
+                "its client configuration), which --deploy-mode cluster needs: run in client mode (a Spark 3.5, "
+                "4.0.0 or 4.1.0 master cannot run REST beside its RPC secret)")
 
     def _headers(self) -> dict[str, str]:
         key = self.properties.get(JWS_KEY)

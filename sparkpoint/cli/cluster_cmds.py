@@ -34,7 +34,7 @@ def _ports_options(command):
 
 @click.group("cluster")
 def cluster_group():
-    """A Spark standalone master and worker on 127.0.0.1, from the installed pyspark.
+    """A Spark standalone master and worker on 127.0.0.1, from your Spark (--spark-home, $SPARK_HOME, pyspark).
 
     The master's RPC, REST submission server (for --deploy-mode cluster) and web UIs require the
     secrets written to DIR/conf/spark-defaults.conf; point SPARK_CONF_DIR at DIR/conf to use it.
@@ -52,12 +52,19 @@ def _ports(master_port, master_ui_port, worker_ui_port, rest_port):
 @_ports_options
 @click.option("--cores", type=click.IntRange(min=1), default=2, show_default=True, help="The worker's cores.")
 @click.option("--memory", default="4g", show_default=True, help="The worker's memory.")
+@click.option("--spark-home", metavar="DIR",
+              help="The Spark the master and worker run [default: $SPARK_HOME, else this environment's pyspark].")
 @output_option
-def start_cmd(directory, master_port, master_ui_port, worker_ui_port, rest_port, cores, memory, output):
-    """Start the master and one worker; return once the worker has registered."""
+def start_cmd(directory, master_port, master_ui_port, worker_ui_port, rest_port, cores, memory, spark_home, output):
+    """Start the master and one worker; return once the worker has registered.
+
+    Secured as far as their Spark allows: from 4.0, tokens for the REST server and web UIs; a 3.5, 4.0.0 or
+    4.1.0 master runs no REST server (it refuses one beside the RPC secret), so it takes client mode only.
+    """
     from sparkpoint.adapters import local_cluster
 
-    info = local_cluster.start(directory, _ports(master_port, master_ui_port, worker_ui_port, rest_port), cores, memory)
+    info = local_cluster.start(directory, _ports(master_port, master_ui_port, worker_ui_port, rest_port), cores, memory,
+                               spark_home=spark_home)
     emit(output, info, _render_status)
 
 
@@ -91,7 +98,7 @@ def _render_stopped(result: ClusterStopped) -> None:
 def _render_status(info: ClusterStatus) -> None:
     echo(f"cluster {info.master_url}: {'up' if info.up else 'down'} (master pid {info.master_pid or '-'}, "
          f"worker pid {info.worker_pid or '-'}, {info.workers_alive} worker(s) registered)")
-    echo(f"  REST {info.rest_url}; export SPARK_CONF_DIR={info.conf_dir}")
+    echo(f"  REST {info.rest_url or 'off (client mode only)'}; export SPARK_CONF_DIR={info.conf_dir}")
     echo(f"  applications: {', '.join(map(str, info.active_apps)) or '-'}; "
          f"drivers: {', '.join(map(str, info.active_drivers)) or '-'}")
 

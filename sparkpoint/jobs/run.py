@@ -114,6 +114,8 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     _refuse_what_cannot_go_together(request)
     cluster = request.deploy_mode == "cluster"
     master = StandaloneMaster(request.master) if cluster else None  # a bad master URL fails before anything runs
+    if master is not None:
+        master.require_rest()
     # The Spark that runs the driver here (a cluster-mode driver runs on a worker's): refused before anything runs.
     spark = None if cluster else spark_submit.find_spark(request.spark_home)
     if request.replace:

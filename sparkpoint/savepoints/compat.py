@@ -28,6 +28,7 @@ _REFUSALS = (
     ("STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE", "state_schema"),
     ("STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", "state_schema"),
     ("STATE_SCHEMA", "state_schema"),
+    ("CANNOT_LOAD_STATE_STORE", "state_schema"),  # e.g. a state format this Spark cannot read
     ("STREAMING_STATEFUL_OPERATOR", "operators"),
     ("sources in the checkpoint offsets", "sources"),
 )

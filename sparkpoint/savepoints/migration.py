@@ -24,6 +24,7 @@ from sparkpoint.spark_versions import (
     KNOWN,
     ROW_CHECKSUM_CONF,
     SparkMinor,
+    minor_of,
     spark_minor,
 )
 
@@ -57,6 +58,7 @@ def move(savepoint: Savepoint, target_version: str, given: dict[str, str] | None
     if target is None:
         raise ValueError(f"Spark {target_version} is not one sparkpoint knows")  # find_spark refused it before
     source_version = savepoint.manifest.get("spark_version")
+    source = spark_minor(source_version)
     problems: list[tuple[str, str]] = []
     notes: list[str] = []
     confs: dict[str, str] = {}
@@ -67,6 +69,12 @@ def move(savepoint: Savepoint, target_version: str, given: dict[str, str] | None
             problems.append((name, f"query {name}: its commit log is v{commits}"
                                    f"{' (checkpoint format v2)' if commits == 2 else ''}; Spark {target_version} "
                                    f"reads up to v{target.commit_log}"))
+        elif commits > 1 and source is not None and minor_of(source_version) > minor_of(target_version):
+            # Seen: 4.3's RocksDB state of format v2 on 4.0.5, "Cannot read RocksDB checkpoint metadata. Expected
+            # v2, but found v1" (CANNOT_LOAD_STATE_STORE), at the first batch.
+            problems.append((name, f"query {name}: its state is of checkpoint format v2, written by Spark "
+                                   f"{source_version}; an older Spark ({target_version}) does not read that format "
+                                   f"as a newer one wrote it"))
         elif target.commit_log_from_conf:  # the session's conf must name the log's version exactly
             if given.get(CHECKPOINT_FORMAT_CONF, str(commits)) != str(commits):
                 problems.append((name, f"query {name}: its commit log is v{commits}, and Spark {target_version} "

@@ -7,6 +7,7 @@ with exact outputs, list and cancel; then a savepoint taken on one version resto
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -20,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "spark"))
 
-from clitools import cli, cli_json, wait_for  # noqa: E402
+from clitools import cli, cli_json, free_ports, wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.compat]
 
@@ -158,15 +159,15 @@ def test_a_savepoint_taken_on_one_spark_continues_exactly_on_a_newer_one(tmp_pat
 
 
 def test_a_checkpoint_v2_savepoint_is_refused_by_3_5_before_it_starts_and_read_by_4_0_with_its_conf(tmp_path):
-    """Checkpoint format v2 (the state stores' unique ids in the commit log) written by 4.3: 3.5 reads commit log
+    """Checkpoint format v2 (the state stores' unique ids in the commit log) written by 4.0: 3.5 reads commit log
     v1 only, and 4.0 reads v2 only when its session's checkpointFormatVersion says 2 (an exact match, pinned in no
     offset log). `check` and `run -s` refuse the first from the savepoint alone; `run -s` sets the second."""
     home, inputs, first, second = tmp_path / "home", tmp_path / "in", tmp_path / "out-1", tmp_path / "out-2"
     for index in range(3):
         feed_rooms(inputs, index)
-    job = run_on(home, "4.3", ROOMS, [str(inputs), str(first)], "--conf",
+    job = run_on(home, "4.0", ROOMS, [str(inputs), str(first)], "--conf",
                  "spark.sql.streaming.stateStore.checkpointFormatVersion=2")
-    wait_for(lambda: latest_rooms(first) == room_totals(range(3)), timeout=180, what="3 files on 4.3")
+    wait_for(lambda: latest_rooms(first) == room_totals(range(3)), timeout=180, what="3 files on 4.0")
     stopped = cli_json(home, "stop", job["id"])
     assert cli_json(home, "inspect", stopped["id"])["queries"][0]["checkpoint_format_version"] == 2
 
@@ -174,14 +175,48 @@ def test_a_checkpoint_v2_savepoint_is_refused_by_3_5_before_it_starts_and_read_b
         began = time.monotonic()
         code, out, err = cli(home, *command, "-s", stopped["id"], "--spark-home", spark_home("3.5"), ROOMS,
                              str(inputs), str(second))
-        assert code == 16 and "its commit log is v2 (checkpoint format v2); Spark 3.5.9 reads up to v1" in err, err
+        assert code == 16 and "its commit log is v2 (checkpoint format v2); Spark 3.5.9 reads up to v1" in out + err
         assert time.monotonic() - began < 15  # refused from the savepoint: no Spark started for it
 
     feed_rooms(inputs, 3)
-    again = run_on(home, "4.0", ROOMS, [str(inputs), str(second)], "-s", stopped["id"])
+    again = run_on(home, "4.0", ROOMS, [str(inputs), str(second)], "-s", stopped["id"])  # no --conf: run sets it
     assert again["upgrade_check"]["compatible"] is True
     wait_for(lambda: latest_rooms(second) == room_totals(range(4)), timeout=180,
-             what="4.3's checkpoint v2 continued on 4.0 up to file 3")
+             what="4.0's checkpoint v2 continued on 4.0 up to file 3")
     assert min(outputs(second)) == stopped["queries"][0]["batch_id"] + 1
     assert cli_json(home, "cancel", again["id"])["state"] == "cancelled"
 
+
+@pytest.mark.parametrize(("minor", "rest"), [("3.5", False), ("4.0", True)])
+def test_the_test_cluster_comes_up_on_each_spark_as_secure_as_it_allows(tmp_path, minor, rest):
+    """3.5 has no JWSFilter and its master refuses REST beside the RPC secret: the cluster runs without REST
+    (client mode only; cluster mode is refused by name). 4.0.5 takes both: REST and web UIs want a token."""
+    import urllib.error
+    import urllib.request
+
+    master, master_ui, rest_port, worker_ui = free_ports(4)
+    directory, home = tmp_path / "cluster", tmp_path / "home"
+    code, out, err = cli(None, "cluster", "start", "-o", "json", "--dir", str(directory), "--spark-home",
+                         spark_home(minor), "--master-port", str(master), "--master-ui-port", str(master_ui),
+                         "--rest-port", str(rest_port), "--worker-ui-port", str(worker_ui), timeout=180)
+    try:
+        assert code == 0, err
+        info = json.loads(out)
+        assert info["workers_alive"] == 1 and (info["rest_url"] is not None) == rest, info
+        with pytest.raises(urllib.error.HTTPError) if rest else contextlib.nullcontext():
+            urllib.request.urlopen(f"http://127.0.0.1:{master_ui}/json/", timeout=10)  # no token
+        env = {**os.environ, "SPARK_CONF_DIR": info["conf_dir"]}
+        inputs, output = tmp_path / "in", tmp_path / "out"
+        feed_rooms(inputs, 0)
+        if not rest:
+            code, _out, err = cli(home, "run", "--detach", "--master", info["master_url"], "--deploy-mode", "cluster",
+                                  "--spark-home", spark_home(minor), ROOMS, str(inputs), str(output), env=env)
+            assert code == 10 and "runs no REST submission server" in err, err
+        code, out, err = cli(home, "run", "-o", "json", "--detach", "--master", info["master_url"], "--spark-home",
+                             spark_home(minor), ROOMS, str(inputs), str(output), env=env)
+        assert code == 0, err
+        job = json.loads(out)
+        wait_for(lambda: latest_rooms(output) == room_totals(range(1)), timeout=180, what=f"a job on a {minor} cluster")
+        assert cli_json(home, "cancel", job["id"])["state"] == "cancelled"
+    finally:
+        cli(None, "cluster", "stop", "--dir", str(directory), timeout=60)

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from clitools import cli, cli_json, processes_mentioning, wait_for
+from clitools import cli, cli_json, free_ports, processes_mentioning, wait_for
 from s3server import BUCKET, S3Server
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -22,16 +21,6 @@ APP = str(ROOT / "scripts" / "demo_apps" / "motion_alarms.py")
 _demo = importlib.util.spec_from_file_location("demo", ROOT / "scripts" / "demo.py")
 demo = importlib.util.module_from_spec(_demo)
 _demo.loader.exec_module(demo)
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 @pytest.fixture(scope="module")

@@ -362,6 +362,11 @@ def test_the_support_matrix_says_only_what_tests_compat_runs():
     claimed = {(older, newer.strip()) for older, cell in zip(minors, migrations[1:], strict=True) if cell != "-"
                for newer in cell.split(",")}
     assert claimed == set(pairs)
+    clusters = ast.literal_eval(re.search(r'parametrize\(\("minor", "rest"\), (\[.*?\])\)', compat).group(1))
+    cluster_row = next(row for row in rows if row[0].startswith("cluster:"))
+    # 4.3's cluster runs in tests/spark/test_cluster.py.
+    assert {m for m, cell in zip(minors, cluster_row[1:], strict=True) if cell == "tested"} == {
+        m for m, _rest in clusters} | {"4.3"}
     from sparkpoint.spark_versions import KNOWN
 
     assert [known.name for known in KNOWN.values()] == minors

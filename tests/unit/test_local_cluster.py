@@ -7,7 +7,13 @@ import stat
 import subprocess
 import sys
 
+import pytest
+from clitools import spark_home
+
 from sparkpoint.adapters import local_cluster
+from sparkpoint.adapters.spark_submit import find_spark
+from sparkpoint.adapters.standalone import StandaloneMaster, read_properties
+from sparkpoint.errors import EnvironmentSetupError
 from sparkpoint.adapters.processes import pid_alive, process_start
 
 
@@ -18,12 +24,34 @@ def test_the_secrets_go_to_their_file_only_not_through_a_planted_link(tmp_path):
     loot.write_text("")
     for name in (".spark-defaults.conf.tmp", ".spark-defaults.conf.tmp.1"):  # names an earlier version used
         (conf / name).symlink_to(loot)
-    local_cluster._write_conf(tmp_path, local_cluster.Ports())
+    local_cluster._write_conf(tmp_path, local_cluster.Ports(), find_spark(str(spark_home(tmp_path / "spark", "4.3.0"))))
     written = conf / "spark-defaults.conf"
     assert loot.read_text() == ""
     assert stat.S_IMODE(os.stat(written).st_mode) == 0o600 and "spark.authenticate.secret" in written.read_text()
     assert sorted(p.name for p in conf.iterdir()) == sorted([".spark-defaults.conf.tmp", ".spark-defaults.conf.tmp.1",
                                                              "spark-defaults.conf"])
+
+
+@pytest.mark.parametrize(("version", "rest", "tokens"), [
+    ("3.5.9", False, False),  # no JWSFilter, and a master that refuses REST beside the RPC secret
+    ("4.0.0", False, True),  # its master refuses REST beside the secret; the UIs take tokens
+    ("4.0.5", True, True), ("4.1.0", False, True), ("4.1.4", True, True), ("4.2.1", True, True), ("4.3.0", True, True),
+])
+def test_the_cluster_is_as_secure_as_its_spark_allows_and_a_master_without_rest_refuses_cluster_mode(
+        tmp_path, version, rest, tokens):
+    local_cluster._write_conf(tmp_path, local_cluster.Ports(), find_spark(str(spark_home(tmp_path / "spark", version))))
+    conf = read_properties(tmp_path / "conf" / "spark-defaults.conf")
+    assert conf["spark.authenticate"] == "true" and len(conf["spark.authenticate.secret"]) == 64  # RPC, always
+    assert conf["spark.master.rest.enabled"] == str(rest).lower()
+    assert ("spark.master.rest.filters" in conf, "spark.master.rest.host" in conf) == (rest, rest)
+    assert ("spark.ui.filters" in conf, "spark.org.apache.spark.ui.JWSFilter.param.secretKey" in conf) == (tokens,
+                                                                                                          tokens)
+    master = StandaloneMaster(local_cluster.master_url(), conf)
+    if rest:
+        master.require_rest()
+    else:
+        with pytest.raises(EnvironmentSetupError, match="runs no REST submission server"):
+            master.require_rest()
 
 
 def test_stop_leaves_a_process_that_reuses_a_stale_pid_alone(tmp_path):

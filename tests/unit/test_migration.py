@@ -48,10 +48,15 @@ def test_a_commit_log_v2_is_refused_on_3_5_and_named_to_4_0_and_4_1_whose_sessio
     saved = savepoint_of(tmp_path, "4.3.0", commits="v2")
     assert move(saved, "3.5.9").refused == ("query alarms: its commit log is v2 (checkpoint format v2); "
                                             "Spark 3.5.9 reads up to v1")
+    # Of a newer minor's format v2, an older one reads no state (4.3's RocksDB on 4.0.5: CANNOT_LOAD_STATE_STORE).
+    assert move(saved, "4.2.1").refused == ("query alarms: its state is of checkpoint format v2, written by Spark "
+                                            "4.3.0; an older Spark (4.2.1) does not read that format as a newer one "
+                                            "wrote it")
+    own = savepoint_of(tmp_path / "own", "4.0.5", commits="v2")
     for target in ("4.0.5", "4.1.4"):
-        assert move(saved, target).launch_confs == [f"{CHECKPOINT_FORMAT}=2"]
-        assert "reads only the version" in move(saved, target, {CHECKPOINT_FORMAT: "1"}).refused
-    assert move(saved, "4.2.1").launch_confs == [] and move(saved, "4.2.1").refused is None
+        assert move(own, target).launch_confs == [f"{CHECKPOINT_FORMAT}=2"]
+        assert "reads only the version" in move(own, target, {CHECKPOINT_FORMAT: "1"}).refused
+    assert move(own, "4.3.0").launch_confs == [] and move(own, "4.3.0").refused is None
     # A v1 log on 4.0 with the conf set to 2: Spark would refuse it at the first batch.
     assert "(2 in --conf)" in move(savepoint_of(tmp_path / "v1", "4.0.5"), "4.0.5", {CHECKPOINT_FORMAT: "2"}).refused
 

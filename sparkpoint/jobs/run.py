@@ -137,12 +137,14 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     # (runtime.gate) instead of a Spark started for the check alone; --replace checks before anything stops, and
     # so does a claim, which hands the savepoint over at the launch: a refusal must leave it where it was.
     checked_in_driver = saved is not None and request.check and rollback_of is None and not request.claim
-    moved = check_move(saved, spark, request) if checked_in_driver and spark is not None else Move(None, "", [], [])
+    moved = (check_move(saved, spark, request, refuse=checked_in_driver) if saved is not None and spark is not None
+             else Move(None, "", [], []))
     if rollback_of is not None:
         upgrade_check = {"skipped": f"rollback: the version {rollback_of.id} replaced, as it ran before", "at": iso()}
     elif (saved or replaced) and not checked_in_driver:
         upgrade_check = check_before_launch(settings, request, saved, replaced, progress)
-    conf_args += spark_submit.conf_arguments(moved.launch_confs + (upgrade_check or {}).get("confs", []))
+    # A job to replace is known by the savepoint its pre-check took (the hand-over's comes later, at the boundary).
+    conf_args += spark_submit.conf_arguments(moved.launch_confs or (upgrade_check or {}).get("confs", []))
     # A sink is rolled back once the check has let the first query go: an upgrade refused moves nothing.
     sink_notes = (_sinks_before_launch(settings, request, saved, warn, rolled)
                   if saved and not (checked_in_driver and request.rollback_sink) else [])

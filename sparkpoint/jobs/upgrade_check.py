@@ -66,11 +66,12 @@ def check_before_launch(settings: Settings, request: RunRequest, saved: Savepoin
             "notes": checked.notes, "at": iso(), **({"confs": checked.launch_confs} if checked.launch_confs else {})}
 
 
-def check_move(saved: Savepoint, spark: Spark, request: RunRequest) -> Move:
-    """Before `run -s` launches: what the job's Spark cannot read of the savepoint is refused (exit 16) with
-    nothing started; what it needs to read it is returned with what the move changes."""
+def check_move(saved: Savepoint, spark: Spark, request: RunRequest, refuse: bool) -> Move:
+    """Before a restore launches: what the job's Spark needs to read the savepoint, and what the move changes;
+    with ``refuse`` (a checked `run -s`), what it cannot read is refused (exit 16) with nothing started. The
+    confs it needs are given whatever --no-check says: they are how that Spark reads it, not a check."""
     moved = migration_to(saved, spark, request.confs)
-    if moved.refused:
+    if refuse and moved.refused:
         raise IncompatibleUpgradeError(f"{request.app} will not restore from {saved.manifest['id']} on Spark "
                                        f"{spark.version}, so nothing was started: {moved.refused} (`sparkpoint "
                                        f"check` shows the details; --no-check skips it)")

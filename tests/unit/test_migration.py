@@ -136,3 +136,19 @@ def test_check_and_run_refuse_what_the_jobs_spark_cannot_read_before_any_spark_s
     assert code == 16, err
     assert "its commit log is v2 (checkpoint format v2); Spark 3.5.9 reads up to v1" in (out + err)
     assert not (tmp_path / "home" / "jobs").exists() or not list((tmp_path / "home" / "jobs").iterdir())
+
+
+@pytest.mark.parametrize("check", [[], ["--no-check"]])
+def test_run_gives_4_0_the_checkpoint_format_its_read_needs_checked_or_not(tmp_path, check):
+    """The conf is how 4.0 reads a commit log v2, not a check: --no-check keeps it. The Spark here records the
+    command line it is given and fails, so that nothing else runs."""
+    saved = savepoint_of(tmp_path, "4.0.5", commits="v2")
+    spark = spark_home(tmp_path / "spark-4.0", "4.0.5")
+    argv = tmp_path / "argv"
+    (spark / "bin" / "spark-submit").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {argv}\nexit 1\n')
+    (spark / "bin" / "spark-submit").chmod(0o755)
+    app = tmp_path / "app.py"
+    app.write_text("raise SystemExit('never run')\n")
+    cli(tmp_path / "home", "run", *check, "-s", saved.path, "--spark-home", str(spark), str(app), timeout=120)
+    given = argv.read_text().splitlines()
+    assert given[given.index(f"{CHECKPOINT_FORMAT}=2") - 1] == "--conf"

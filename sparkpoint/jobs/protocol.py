@@ -55,16 +55,7 @@ def await_handover(directory: Path | str, controller_pid: int, sleep=time.sleep)
     ({"abort": reason}). A controller that died cannot answer any more: that is an abort too."""
     directory = Path(directory)
     (directory / HANDOVER_WAITING).touch()
-
-    def answered() -> dict[str, Any] | None:
-        gone = not pid_alive(controller_pid)  # before the read: an answer written just before its end counts
-        try:
-            return json.loads((directory / HANDOVER_FILE).read_text())
-        except FileNotFoundError:
-            pass
-        return {"abort": "the sparkpoint run that started this driver ended before the hand-over"} if gone else None
-
-    return poll_until(answered, None, 0.02, sleep=sleep)
+    return _await_controller(directory / HANDOVER_FILE, controller_pid, "the hand-over", None, sleep)
 
 
 def handover_waiting(directory: Path | str) -> bool:
@@ -98,7 +89,15 @@ def await_answer(directory: Path | str, index: int, controller_pid: int | None, 
                  sleep=time.sleep) -> dict[str, Any]:
     """In a restored job's driver: the CLI's answer to a saved query's outcome. A controller that died, or
     none within ``timeout`` seconds (a cluster-mode driver's may be on another machine), is an abort."""
-    path = Path(directory) / f"answer-{index}.json"
+    found = _await_controller(Path(directory) / f"answer-{index}.json", controller_pid, "the check's answer",
+                              timeout, sleep)
+    return found if isinstance(found, dict) else {"abort": f"no answer to the check within {timeout:g} s"}
+
+
+def _await_controller(path: Path, controller_pid: int | None, what: str, timeout: float | None,
+                      sleep) -> dict[str, Any] | None:
+    """In a driver: the JSON answer its `run` writes to ``path``, or an abort once that `run` has ended
+    (``controller_pid``; None: not watched); None when ``timeout`` seconds pass first (None: never)."""
 
     def answered() -> dict[str, Any] | None:
         # The controller's end is seen before the file is read: a controller that answers and exits at once
@@ -108,12 +107,9 @@ def await_answer(directory: Path | str, index: int, controller_pid: int | None, 
             return json.loads(path.read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             pass
-        if gone:
-            return {"abort": "the sparkpoint run that started this driver ended before the check's answer"}
-        return None
+        return {"abort": f"the sparkpoint run that started this driver ended before {what}"} if gone else None
 
-    found = poll_until(answered, timeout, 0.02, sleep=sleep)
-    return found if isinstance(found, dict) else {"abort": f"no answer to the check within {timeout:g} s"}
+    return poll_until(answered, timeout, 0.02, sleep=sleep)
 
 
 def write_agent_file(directory: Path | str, data: dict[str, Any]) -> None:

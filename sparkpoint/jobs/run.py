@@ -138,7 +138,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     # so does a claim, which hands the savepoint over at the launch: a refusal must leave it where it was.
     checked_in_driver = saved is not None and request.check and rollback_of is None and not request.claim
     moved = (check_move(saved, spark, request, refuse=checked_in_driver) if saved is not None and spark is not None
-             else Move(None, "", [], []))
+             else Move(None, [], []))
     if rollback_of is not None:
         upgrade_check = {"skipped": f"rollback: the version {rollback_of.id} replaced, as it ran before", "at": iso()}
     elif (saved or replaced) and not checked_in_driver:

@@ -102,18 +102,13 @@ def _intercept(writer_class, on_start: OnStart) -> None:
     writer_class.toTable = to_table
 
 
-def conf_of(session, key: str) -> str | None:
+def conf_of(session, key: str, effective: bool = False) -> str | None:
+    """A conf of the session as set (None when it is not), or ``effective``: as it runs, its default included."""
     try:
-        return session.conf.get(key, None) if session is not None else None
-    except Exception:  # noqa: BLE001 - a conf Spark refuses to show is one the check cannot compare
-        return None
-
-
-def effective_conf_of(session, key: str) -> str | None:
-    """The value the session runs with, its default included (conf_of gives only what was set)."""
-    try:
-        return session.conf.get(key) if session is not None else None
-    except Exception:  # noqa: BLE001 - a key this Spark does not have
+        if session is None:
+            return None
+        return session.conf.get(key) if effective else session.conf.get(key, None)
+    except Exception:  # noqa: BLE001 - a conf Spark refuses to show, or a key this Spark does not have
         return None
 
 
@@ -121,7 +116,7 @@ def session_confs(writer, keys: list[str], effective: list[str]) -> dict[str, di
     """What outcome() reports of the writer's session: the pinned ``keys`` as set, the ``effective`` ones as run."""
     session = session_of(writer)
     return {"confs": {key: conf_of(session, key) for key in keys},
-            "effective": {key: effective_conf_of(session, key) for key in effective}}
+            "effective": {key: conf_of(session, key, effective=True) for key in effective}}
 
 
 def session_of(writer):

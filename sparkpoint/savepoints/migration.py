@@ -36,7 +36,6 @@ _STATE_LAYOUT_CONFS = (ENCODING_FORMAT_CONF, ROW_CHECKSUM_CONF)
 @dataclass(frozen=True)
 class Move:
     source: str | None  # the Spark that wrote the savepoint (its manifest), None when it is not known
-    target: str
     problems: list[tuple[str, str]]  # (query, why the target cannot read it)
     notes: list[str]
     confs: dict[str, str] = field(default_factory=dict)  # what the target's session needs to read the savepoint
@@ -92,7 +91,7 @@ def move(savepoint: Savepoint, target_version: str, given: dict[str, str] | None
         found, said = _pinned_confs(name, query["confs"], target, target_version)
         problems += found
         notes += said
-    return Move(source_version, target_version, problems, notes, confs)
+    return Move(source_version, problems, notes, confs)
 
 
 def ansi_note(query: str, source_version: str | None, effective: str | None) -> str | None:

@@ -139,6 +139,8 @@ def _chosen(savepoint: Savepoint, partitions: int, query: str | None, replan: bo
                 "boundary), or `rescale --replan` it if the sink tolerates that")
         supported = RUNNER_OPERATORS if provider.startswith("rocksdb") else HDFS_OPERATORS
         for op in saved["operators"]:
+            if op["name"] is None and provider == "hdfs":
+                continue  # Spark 3.5's: named by its state when it is read (repartition.identified)
             if op["name"] not in supported:
                 raise RescaleRefusedError(
                     f"query {saved['name']} operator {op['id']} ({op['name'] or 'unnamed: written before Spark 4'}) "
@@ -161,7 +163,7 @@ def _chosen(savepoint: Savepoint, partitions: int, query: str | None, replan: bo
 
 def _why_not(name: str | None, provider: str) -> str:
     if name is None:
-        return "its operator metadata is missing, so its keys cannot be told apart"
+        return "Spark's repartitioner needs the operator metadata Spark 3.5 does not write"
     if name.startswith("transformWithState"):
         return "transformWithState keeps its state on RocksDB only"
     return ("Spark partitions its state by no key sparkpoint can reproduce (a global limit or streamline aggregate "
@@ -188,7 +190,7 @@ def _rescale_query(spark, spark_side: ThreadPoolExecutor, saved: dict[str, Any],
             path = os.path.join(checkpoint, "offsets", name)
             if os.path.exists(path):
                 os.remove(path)
-    batch_id, operators = saved["batch_id"], saved["operators"]
+    batch_id, operators = saved["batch_id"], [repartition.identified(op) for op in saved["operators"]]
     schemas = repartition.key_schemas(spark, checkpoint, batch_id, operators)
     if saved["provider"].startswith("rocksdb"):
         before = repartition.count_rows(spark, checkpoint, batch_id, operators)
@@ -199,13 +201,13 @@ def _rescale_query(spark, spark_side: ThreadPoolExecutor, saved: dict[str, Any],
         plan = repartition.plan_hdfs(checkpoint, batch_id, operators, partitions, schemas)
         counting = spark_side.submit(repartition.count_rows, spark, checkpoint, batch_id, operators)
         try:
-            state = repartition.read_hdfs(checkpoint, batch_id, operators)
+            state = repartition.read_hdfs(checkpoint, batch_id, operators, plan)
         except BaseException:
             spark.sparkContext.cancelAllJobs()  # the count reads the scratch directory about to be removed
             raise
         before = counting.result()
         new_batch = repartition.write_hdfs(checkpoint, batch_id, plan, state, partitions, progress.advance)
-    checks = repartition.check_rescaled(spark, checkpoint, new_batch, saved["operators"], partitions, before)
+    checks = repartition.check_rescaled(spark, checkpoint, new_batch, operators, partitions, before)
     unsound = [c for c in checks if not c.sound]
     if unsound:
         detail = "; ".join(f"operator {c.operator} {c.store}: {c.rows_before} rows before, {c.rows_after} after, "

@@ -10,6 +10,11 @@ twice and skipping nothing, with the new count pinned.
   JVM gateway), which covers each operator below with Spark's own key extractors.
 - The HDFS-backed store, which Spark's runner refuses: sparkpoint reads each store's version N+1 (snapshot and
   deltas), places each key by Spark's hash (spark/placement.py), and writes one snapshot per new partition.
+  A checkpoint Spark 3.5 wrote has no operator metadata (no operator names): a join is told by its four
+  stores' names, any other operator is taken to be partitioned by its whole state key (aggregations,
+  deduplication, flatMapGroupsWithState) only if every key of the cut sits where that partitioning puts it
+  among the partitions it was written in. A session window (partitioned without its session) fails that
+  proof and is refused, as is a store written in one partition, which proves nothing.
 
 Afterwards Spark's state data source reads version N+2 back: its rows per store must equal version N+1's,
 and every key must sit where Spark's ``hash`` of its partition key puts it, or the rescale fails.
@@ -48,6 +53,7 @@ ROW_CHECKSUM_CONF = "spark.sql.streaming.stateStore.rowChecksum.enabled"
 COMPRESSION_CONF = "spark.sql.streaming.stateStore.compression.codec"
 FORMAT_VERSION_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 _JOIN_INDEXED = "keyWithIndexToValue"
+JOIN_STORES = frozenset(f"{side}-{kind}" for side in ("left", "right") for kind in ("keyToNumValues", _JOIN_INDEXED))
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,22 @@ def key_schemas(spark, checkpoint: str, batch_id: int,
     return schemas
 
 
+def identified(operator: dict[str, Any]) -> dict[str, Any]:
+    """``operator`` as the rescale reads it: one without operator metadata (Spark 3.5 writes none) named a
+    join when its stores are a join's, else left unnamed (its whole key is its partition key, which
+    :func:`read_hdfs` proves on the state itself)."""
+    if operator["name"] is None and set(operator["stores"]) == JOIN_STORES:
+        return dict(operator, name="symmetricHashJoin", unnamed=True)
+    if operator["name"] is None:
+        if operator["stores"] != ["default"]:
+            raise RescaleRefusedError(
+                f"operator {operator['id']} has no operator metadata (Spark 3.5 writes none) and stores "
+                f"{', '.join(operator['stores'])}, which are neither one operator's nor a join's: sparkpoint cannot "
+                "tell how Spark partitions it")
+        return dict(operator, unnamed=True)
+    return operator
+
+
 @dataclass(frozen=True)
 class HdfsPlan:
     """What sparkpoint's HDFS path writes, decided (and anything it cannot do refused) before it reads state."""
@@ -111,6 +133,12 @@ class HdfsPlan:
 
 def plan_hdfs(checkpoint: str, batch_id: int, operators: list[dict[str, Any]], partitions: int,
               schemas: dict[int, dict[str, dict[str, Any]]]) -> HdfsPlan:
+    for operator in operators:
+        if operator.get("unnamed") and operator["partitions"] < 2:
+            raise RescaleRefusedError(
+                f"operator {operator['id']} has no operator metadata (Spark 3.5 writes none) and its state was "
+                "written in one partition, which does not show how Spark partitions its keys: sparkpoint does not "
+                "rescale it")
     return HdfsPlan(
         offsets=_rescaled_offsets(checkpoint, batch_id, partitions),
         hashers={(op["id"], store): _store_hasher(op, store, schemas[op["id"]], checkpoint)
@@ -118,11 +146,18 @@ def plan_hdfs(checkpoint: str, batch_id: int, operators: list[dict[str, Any]], p
     )
 
 
-def read_hdfs(checkpoint: str, batch_id: int, operators: list[dict[str, Any]]) -> dict[tuple[int, str], tuple]:
+def read_hdfs(checkpoint: str, batch_id: int, operators: list[dict[str, Any]],
+              plan: HdfsPlan) -> dict[tuple[int, str], tuple]:
     """Every HDFS-backed store's rows at the cut (version ``batch_id + 1``), all partitions together, with the
-    bytes read: (operator id, store) -> (rows, bytes). Python only: it runs while Spark counts the same rows."""
-    return {(operator["id"], store): _read_store(checkpoint, operator["id"], store, batch_id + 1)
-            for operator in operators for store in operator["stores"]}
+    bytes read: (operator id, store) -> (rows, bytes). Python only: it runs while Spark counts the same rows.
+    The keys of an operator without operator metadata must each sit where the plan's partitioning puts them
+    among the partitions they were written in: the proof that it is Spark's."""
+    state = {}
+    for operator in operators:
+        for store in operator["stores"]:
+            proof = (plan.hashers[(operator["id"], store)], operator["partitions"]) if operator.get("unnamed") else None
+            state[(operator["id"], store)] = _read_store(checkpoint, operator["id"], store, batch_id + 1, proof)
+    return state
 
 
 def write_hdfs(checkpoint: str, batch_id: int, plan: HdfsPlan, state: dict[tuple[int, str], tuple],
@@ -222,8 +257,10 @@ def _store_dir(checkpoint: str, operator_id: int, partition: int, store: str) ->
     return directory if store == "default" else os.path.join(directory, store)
 
 
-def _read_store(checkpoint: str, operator_id: int, store: str, version: int) -> tuple[dict[bytes, bytes], int]:
-    """Every partition's rows of one store at ``version``, and the bytes read."""
+def _read_store(checkpoint: str, operator_id: int, store: str, version: int,
+                proof: tuple[KeyHasher, int] | None) -> tuple[dict[bytes, bytes], int]:
+    """Every partition's rows of one store at ``version``, and the bytes read. ``proof``: (a hasher, the
+    partition count) that must place every key in the partition it was read from."""
     rows: dict[bytes, bytes] = {}
     read_bytes = 0
     op_dir = os.path.join(checkpoint, "state", str(operator_id))
@@ -243,7 +280,17 @@ def _read_store(checkpoint: str, operator_id: int, store: str, version: int) -> 
             with open(os.path.join(directory, name), "rb") as handle:
                 files.append((os.path.join(directory, name), handle.read()))
         read_bytes += sum(len(raw) for _, raw in files)
-        rows.update(hdfs_store.load(files))
+        loaded = hdfs_store.load(files)
+        if proof:
+            hasher, count = proof
+            misplaced = sum(placed != partition for placed in hasher.partitions(list(loaded), count))
+            if misplaced:
+                raise RescaleRefusedError(
+                    f"operator {operator_id} has no operator metadata (Spark 3.5 writes none), and {misplaced} of the "
+                    f"{len(loaded)} keys of its store {store} in partition {partition} are not where Spark's hash of "
+                    "its key puts them: it is partitioned by part of its key (a session window is, without its "
+                    "session), which sparkpoint cannot tell, so it does not rescale it")
+        rows.update(loaded)
     return rows, read_bytes
 
 

@@ -157,3 +157,49 @@ def test_the_vectorized_hash_of_fixed_width_keys_is_the_row_by_row_one():
     for group in (same, nans):
         assert len(set(double_only.partitions(group, 1000))) == 1
         assert len({double_only.partition(row, 1000) for row in group}) == 1
+
+
+LONG_KEY = {"type": "struct", "fields": [{"name": "k", "type": "long", "nullable": True, "metadata": {}}]}
+
+
+def long_key(value: int) -> bytes:
+    return struct.pack("<qq", 0, value)  # an UnsafeRow: its null bits, then the long
+
+
+def test_an_operator_spark_3_5_wrote_is_rescaled_only_where_its_keys_prove_a_partitioning_by_the_whole_key(tmp_path):
+    """No operator metadata: a join is told by its stores; any other operator's keys must each sit where
+    Spark's hash of the whole key puts them (a session window's keys, hashed without their session, do not)."""
+    from sparkpoint.spark import repartition
+
+    root = tmp_path / "ckpt"
+    write(root / "offsets" / "3", offsets(3))
+    unnamed = {"id": 0, "name": None, "stores": ["default"], "partitions": 2, "bytes": 0, "state_variables": []}
+    operator = repartition.identified(unnamed)
+    hasher = KeyHasher(LONG_KEY, 1, "test")
+    keys = [long_key(value) for value in range(40)]
+    placed = {key: hasher.partition(key, 2) for key in keys}
+    assert set(placed.values()) == {0, 1}
+
+    def store(where: dict[bytes, int]) -> None:
+        for partition in (0, 1):
+            rows = [(key, b"v") for key, at in where.items() if at == partition]
+            write(root / "state" / "0" / str(partition) / "4.snapshot", hdfs_store.snapshot(rows))
+
+    plan = repartition.plan_hdfs(str(root), 3, [operator], 5, {0: {"default": LONG_KEY}})
+    store(placed)
+    state = repartition.read_hdfs(str(root), 3, [operator], plan)
+    assert set(state[(0, "default")][0]) == set(keys)
+
+    store({key: 1 - at if index % 7 == 0 else at for index, (key, at) in enumerate(placed.items())})
+    with pytest.raises(RescaleRefusedError, match="of the .* keys of its store default in partition 0 are not where "
+                                                  "Spark's hash of its key puts them.*session window"):
+        repartition.read_hdfs(str(root), 3, [operator], plan)
+
+    with pytest.raises(RescaleRefusedError, match="written in one partition"):
+        repartition.plan_hdfs(str(root), 3, [dict(operator, partitions=1)], 5, {0: {"default": LONG_KEY}})
+    join = repartition.identified(dict(unnamed, stores=sorted(repartition.JOIN_STORES)))
+    assert join["name"] == "symmetricHashJoin"
+    with pytest.raises(RescaleRefusedError, match="neither one operator's nor a join's"):
+        repartition.identified(dict(unnamed, stores=["default", "other"]))
+    named = dict(unnamed, name="dedupe")
+    assert repartition.identified(named) is named

@@ -20,11 +20,15 @@ What changes:
   handles the same way (it never requests the end while a batch is being planned).
 - The commit log: 3.5 reads v1 only. 4.0 and 4.1 read v1 or v2 (checkpoint format v2, the state stores' unique
   ids) but only the one their session's ``checkpointFormatVersion`` names (an exact match: the conf is pinned in
-  no offset log). 4.2 and 4.3 read up to v3.
+  no offset log). 4.2 and 4.3 read up to v3. Format v2 state is the writing minor's own: 4.3.0's RocksDB state
+  failed on 4.0.5 ("Cannot read RocksDB checkpoint metadata. Expected v2, but found v1"), 4.0.5's on 4.3.0
+  ("Expected v1, but found v2"), the conf set in both.
 - The offset log: v2 (``OffsetMap``) is written from 4.2 when asked; older versions refuse it.
 - Operator metadata (``state/<op>/_metadata``) from 4.0; transformWithState (its v2 metadata) from 4.0.
 - The confs an offset log pins, and what a version assumes for one its log lacks (10 keys in 3.5, 17 in 4.3).
 - ANSI SQL mode: pinned in no version's offset log; off by default in 3.5, on from 4.0.
+- How a refusal of the saved state reads: error classes from 4.0 (STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE, ...);
+  3.5 throws StateSchemaNotCompatible, an exception class of its own, for the same schema check.
 - A standalone master's security: the JWSFilter (the REST server's and the web UIs' token check) from 4.0; a
   master with its REST server on refuses ``spark.authenticate.secret`` (the RPC secret) in 3.5, 4.0.0 and 4.1.0,
   not in 4.0.5, 4.1.4 or 4.2.0+ (SPARK-57451, backported).
@@ -45,6 +49,21 @@ ROW_CHECKSUM_CONF = "spark.sql.streaming.stateStore.rowChecksum.enabled"
 PRUNE_FILTERS_CONF = "spark.sql.optimizer.pruneFiltersCanPruneStreamingSubplan"
 # 3.5.4 wrote the conf under another name; 3.5.5+ and 4.0 read it into the right one, 4.1+ no longer do.
 _MISNAMED_BY_3_5_4 = {"spark.databricks.sql.optimizer.pruneFiltersCanPruneStreamingSubplan": PRUNE_FILTERS_CONF}
+
+# What a Spark's refusal of the saved state says, by what it concerns (savepoints.compat's problem kinds).
+_REFUSED_FROM_4_0 = (
+    ("STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE", "state_schema"),
+    ("STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", "state_schema"),
+    ("STATE_SCHEMA", "state_schema"),
+    ("CANNOT_LOAD_STATE_STORE", "state_schema"),  # e.g. a state format this Spark cannot read
+    ("STREAMING_STATEFUL_OPERATOR", "operators"),
+    ("sources in the checkpoint offsets", "sources"),
+)
+_REFUSED_BY_3_5 = (
+    ("StateSchemaNotCompatible", "state_schema"),  # org.apache.spark.sql.execution.streaming.state's
+    ("CANNOT_LOAD_STATE_STORE", "state_schema"),
+    ("sources in the checkpoint offsets", "sources"),
+)
 
 # Pinned in an offset log: the value a version assumes when a log lacks the key (None: the session's value).
 _PINNED_3_5 = {
@@ -89,7 +108,6 @@ class SparkMinor:
     name: str  # "3.5"
     internals: StreamInternals
     commit_log: int  # the newest commit log version it reads
-    commit_log_from_conf: bool  # reads only the version its session's checkpointFormatVersion names
     offset_log: int  # the newest offset log version it reads
     operator_metadata: bool  # writes state/<op>/_metadata (3.5 does not: its operators are known by number only)
     transform_with_state: bool
@@ -98,30 +116,36 @@ class SparkMinor:
     renamed: dict[str, str]  # a pinned conf's older name it still reads from an offset log, and its name now
     jws_filter: bool  # org.apache.spark.ui.JWSFilter, the token check of the master's REST server and web UIs
     rest_with_secret_from: int | None  # the first patch whose master takes the RPC secret with REST (None: none)
+    refusals: tuple[tuple[str, str], ...]  # (words of its refusal of a saved state, what that concerns)
 
 
 KNOWN: dict[tuple[int, int], SparkMinor] = {
     (3, 5): SparkMinor("3.5", StreamInternals(_BEFORE_4_1, "$anonfun$runActivatedStream$1"), commit_log=1,
-                       commit_log_from_conf=False, offset_log=1, operator_metadata=False,
+                       offset_log=1, operator_metadata=False,
                        transform_with_state=False, ansi_default=False, pinned=_PINNED_3_5,
-                       renamed=_MISNAMED_BY_3_5_4, jws_filter=False, rest_with_secret_from=None),
+                       renamed=_MISNAMED_BY_3_5_4, jws_filter=False, rest_with_secret_from=None,
+                       refusals=_REFUSED_BY_3_5),
     (4, 0): SparkMinor("4.0", StreamInternals(_BEFORE_4_1, "executeOneBatch"), commit_log=2,
-                       commit_log_from_conf=True, offset_log=1, operator_metadata=True,
+                       offset_log=1, operator_metadata=True,
                        transform_with_state=True, ansi_default=True, pinned=_PINNED_4_0,
-                       renamed=_MISNAMED_BY_3_5_4, jws_filter=True, rest_with_secret_from=5),
+                       renamed=_MISNAMED_BY_3_5_4, jws_filter=True, rest_with_secret_from=5,
+                       refusals=_REFUSED_FROM_4_0),
     (4, 1): SparkMinor("4.1", StreamInternals(_FROM_4_1, "executeOneBatch"), commit_log=2,
-                       commit_log_from_conf=True, offset_log=1, operator_metadata=True,
+                       offset_log=1, operator_metadata=True,
                        transform_with_state=True, ansi_default=True, pinned=_PINNED_4_0, renamed={},
-                       jws_filter=True, rest_with_secret_from=4),
+                       jws_filter=True, rest_with_secret_from=4, refusals=_REFUSED_FROM_4_0),
     (4, 2): SparkMinor("4.2", StreamInternals(_FROM_4_1, "executeOneBatch"), commit_log=3,
-                       commit_log_from_conf=False, offset_log=2, operator_metadata=True,
+                       offset_log=2, operator_metadata=True,
                        transform_with_state=True, ansi_default=True, pinned=_PINNED_4_2, renamed={},
-                       jws_filter=True, rest_with_secret_from=0),
+                       jws_filter=True, rest_with_secret_from=0, refusals=_REFUSED_FROM_4_0),
     (4, 3): SparkMinor("4.3", StreamInternals(_FROM_4_1, "executeOneBatch"), commit_log=3,
-                       commit_log_from_conf=False, offset_log=2, operator_metadata=True,
+                       offset_log=2, operator_metadata=True,
                        transform_with_state=True, ansi_default=True, pinned=_PINNED_4_3, renamed={},
-                       jws_filter=True, rest_with_secret_from=0),
+                       jws_filter=True, rest_with_secret_from=0, refusals=_REFUSED_FROM_4_0),
 }
+# Every supported Spark's refusal words, the first match naming the kind: a check reads the error whichever
+# Spark gave it.
+REFUSALS = tuple(dict.fromkeys(refusal for minor in KNOWN.values() for refusal in minor.refusals))
 SUPPORTED_RANGE = f"{next(iter(KNOWN.values())).name} to {list(KNOWN.values())[-1].name}"
 
 

@@ -20,20 +20,9 @@ from sparkpoint.savepoints.migration import ansi_note
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.spark.checkpoint import empty_batch
-from sparkpoint.spark_versions import ANSI_CONF
+from sparkpoint.spark_versions import ANSI_CONF, REFUSALS
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-# What Spark's refusal says, by what it concerns: the first that matches an error line names its kind.
-_REFUSALS = (
-    ("STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE", "state_schema"),
-    ("STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", "state_schema"),
-    ("STATE_SCHEMA", "state_schema"),
-    ("CANNOT_LOAD_STATE_STORE", "state_schema"),  # e.g. a state format this Spark cannot read
-    ("STREAMING_STATEFUL_OPERATOR", "operators"),
-    ("sources in the checkpoint offsets", "sources"),
-)
-
-
 # Problems that say the check could not decide, not that the restore would fail (an error Spark gave for
 # another reason, a batch that did not run in time): alone, they make the check inconclusive.
 UNDECIDED = ("spark_error",)
@@ -165,7 +154,7 @@ def _query_problems(saved: dict[str, Any], outcome: dict[str, Any], operators: l
                                 "read, so it would start without its state; drop the option"))
     error = outcome.get("error")
     if error:
-        kind = next((kind for marker, kind in _REFUSALS if marker in error), "spark_error")
+        kind = next((kind for marker, kind in REFUSALS if marker in error), "spark_error")
         only = saved_ops[0]["id"] if len(saved_ops) == 1 and kind == "state_schema" else None
         where = f" operator {only} ({saved_ops[0]['name']})" if only is not None else ""
         problems.append(Problem(name, only, kind, f"query {name}{where}: Spark refuses the saved state: {error}"))

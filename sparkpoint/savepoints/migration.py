@@ -68,19 +68,23 @@ def move(savepoint: Savepoint, target_version: str, given: dict[str, str] | None
             problems.append((name, f"query {name}: its commit log is v{commits}"
                                    f"{' (checkpoint format v2)' if commits == 2 else ''}; Spark {target_version} "
                                    f"reads up to v{target.commit_log}"))
-        elif commits > 1 and source is not None and minor_of(source_version) > minor_of(target_version):
-            # Seen: 4.3's RocksDB state of format v2 on 4.0.5, "Cannot read RocksDB checkpoint metadata. Expected
-            # v2, but found v1" (CANNOT_LOAD_STATE_STORE), at the first batch.
+        elif commits > 1 and source is not None and minor_of(source_version) != minor_of(target_version):
+            # Seen both ways at the first batch (CANNOT_LOAD_STATE_STORE), the conf set: 4.3.0's RocksDB state of
+            # format v2 on 4.0.5, "Cannot read RocksDB checkpoint metadata. Expected v2, but found v1", and
+            # 4.0.5's on 4.3.0, "Expected v1, but found v2". The format's metadata is the minor's own.
             problems.append((name, f"query {name}: its state is of checkpoint format v2, written by Spark "
-                                   f"{source_version}; an older Spark ({target_version}) does not read that format "
-                                   f"as a newer one wrote it"))
-        elif target.commit_log_from_conf:  # the session's conf must name the log's version exactly
-            if given.get(CHECKPOINT_FORMAT_CONF, str(commits)) != str(commits):
-                problems.append((name, f"query {name}: its commit log is v{commits}, and Spark {target_version} "
-                                       f"reads only the version {CHECKPOINT_FORMAT_CONF} names "
+                                   f"{source_version}; Spark {target_version} does not read that format as another "
+                                   f"minor wrote it; it restores on Spark {source.name}"))
+        elif target.commit_log > 1:
+            # No offset log pins the format: the session's conf must name it. 4.0 and 4.1 read the commit log
+            # only so (an exact match); 4.2 and 4.3 are given it too, as the session that wrote the state had it.
+            # (A commit log v3, which 4.2+ reads, was not seen written here: nothing is said of it.)
+            if commits <= 2 and given.get(CHECKPOINT_FORMAT_CONF, str(commits)) != str(commits):
+                problems.append((name, f"query {name}: its checkpoint format is v{commits}, and Spark "
+                                       f"{target_version} reads only the version {CHECKPOINT_FORMAT_CONF} names "
                                        f"({given[CHECKPOINT_FORMAT_CONF]} in --conf)"))
-            elif commits > 1:
-                confs[CHECKPOINT_FORMAT_CONF] = str(commits)
+            elif commits == 2:
+                confs[CHECKPOINT_FORMAT_CONF] = "2"
         if offsets > target.offset_log:
             problems.append((name, f"query {name}: its offset log is v{offsets} (written by Spark 4.2 or newer when "
                                    f"asked); Spark {target_version} reads v{target.offset_log} only"))

@@ -22,27 +22,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "spark"))
 
 from clitools import cli, cli_json, free_ports, wait_for  # noqa: E402
+from installed import MINORS, spark_home  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.compat]
 
 APPS = ROOT / "tests" / "spark" / "apps"
 ROOMS = str(APPS / "room_counts.py")  # RocksDB state, foreachBatch writing batch-<id>.json
 POSTS = str(APPS / "post_counts.py")  # HDFS-backed state (Spark's default), foreachBatch writing batch-<id>.json
-# The minors of scripts/spark-versions.sh, and the project's own.
-MINORS = ["3.5", "4.0", "4.1", "4.2", "4.3"]
-
-
-def spark_home(minor: str) -> str:
-    if minor == "4.3":
-        import pyspark
-
-        return os.path.dirname(pyspark.__file__)
-    home = ROOT / ".venv-spark" / minor / "pyspark"
-    if not (home / "bin" / "spark-submit").is_file():
-        pytest.fail(f"Spark {minor} is not installed: run scripts/spark-versions.sh (scripts/test.sh does)")
-    return str(home)
-
-
 def feed_rooms(directory: Path, index: int) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f".e{index}.tmp"
@@ -56,6 +42,25 @@ def feed_posts(directory: Path, index: int) -> None:
     tmp.write_text("\n".join(json.dumps({"post": f"p{(index + i) % 4}", "kind": "like", "paid": False})
                              for i in range(3)))
     os.replace(tmp, directory / f"posts-{index:03d}.json")
+
+
+@contextlib.contextmanager
+def feeding(feed, inputs: Path, first: int, every: float):
+    """A file every ``every`` seconds, numbered from ``first``, while the block runs; yields [the next number]."""
+    fed, done = [first], threading.Event()
+
+    def keep_feeding() -> None:
+        while not done.wait(every):
+            feed(inputs, fed[0])
+            fed[0] += 1
+
+    feeder = threading.Thread(target=keep_feeding)
+    feeder.start()
+    try:
+        yield fed
+    finally:
+        done.set()
+        feeder.join()
 
 
 def outputs(directory: Path) -> dict[int, object]:
@@ -111,21 +116,9 @@ def stop_and_restore(home: Path, tmp: Path, store: str, on: str, restore_on: str
     live = cli_json(home, "savepoint", job["id"])
     assert cli(home, "verify", live["id"])[0] == 0
 
-    fed, done = [3], threading.Event()
-
-    def keep_feeding() -> None:
-        while not done.wait(0.3):
-            feed(inputs, fed[0])
-            fed[0] += 1
-
-    feeder = threading.Thread(target=keep_feeding)
-    feeder.start()
-    try:
+    with feeding(feed, inputs, 3, every=0.3) as fed:
         time.sleep(2.0)
         stopped = cli_json(home, "stop", job["id"], "--timeout", "30")
-    finally:
-        done.set()
-        feeder.join()
     cut = stopped["queries"][0]
     assert cut["at_boundary"] is True and cut["replayed_batch_id"] is None, stopped
     assert cut["how"] in ("boundary", "between-triggers", "ended"), stopped  # not "fallback", nor "timeout"
@@ -152,16 +145,18 @@ def test_a_job_on_each_spark_is_savepointed_stopped_and_restored_exactly(tmp_pat
         stop_and_restore(tmp_path / "home", tmp_path, store, minor, minor)
 
 
-@pytest.mark.parametrize(("older", "newer"), [("3.5", "4.0"), ("3.5", "4.3"), ("4.0", "4.3")])
+@pytest.mark.parametrize(("older", "newer"), [("3.5", "4.0"), ("3.5", "4.3"), ("4.0", "4.3"), ("4.1", "4.3"),
+                                                  ("4.2", "4.3")])
 def test_a_savepoint_taken_on_one_spark_continues_exactly_on_a_newer_one(tmp_path, older, newer):
     for store in SCENARIOS:
         stop_and_restore(tmp_path / "home", tmp_path, store, older, newer)
 
 
-def test_a_checkpoint_v2_savepoint_is_refused_by_3_5_before_it_starts_and_read_by_4_0_with_its_conf(tmp_path):
+def test_a_checkpoint_v2_savepoint_is_refused_by_3_5_and_4_3_before_they_start_and_read_by_4_0(tmp_path):
     """Checkpoint format v2 (the state stores' unique ids in the commit log) written by 4.0: 3.5 reads commit log
     v1 only, and 4.0 reads v2 only when its session's checkpointFormatVersion says 2 (an exact match, pinned in no
-    offset log). `check` and `run -s` refuse the first from the savepoint alone; `run -s` sets the second."""
+    offset log); 4.3 reads no other minor's format v2 state. `check` and `run -s` refuse 3.5 and 4.3 from the
+    savepoint alone; `run -s` sets 4.0's conf."""
     home, inputs, first, second = tmp_path / "home", tmp_path / "in", tmp_path / "out-1", tmp_path / "out-2"
     for index in range(3):
         feed_rooms(inputs, index)
@@ -171,12 +166,17 @@ def test_a_checkpoint_v2_savepoint_is_refused_by_3_5_before_it_starts_and_read_b
     stopped = cli_json(home, "stop", job["id"])
     assert cli_json(home, "inspect", stopped["id"])["queries"][0]["checkpoint_format_version"] == 2
 
-    for command in (["check"], ["run", "--detach"]):
-        began = time.monotonic()
-        code, out, err = cli(home, *command, "-s", stopped["id"], "--spark-home", spark_home("3.5"), ROOMS,
-                             str(inputs), str(second))
-        assert code == 16 and "its commit log is v2 (checkpoint format v2); Spark 3.5.9 reads up to v1" in out + err
-        assert time.monotonic() - began < 15  # refused from the savepoint: no Spark started for it
+    refusals = {"3.5": "its commit log is v2 (checkpoint format v2); Spark 3.5.9 reads up to v1",
+                # Seen before the rule: 4.3.0 failed on this state at the first batch, the conf set, with
+                # "Cannot read RocksDB checkpoint metadata. Expected v1, but found v2".
+                "4.3": "Spark 4.3.0 does not read that format as another minor wrote it; it restores on Spark 4.0"}
+    for minor, refusal in refusals.items():
+        for command in (["check"], ["run", "--detach"]):
+            began = time.monotonic()
+            code, out, err = cli(home, *command, "-s", stopped["id"], "--spark-home", spark_home(minor), ROOMS,
+                                 str(inputs), str(second))
+            assert code == 16 and refusal in out + err, (minor, out, err)
+            assert time.monotonic() - began < 15  # refused from the savepoint: no Spark started for it
 
     feed_rooms(inputs, 3)
     again = run_on(home, "4.0", ROOMS, [str(inputs), str(second)], "-s", stopped["id"])  # no --conf: run sets it
@@ -185,6 +185,7 @@ def test_a_checkpoint_v2_savepoint_is_refused_by_3_5_before_it_starts_and_read_b
              what="4.0's checkpoint v2 continued on 4.0 up to file 3")
     assert min(outputs(second)) == stopped["queries"][0]["batch_id"] + 1
     assert cli_json(home, "cancel", again["id"])["state"] == "cancelled"
+
 
 
 @pytest.mark.parametrize(("minor", "rest"), [("3.5", False), ("4.0", True)])
@@ -220,3 +221,46 @@ def test_the_test_cluster_comes_up_on_each_spark_as_secure_as_it_allows(tmp_path
         assert cli_json(home, "cancel", job["id"])["state"] == "cancelled"
     finally:
         cli(None, "cluster", "stop", "--dir", str(directory), timeout=60)
+
+
+@pytest.mark.parametrize("minor", ["3.5", "4.0", "4.1", "4.2"])  # 4.3: the full suite (tests/spark)
+def test_check_probation_rollback_and_fork_on_each_spark(tmp_path, minor):
+    """The upgrade's safety nets with the job's own Spark: `check` refuses an incompatible version by that
+    Spark's own error (exit 16, never "could not decide"); `run --replace` to Spark 4.3 of a version that passes
+    its check but fails in its third batch rolls back to the old version on its old Spark, from the hand-over's
+    savepoint, which counts every file exactly once; a fork of that savepoint is a query of its own and counts
+    the same."""
+    home, inputs, out, failing, forked = (tmp_path / "home", tmp_path / "in", tmp_path / "out", tmp_path / "out-v2",
+                                          tmp_path / "out-fork")
+    for index in range(3):
+        feed_posts(inputs, index)
+    v1 = run_on(home, minor, POSTS, ["v1", str(inputs), str(out)], "--name", "posts")
+    wait_for(lambda: latest_posts(out) == post_totals(range(3)), timeout=180, what=f"v1 on {minor}: 3 files")
+    live = cli_json(home, "savepoint", v1["id"])
+
+    code, answer, err = cli(home, "check", "-o", "json", "-s", live["id"], "--spark-home", spark_home(minor), POSTS,
+                            "paid", str(inputs), str(tmp_path / "out-paid"))
+    assert code == 16, err
+    assert [problem["kind"] for problem in json.loads(answer)["problems"]] == ["state_schema"], answer
+
+    with feeding(feed_posts, inputs, 3, every=1.0) as fed:
+        code, answer, err = cli(home, "run", "-o", "json", "--detach", "--replace", v1["id"], "--probation", "60",
+                                "--spark-home", spark_home("4.3"), POSTS, "fails-third", str(inputs), str(failing))
+        assert code == 13 and "v2 cannot handle the input" in err, err
+        failed = json.loads(answer)
+        again = failed["rolled_back"]
+        assert failed["spark_version"].startswith("4.3.")
+        assert again["spark_version"] == v1["spark_version"] and again["restored_from"] == failed["replaced"]["path"]
+    wait_for(lambda: latest_posts(out) == post_totals(range(fed[0])), timeout=180,
+             what=f"v1 rolled back on {minor}, up to file {fed[0] - 1}")
+
+    fork = run_on(home, minor, POSTS, ["v1", str(inputs), str(forked)], "--name", "posts-b", "--fork", "-s",
+                  failed["replaced"]["id"])
+    wait_for(lambda: latest_posts(forked) == post_totals(range(fed[0])), timeout=180,
+             what=f"the fork on {minor}, up to file {fed[0] - 1}")
+    assert min(outputs(forked)) == failed["replaced"]["queries"][0]["batch_id"] + 1
+    query_ids = {json.loads((Path(job["checkpoint_root"]) / "posts" / "metadata").read_text())["id"]
+                 for job in (again, fork)}
+    assert len(query_ids) == 2  # the fork is a query of its own
+    for job in (again, fork):
+        assert cli_json(home, "cancel", job["id"])["state"] == "cancelled"

@@ -44,19 +44,22 @@ def test_a_3_5_savepoint_moves_to_every_newer_spark_with_nothing_to_refuse_or_se
         assert (moved.source, moved.refused, moved.notes, moved.launch_confs) == ("3.5.9", None, [], []), target
 
 
-def test_a_commit_log_v2_is_refused_on_3_5_and_named_to_4_0_and_4_1_whose_session_must_match_it(tmp_path):
+def test_a_commit_log_v2_is_refused_on_3_5_and_named_to_every_4_x_whose_session_must_match_it(tmp_path):
     saved = savepoint_of(tmp_path, "4.3.0", commits="v2")
     assert move(saved, "3.5.9").refused == ("query alarms: its commit log is v2 (checkpoint format v2); "
                                             "Spark 3.5.9 reads up to v1")
-    # Of a newer minor's format v2, an older one reads no state (4.3's RocksDB on 4.0.5: CANNOT_LOAD_STATE_STORE).
+    # Format v2 state of another minor is read by none (seen: 4.3.0's RocksDB state on 4.0.5, 4.0.5's on 4.3.0).
     assert move(saved, "4.2.1").refused == ("query alarms: its state is of checkpoint format v2, written by Spark "
-                                            "4.3.0; an older Spark (4.2.1) does not read that format as a newer one "
-                                            "wrote it")
+                                            "4.3.0; Spark 4.2.1 does not read that format as another minor wrote "
+                                            "it; it restores on Spark 4.3")
     own = savepoint_of(tmp_path / "own", "4.0.5", commits="v2")
-    for target in ("4.0.5", "4.1.4"):
-        assert move(own, target).launch_confs == [f"{CHECKPOINT_FORMAT}=2"]
+    # On its own minor: 4.0 and 4.1 read the commit log only as the session's conf says; 4.2+ get it as written.
+    assert move(own, "4.3.0").refused.endswith("it restores on Spark 4.0")
+    for target in ("4.0.0", "4.0.5"):
+        assert move(own, target).launch_confs == [f"{CHECKPOINT_FORMAT}=2"] and move(own, target).refused is None
         assert "reads only the version" in move(own, target, {CHECKPOINT_FORMAT: "1"}).refused
-    assert move(own, "4.3.0").launch_confs == [] and move(own, "4.3.0").refused is None
+    assert move(savepoint_of(tmp_path / "4.2", "4.2.1", commits="v2"), "4.2.1").launch_confs == [
+        f"{CHECKPOINT_FORMAT}=2"]
     # A v1 log on 4.0 with the conf set to 2: Spark would refuse it at the first batch.
     assert "(2 in --conf)" in move(savepoint_of(tmp_path / "v1", "4.0.5"), "4.0.5", {CHECKPOINT_FORMAT: "2"}).refused
 

@@ -92,9 +92,10 @@ def agent_overhead(work: Path, seconds: float, rounds: int) -> None:
           f"(positive = slower under sparkpoint)")
 
 
-def managed_job(home: Path, workload) -> tuple[dict, Path]:
+def managed_job(home: Path, workload, spark: tuple[str, ...] = ()) -> tuple[dict, Path]:
+    """The workload as a managed job (on the Spark ``spark`` names: ``--spark-home DIR``, else the project's)."""
     app, query, args = workload
-    job = sparkpoint(home, "run", "--detach", "--name", "upgrade", app, *args(home.parent))
+    job = sparkpoint(home, "run", "--detach", "--name", "upgrade", *spark, app, *args(home.parent))
     checkpoint = Path(job["checkpoint_root"]) / query
     await_commits(checkpoint, 5)
     return job, checkpoint
@@ -114,13 +115,15 @@ def stop_then_run(home: Path, workload) -> tuple[float, float]:
     return first - start, first - commit_time(checkpoint, cut)
 
 
-def run_replace(home: Path, workload) -> tuple[float, float]:
-    """`sparkpoint run --replace`: (command start -> first new commit, commit gap)."""
+def run_replace(home: Path, workload, old_spark: tuple[str, ...] = (),
+                new_spark: tuple[str, ...] = ()) -> tuple[float, float]:
+    """`sparkpoint run --replace`, from a job on ``old_spark`` to one on ``new_spark`` (see managed_job):
+    (command start -> first new commit, commit gap)."""
     app, query, args = workload
-    job, checkpoint = managed_job(home, workload)
+    job, checkpoint = managed_job(home, workload, old_spark)
     start = time.time()
-    restored = sparkpoint(home, "run", "--detach", "--name", "upgrade", "--replace", job["id"], "--no-rollback", app,
-                          *args(home.parent))
+    restored = sparkpoint(home, "run", "--detach", "--name", "upgrade", "--replace", job["id"], "--no-rollback",
+                          *new_spark, app, *args(home.parent))
     cut = restored["replaced"]["queries"][0]["batch_id"]
     new_checkpoint = Path(restored["checkpoint_root"]) / query
     first = commit_time(new_checkpoint, wait_for_commit_after(new_checkpoint, cut))

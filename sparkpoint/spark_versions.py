@@ -59,9 +59,9 @@ _REFUSED_FROM_4_0 = (
     ("STREAMING_STATEFUL_OPERATOR", "operators"),
     ("sources in the checkpoint offsets", "sources"),
 )
+# 3.5.9's error-classes.json has no state store class: its schema check throws an exception class of its own.
 _REFUSED_BY_3_5 = (
     ("StateSchemaNotCompatible", "state_schema"),  # org.apache.spark.sql.execution.streaming.state's
-    ("CANNOT_LOAD_STATE_STORE", "state_schema"),
     ("sources in the checkpoint offsets", "sources"),
 )
 

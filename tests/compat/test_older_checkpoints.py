@@ -45,8 +45,8 @@ EXPECTED = {
         "aggregate_rocksdb": "needs the operator metadata Spark 3.5 does not write",
     },
     # Operator metadata from 4.0: every one is rescaled, RocksDB's by the CLI's Spark's own repartitioner.
-    "4.0": dict.fromkeys(["aggregate_hdfs", "join_hdfs", "dedup_within_watermark_hdfs", "session_windows_hdfs",
-                          "aggregate_rocksdb"]),
+    **{minor: dict.fromkeys(["aggregate_hdfs", "join_hdfs", "dedup_within_watermark_hdfs", "session_windows_hdfs",
+                             "aggregate_rocksdb"]) for minor in ("4.0", "4.1", "4.2")},
 }
 
 

@@ -145,8 +145,9 @@ def test_a_job_on_each_spark_is_savepointed_stopped_and_restored_exactly(tmp_pat
         stop_and_restore(tmp_path / "home", tmp_path, store, minor, minor)
 
 
-@pytest.mark.parametrize(("older", "newer"), [("3.5", "4.0"), ("3.5", "4.3"), ("4.0", "4.3"), ("4.1", "4.3"),
-                                                  ("4.2", "4.3")])
+@pytest.mark.parametrize(("older", "newer"), [("3.5", "4.0"), ("3.5", "4.1"), ("3.5", "4.2"), ("3.5", "4.3"),
+                                              ("4.0", "4.1"), ("4.0", "4.2"), ("4.0", "4.3"), ("4.1", "4.2"),
+                                              ("4.1", "4.3"), ("4.2", "4.3")])
 def test_a_savepoint_taken_on_one_spark_continues_exactly_on_a_newer_one(tmp_path, older, newer):
     for store in SCENARIOS:
         stop_and_restore(tmp_path / "home", tmp_path, store, older, newer)
@@ -188,10 +189,11 @@ def test_a_checkpoint_v2_savepoint_is_refused_by_3_5_and_4_3_before_they_start_a
 
 
 
-@pytest.mark.parametrize(("minor", "rest"), [("3.5", False), ("4.0", True)])
+@pytest.mark.parametrize(("minor", "rest"), [("3.5", False), ("4.0", True), ("4.1", True), ("4.2", True)])
 def test_the_test_cluster_comes_up_on_each_spark_as_secure_as_it_allows(tmp_path, minor, rest):
     """3.5 has no JWSFilter and its master refuses REST beside the RPC secret: the cluster runs without REST
-    (client mode only; cluster mode is refused by name). 4.0.5 takes both: REST and web UIs want a token."""
+    (client mode only; cluster mode is refused by name). 4.0.5, 4.1.4 and 4.2.1 take both: REST and web UIs want
+    a token."""
     import urllib.error
     import urllib.request
 

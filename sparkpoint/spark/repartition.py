@@ -14,7 +14,8 @@ twice and skipping nothing, with the new count pinned.
   stores' names, any other operator is taken to be partitioned by its whole state key (aggregations,
   deduplication, flatMapGroupsWithState) only if every key of the cut sits where that partitioning puts it
   among the partitions it was written in. A session window (partitioned without its session) fails that
-  proof and is refused, as is a store written in one partition, which proves nothing.
+  proof and is refused, as is a store written in one partition, which proves nothing, and one of too few keys
+  for the proof to mean anything (each key of a wrong guess lands right by chance once in N).
 
 Afterwards Spark's state data source reads version N+2 back: its rows per store must equal version N+1's,
 and every key must sit where Spark's ``hash`` of its partition key puts it, or the rescale fails.
@@ -53,6 +54,9 @@ ROW_CHECKSUM_CONF = "spark.sql.streaming.stateStore.rowChecksum.enabled"
 COMPRESSION_CONF = "spark.sql.streaming.stateStore.compression.codec"
 FORMAT_VERSION_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 _JOIN_INDEXED = "keyWithIndexToValue"
+# The proof of an unnamed operator's partitioning holds when a wrong one would have placed every key right by
+# chance less than once in a million: (1/N)^keys < 10^-6.
+PROOF_ODDS = 1e-6
 JOIN_STORES = frozenset(f"{side}-{kind}" for side in ("left", "right") for kind in ("keyToNumValues", _JOIN_INDEXED))
 
 
@@ -102,8 +106,8 @@ def key_schemas(spark, checkpoint: str, batch_id: int,
         schemas[operator["id"]] = _key_schemas(spark, checkpoint, batch_id, operator)
         if any(not schema["fields"] for schema in schemas[operator["id"]].values()):
             raise RescaleRefusedError(
-                f"operator {operator['id']} ({operator['name']}) has no key (a global aggregation): Spark keeps its "
-                "state in one partition whatever their number, so there is nothing to rescale in it")
+                f"operator {operator['id']} ({operator['name'] or 'unnamed'}) has no key (a global aggregation): Spark "
+                "keeps its state in one partition whatever their number, so there is nothing to rescale in it")
     return schemas
 
 
@@ -157,6 +161,13 @@ def read_hdfs(checkpoint: str, batch_id: int, operators: list[dict[str, Any]],
         for store in operator["stores"]:
             proof = (plan.hashers[(operator["id"], store)], operator["partitions"]) if operator.get("unnamed") else None
             state[(operator["id"], store)] = _read_store(checkpoint, operator["id"], store, batch_id + 1, proof)
+            keys = len(state[(operator["id"], store)][0])
+            if proof and keys and operator["partitions"] ** -keys > PROOF_ODDS:
+                needed = next(n for n in range(1, 64) if operator["partitions"] ** -n <= PROOF_ODDS)
+                raise RescaleRefusedError(
+                    f"operator {operator['id']} has no operator metadata (Spark 3.5 writes none), and its store "
+                    f"{store} holds {keys} key(s) in {operator['partitions']} partitions: too few to show how Spark "
+                    f"partitioned them (it takes {needed}), so sparkpoint does not rescale it")
     return state
 
 

@@ -195,6 +195,11 @@ def test_an_operator_spark_3_5_wrote_is_rescaled_only_where_its_keys_prove_a_par
                                                   "Spark's hash of its key puts them.*session window"):
         repartition.read_hdfs(str(root), 3, [operator], plan)
 
+    # Three keys in 2 partitions: a wrong guess would place them all right once in 8, which proves nothing.
+    store({key: at for key, at in list(placed.items())[:3]})
+    with pytest.raises(RescaleRefusedError, match="holds 3 key.s. in 2 partitions: too few .*it takes 20"):
+        repartition.read_hdfs(str(root), 3, [operator], plan)
+
     with pytest.raises(RescaleRefusedError, match="written in one partition"):
         repartition.plan_hdfs(str(root), 3, [dict(operator, partitions=1)], 5, {0: {"default": LONG_KEY}})
     join = repartition.identified(dict(unnamed, stores=sorted(repartition.JOIN_STORES)))

@@ -112,7 +112,7 @@ def needs_rescale(savepoint: Savepoint, partitions: int) -> bool:
 
 def _chosen(savepoint: Savepoint, partitions: int, query: str | None, replan: bool) -> dict[str, dict[str, Any]]:
     """The queries to rescale, each checked: everything refused is refused before anything is written."""
-    from sparkpoint.spark.repartition import HDFS_OPERATORS, RUNNER_OPERATORS, hdfs_refusal
+    from sparkpoint.spark.repartition import HDFS_OPERATORS, RUNNER_OPERATORS, hdfs_refusal, identified
 
     if partitions < 1:
         raise BadArgumentError(f"--partitions must be at least 1, not {partitions}")
@@ -140,7 +140,8 @@ def _chosen(savepoint: Savepoint, partitions: int, query: str | None, replan: bo
         supported = RUNNER_OPERATORS if provider.startswith("rocksdb") else HDFS_OPERATORS
         for op in saved["operators"]:
             if op["name"] is None and provider == "hdfs":
-                continue  # Spark 3.5's: named by its state when it is read (repartition.identified)
+                identified(op)  # Spark 3.5's: what its stores cannot show is refused before Spark starts
+                continue
             if op["name"] not in supported:
                 raise RescaleRefusedError(
                     f"query {saved['name']} operator {op['id']} ({op['name'] or 'unnamed: written before Spark 4'}) "

@@ -115,16 +115,21 @@ def identified(operator: dict[str, Any]) -> dict[str, Any]:
     """``operator`` as the rescale reads it: one without operator metadata (Spark 3.5 writes none) named a
     join when its stores are a join's, else left unnamed (its whole key is its partition key, which
     :func:`read_hdfs` proves on the state itself)."""
-    if operator["name"] is None and set(operator["stores"]) == JOIN_STORES:
+    if operator["name"] is not None:
+        return operator
+    if operator["partitions"] < 2:
+        raise RescaleRefusedError(
+            f"operator {operator['id']} has no operator metadata (Spark 3.5 writes none) and its state was "
+            "written in one partition, which does not show how Spark partitions its keys: sparkpoint does not "
+            "rescale it")
+    if set(operator["stores"]) == JOIN_STORES:
         return dict(operator, name="symmetricHashJoin", unnamed=True)
-    if operator["name"] is None:
-        if operator["stores"] != ["default"]:
-            raise RescaleRefusedError(
-                f"operator {operator['id']} has no operator metadata (Spark 3.5 writes none) and stores "
-                f"{', '.join(operator['stores'])}, which are neither one operator's nor a join's: sparkpoint cannot "
-                "tell how Spark partitions it")
-        return dict(operator, unnamed=True)
-    return operator
+    if operator["stores"] != ["default"]:
+        raise RescaleRefusedError(
+            f"operator {operator['id']} has no operator metadata (Spark 3.5 writes none) and stores "
+            f"{', '.join(operator['stores'])}, which are neither one operator's nor a join's: sparkpoint cannot "
+            "tell how Spark partitions it")
+    return dict(operator, unnamed=True)
 
 
 @dataclass(frozen=True)
@@ -137,12 +142,6 @@ class HdfsPlan:
 
 def plan_hdfs(checkpoint: str, batch_id: int, operators: list[dict[str, Any]], partitions: int,
               schemas: dict[int, dict[str, dict[str, Any]]]) -> HdfsPlan:
-    for operator in operators:
-        if operator.get("unnamed") and operator["partitions"] < 2:
-            raise RescaleRefusedError(
-                f"operator {operator['id']} has no operator metadata (Spark 3.5 writes none) and its state was "
-                "written in one partition, which does not show how Spark partitions its keys: sparkpoint does not "
-                "rescale it")
     return HdfsPlan(
         offsets=_rescaled_offsets(checkpoint, batch_id, partitions),
         hashers={(op["id"], store): _store_hasher(op, store, schemas[op["id"]], checkpoint)

@@ -201,7 +201,7 @@ def test_an_operator_spark_3_5_wrote_is_rescaled_only_where_its_keys_prove_a_par
         repartition.read_hdfs(str(root), 3, [operator], plan)
 
     with pytest.raises(RescaleRefusedError, match="written in one partition"):
-        repartition.plan_hdfs(str(root), 3, [dict(operator, partitions=1)], 5, {0: {"default": LONG_KEY}})
+        repartition.identified(dict(unnamed, partitions=1))
     join = repartition.identified(dict(unnamed, stores=sorted(repartition.JOIN_STORES)))
     assert join["name"] == "symmetricHashJoin"
     with pytest.raises(RescaleRefusedError, match="neither one operator's nor a join's"):

@@ -1,11 +1,8 @@
 """The driver-side agent: reports the application's streaming queries and stops them on request.
 
 It runs inside the user's driver (started by ``bootstrap``), so it may import pyspark. Its control
-endpoint listens on loopback by default and answers only requests that carry the job's id and its
-secret token; bodies are capped, connections are capped and must send their request within
-REQUEST_SECONDS, and a Host header that is not the agent's own is refused (no DNS rebinding from a
-browser; a client that reaches a non-loopback agent directly sends any Host it likes, so there the
-token is the only guard).
+endpoint (``endpoint``) listens on loopback by default and answers only requests that carry the job's id
+and its secret token.
 
 Spark has no graceful stop: ``query.stop()`` interrupts a running batch. A stop request here ends
 every query at its own next micro-batch boundary, in parallel (``boundary``): the batch in flight
@@ -25,8 +22,6 @@ import re
 import sys
 import threading
 import time
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from collections import deque
 from collections.abc import Callable
@@ -35,10 +30,8 @@ from sparkpoint.adapters.processes import process_start
 from sparkpoint.jobs.protocol import write_agent_file
 from sparkpoint.times import iso, poll_until
 from sparkpoint.runtime.boundary import stop_at_next_boundary, stop_when_idle, stream_thread
+from sparkpoint.runtime.endpoint import ControlServer
 
-MAX_BODY = 64 * 1024
-MAX_CONNECTIONS = 32  # each holds a thread: beyond this, a connection is closed at once
-REQUEST_SECONDS = 10.0  # for a connection to send its request (an idle one holds its thread until then)
 DRAIN_SECONDS = 10.0
 RECENT_BATCHES = 100  # per query, as Spark's recentProgress keeps
 # How Spark wraps a query's failure: "[STREAM_FAILED] Query [id = …, runId = …] terminated with exception: <cause>".
@@ -188,11 +181,10 @@ class Agent:
         # query name -> its last batches' progress (a probation judges their rates: each batch, not a sample)
         self.recent_batches: dict[str, deque[dict[str, Any]]] = {}
         self.restore_error: str | None = None
-        self._server: ThreadingHTTPServer | None = None
+        self._server: ControlServer | None = None
         self._lock = threading.Lock()
         self._ended = False  # once the end is recorded, no later 'running' may overwrite it
         self._record: dict[str, Any] = {}
-        self._in_flight = 0
         self._stop: Stop | None = None
         self._session_provider = session_provider or _instantiated_session
 
@@ -328,7 +320,7 @@ class Agent:
         # _DeadlockError in one of them, and the agent would never attach its listener).
         from pyspark.sql.streaming import StreamingQueryListener  # noqa: F401
 
-        self._server = _BoundedServer((self.host, 0), _handler(self))
+        self._server = ControlServer((self.host, 0), self)
         # A short poll: shutdown() waits for it, and the driver exits only after shutdown() returns.
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="sparkpoint-agent",
                          daemon=True).start()
@@ -363,7 +355,7 @@ class Agent:
             self._server.shutdown()
             # A stop request ends the application; its reply must still reach the caller before the
             # process exits (request threads are daemons). Bounded: a wedged request must not hold the driver.
-            poll_until(lambda: not self._in_flight, DRAIN_SECONDS, 0.01)
+            self._server.drain(DRAIN_SECONDS)
 
     def _write_state(self, state: str, final: bool = False, **extra: Any) -> None:
         with self._lock:
@@ -392,130 +384,3 @@ def _instantiated_session():
     from pyspark.sql import SparkSession
 
     return SparkSession._instantiatedSession
-
-
-class _BoundedServer(ThreadingHTTPServer):
-    """At most MAX_CONNECTIONS connections, each on a thread of its own: connections that never send a
-    request cannot pile up threads in the driver."""
-
-    daemon_threads = True
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-
-    def process_request(self, request, client_address) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def handle_error(self, request, client_address) -> None:
-        pass  # a client gone mid-reply: nothing to tell, and the driver's stderr is the user's
-
-    def process_request_thread(self, request, client_address) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-
-def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
-    """The request handler class of one agent. The server makes a handler per request and hands it no
-    context, so the class closes over ``agent``; its methods are each short, this function is only their
-    scope."""
-
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "sparkpoint-agent"
-        timeout = REQUEST_SECONDS
-
-        def log_message(self, *args) -> None:  # the driver's log is the user's: stay quiet
-            pass
-
-        def _reply(self, status: HTTPStatus, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def parse_request(self) -> bool:
-            # A request is in flight (finish() lets its reply out) from its headers on, not while a
-            # connection merely waits to send one.
-            parsed = super().parse_request()
-            if parsed:
-                with agent._lock:
-                    agent._in_flight += 1
-                self._counted = True
-            return parsed
-
-        def handle_one_request(self) -> None:
-            self._counted = False
-            try:
-                super().handle_one_request()
-            finally:
-                if self._counted:
-                    with agent._lock:
-                        agent._in_flight -= 1
-
-        def _admit(self) -> dict[str, Any] | None:
-            host, port = agent.address
-            if self.headers.get("Host") not in (f"{host}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"):
-                self._reply(HTTPStatus.FORBIDDEN, {"error": "unexpected Host header"})
-                return None
-            if not agent.authorized(self.headers):
-                self._reply(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong token for this job"})
-                return None
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                length = -1
-            if length < 0:
-                self._reply(HTTPStatus.BAD_REQUEST, {"error": "Content-Length must be a number of bytes"})
-                return None
-            if length > MAX_BODY:
-                self._reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": "body too large"})
-                return None
-            try:
-                body = json.loads(self.rfile.read(length) or b"{}") if length else {}
-            except json.JSONDecodeError:
-                self._reply(HTTPStatus.BAD_REQUEST, {"error": "body is not JSON"})
-                return None
-            return body if isinstance(body, dict) else {}
-
-        def do_GET(self) -> None:
-            if self._admit() is None:
-                return
-            if self.path == "/v1/status":
-                self._reply(HTTPStatus.OK, agent.status())
-            elif self.path == "/v1/stop":
-                report = agent.stop_report()
-                if report is None:
-                    self._reply(HTTPStatus.NOT_FOUND, {"error": "no stop was requested"})
-                else:
-                    self._reply(HTTPStatus.OK, {"stop": report})
-            else:
-                self._reply(HTTPStatus.NOT_FOUND, {"error": "no such endpoint"})
-
-        def do_POST(self) -> None:
-            body = self._admit()
-            if body is None:
-                return
-            if self.path == "/v1/stop":
-                try:
-                    timeout = float(body.get("timeout", 60))
-                except (TypeError, ValueError):
-                    self._reply(HTTPStatus.BAD_REQUEST, {"error": "timeout must be a number of seconds"})
-                    return
-                self._reply(HTTPStatus.OK, {"stop": agent.begin_stop(max(0.0, min(timeout, 3600.0)))})
-            elif self.path == "/v1/cancel":
-                self._reply(HTTPStatus.OK, {"cancelled": agent.cancel_on_request()})
-            else:
-                self._reply(HTTPStatus.NOT_FOUND, {"error": "no such endpoint"})
-
-    return Handler

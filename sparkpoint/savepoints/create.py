@@ -45,7 +45,8 @@ from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints.savepoint import discard
 from sparkpoint.spark import file_sink
-from sparkpoint.spark.checkpoint import CheckpointReader, Plan, VanishedError, is_checkpoint
+from sparkpoint.spark.checkpoint import CheckpointReader, Plan, is_checkpoint
+from sparkpoint.spark.checkpoint_files import VanishedError
 from sparkpoint.times import iso
 
 

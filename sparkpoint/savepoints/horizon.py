@@ -45,7 +45,8 @@ from sparkpoint.results import WHEN_SET, Result
 from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints import savepoint as sp
-from sparkpoint.spark.checkpoint import CheckpointReader, VanishedError, is_checkpoint
+from sparkpoint.spark.checkpoint import CheckpointReader, is_checkpoint
+from sparkpoint.spark.checkpoint_files import VanishedError
 from sparkpoint.spark.fields import is_number
 
 FILE, KAFKA, RATE, RATE_MICRO_BATCH, OTHER = "file", "kafka", "rate", "rate-micro-batch", "other"

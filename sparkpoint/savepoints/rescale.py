@@ -24,7 +24,8 @@ from sparkpoint.results import Result
 from sparkpoint.savepoints.create import Created, QuerySource, take
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.savepoints.savepoint import Savepoint
-from sparkpoint.spark.checkpoint import PROVIDER_CLASS_CONF, SHUFFLE_PARTITIONS_CONF, companion_names
+from sparkpoint.spark.checkpoint_files import companion_names
+from sparkpoint.spark.state_layout import PROVIDER_CLASS_CONF, SHUFFLE_PARTITIONS_CONF
 
 ORIGIN_KIND = "rescale"
 KNOWN_PROVIDERS = ("org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",  # the default

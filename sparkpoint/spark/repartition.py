@@ -32,7 +32,7 @@ from typing import Any
 
 from sparkpoint.errors import RescaleRefusedError, SparkFailureError
 from sparkpoint.spark import hdfs_store
-from sparkpoint.spark.checkpoint import SHUFFLE_PARTITIONS_CONF, state_chain
+from sparkpoint.spark.state_layout import SHUFFLE_PARTITIONS_CONF, state_chain
 from sparkpoint.spark.logs import parse_log
 from sparkpoint.spark.placement import KeyHasher
 from sparkpoint.spark.state_files import parse_state_file

@@ -31,7 +31,7 @@ from sparkpoint.adapters.storage import Storage, basename, join, parent, transla
 from sparkpoint.adapters.processes import pid_alive, process_start
 from sparkpoint.errors import SinkRollbackRefusedError, SparkpointError
 from sparkpoint.paths import local_path
-from sparkpoint.spark.checkpoint import hadoop_checksum
+from sparkpoint.spark.checkpoint_files import hadoop_checksum
 from sparkpoint.spark.logs import BATCH_FILE
 from sparkpoint.spark.file_sink import (
     COMPACT_SUFFIX,

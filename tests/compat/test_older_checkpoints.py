@@ -27,7 +27,8 @@ from sparkpoint.savepoints import savepoint as sp  # noqa: E402
 from sparkpoint.savepoints.inspect import inspect  # noqa: E402
 from sparkpoint.savepoints.rescale import rescale  # noqa: E402
 from sparkpoint.savepoints.restore import restore  # noqa: E402
-from sparkpoint.spark.checkpoint import SHUFFLE_PARTITIONS_CONF, CheckpointReader  # noqa: E402
+from sparkpoint.spark.checkpoint import CheckpointReader  # noqa: E402
+from sparkpoint.spark.state_layout import SHUFFLE_PARTITIONS_CONF  # noqa: E402
 from sparkpoint.spark.repartition import JOIN_STORES  # noqa: E402
 from sparkpoint.adapters.storage import storage_for  # noqa: E402
 

@@ -14,7 +14,8 @@ from sparkpoint.config import Settings
 from sparkpoint.savepoints import savepoint as sp
 from sparkpoint.savepoints.rescale import rescale
 from sparkpoint.savepoints.restore import restore
-from sparkpoint.spark.checkpoint import SHUFFLE_PARTITIONS_CONF, CheckpointReader
+from sparkpoint.spark.checkpoint import CheckpointReader
+from sparkpoint.spark.state_layout import SHUFFLE_PARTITIONS_CONF
 from sparkpoint.spark.state_rows import read_options, state_frame
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -109,8 +109,9 @@ def test_connections_beyond_the_cap_are_closed_and_idle_ones_do_not_hold_the_dri
     import threading
 
     from sparkpoint.runtime import agent as agent_module
+    from sparkpoint.runtime import endpoint
 
-    monkeypatch.setattr(agent_module, "MAX_CONNECTIONS", 4)
+    monkeypatch.setattr(endpoint, "MAX_CONNECTIONS", 4)
     monkeypatch.setattr(agent_module, "DRAIN_SECONDS", 600.0)  # were idle connections waited for, finish() would hang
     registry = Registry(str(tmp_path))
     job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
@@ -130,9 +131,9 @@ def test_connections_beyond_the_cap_are_closed_and_idle_ones_do_not_hold_the_dri
 
 
 def test_a_connection_that_sends_no_request_is_closed(tmp_path, monkeypatch):
-    from sparkpoint.runtime import agent as agent_module
+    from sparkpoint.runtime import endpoint
 
-    monkeypatch.setattr(agent_module, "REQUEST_SECONDS", 0.2)
+    monkeypatch.setattr(endpoint, "REQUEST_SECONDS", 0.2)
     registry = Registry(str(tmp_path))
     job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
     running = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: None)

@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 
 from sparkpoint.adapters.storage import storage_for
 from sparkpoint.spark.fields import MAX_PARSED_BYTES
-from sparkpoint.spark.checkpoint import CheckpointReader, VanishedError
+from sparkpoint.spark.checkpoint import CheckpointReader
+from sparkpoint.spark.checkpoint_files import VanishedError
 from sparkpoint.spark.state_files import changelog_lineage
 from sparkpoint.spark.relocate import relocate_metadata
 from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError, SparkpointError, UnsafeFileError

@@ -4,11 +4,13 @@ The sandbox is a throwaway restore of the savepoint in which every query's next 
 empty (``offsets/N+1`` equal to the cut's ``offsets/N``): started there, a query replays that batch at
 once, without waiting for input and without reading any, and Spark's own checks of the saved state
 against the new plan (operators, key and value schemas, number of sources) run as its planning does.
+Its HDFS-backed state is empty where Spark checks schemas by their files (see _empty_hdfs_state).
 The runtime half (sparkpoint.runtime.check) reports what Spark said; this module words the verdict.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,10 @@ from sparkpoint.results import Result
 from sparkpoint.savepoints.migration import ansi_note
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.savepoints.savepoint import Savepoint
+from sparkpoint.spark import hdfs_store
 from sparkpoint.spark.checkpoint import empty_batch
+from sparkpoint.spark.checkpoint_files import companion_names
+from sparkpoint.spark.state_files import parse_state_file
 from sparkpoint.spark_versions import ANSI_CONF, REFUSALS
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
@@ -61,8 +66,9 @@ class Checked(Result):
 
 def prepare_sandbox(savepoint: Savepoint, directory: str, workers: int = 4,
                     progress: transfer.Progress | None = None) -> None:
-    """Restore the savepoint below ``directory`` (hard links where it can) and plan each query's next
-    batch empty. The planned batch replaces the file: a link into the savepoint is never written through."""
+    """Restore the savepoint below ``directory`` (hard links where it can), plan each query's next batch
+    empty, and empty its HDFS-backed state where Spark checks the state against its schema files. Files are
+    replaced, never written through: a link into the savepoint stays as it was."""
     restored = restore(savepoint, directory, workers=workers, progress=progress)
     for query, placed in zip(savepoint.queries, restored.queries, strict=True):
         checkpoint = Path(placed.checkpoint)
@@ -71,6 +77,35 @@ def prepare_sandbox(savepoint: Savepoint, directory: str, workers: int = 4,
             (checkpoint / target).unlink(missing_ok=True)
             if (checkpoint / source).exists():
                 write_atomic(checkpoint / target, (checkpoint / source).read_bytes())
+        _empty_hdfs_state(checkpoint, query["batch_id"] + 1)
+
+
+def _empty_hdfs_state(checkpoint: Path, version: int) -> None:
+    """Each HDFS-backed store of an operator with schema files starts empty at ``version`` (one empty snapshot).
+
+    Spark checks saved state against a new plan by its schema files (in the driver's planning from 4.0, as each
+    task opens its store on 3.5), not by its rows; loading a million rows into the sandbox only to drop them
+    cost a two-step upgrade's downtime a second load of its state. An operator without schema files (written
+    with the schema check off) keeps its rows: there, reading them is Spark's only check. RocksDB stores keep
+    theirs (their files name each other: an empty one is not a file to write by hand)."""
+    for operator in sorted((checkpoint / "state").glob("[0-9]*")):
+        schema_files = [*operator.glob("_stateSchema/*/*"), *operator.glob("*/_metadata/schema"),
+                        *operator.glob("*/*/_metadata/schema")]
+        if not schema_files:
+            continue
+        for partition in sorted(operator.glob("[0-9]*")):
+            for store in [partition, *(d for d in partition.iterdir() if d.is_dir() and d.name not in _NOT_STORES)]:
+                names = [n for n in os.listdir(store) if parse_state_file(n)]
+                if not names or any(parse_state_file(n)[1:] not in _HDFS_FILES for n in names):
+                    continue
+                for name in names:
+                    for gone in (name, *companion_names(name)):
+                        (store / gone).unlink(missing_ok=True)
+                write_atomic(store / f"{version}.snapshot", hdfs_store.snapshot([]))
+
+
+_NOT_STORES = ("_metadata", "SSTs", "logs")
+_HDFS_FILES = ((None, "delta"), (None, "snapshot"))
 
 
 def request(savepoint: Savepoint, grace: float, first_start: float) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from sparkpoint.adapters.storage import storage_for
 from sparkpoint.savepoints import compat
 from sparkpoint.savepoints.create import QuerySource, create
 from sparkpoint.savepoints.savepoint import load, verify
+from sparkpoint.spark import hdfs_store
 
 
 @pytest.fixture
@@ -38,6 +39,29 @@ def test_the_sandbox_plans_an_empty_batch_and_leaves_the_savepoint_as_it_was(sav
     # The savepoint's own batch 4 (hard-linked into the sandbox) was replaced there, not written through.
     assert (Path(saved.path) / "queries" / "alarms" / "offsets" / "4").read_bytes() != (offsets / "4").read_bytes()
     assert verify(saved).valid
+
+
+def test_the_sandbox_s_hdfs_state_is_one_empty_snapshot_where_spark_checks_its_schema_files(saved, tmp_path):
+    """Spark checks a new plan against the schema files, not the rows: the sandbox loaded the whole state for
+    nothing (the two-step upgrade paid a second load of a million keys inside its downtime)."""
+    sandbox = tmp_path / "sandbox"
+    compat.prepare_sandbox(saved, str(sandbox))
+    for partition in ("0", "1"):
+        store = sandbox / "alarms" / "state" / "0" / partition
+        assert sorted(n for n in os.listdir(store) if not n.startswith(("_", "."))) == ["4.snapshot"]
+        assert hdfs_store.load([("4.snapshot", (store / "4.snapshot").read_bytes())]) == {}
+    saved_store = Path(saved.path) / "queries" / "alarms" / "state" / "0" / "0"
+    assert any(n.endswith(".delta") for n in os.listdir(saved_store)) and verify(saved).valid
+
+    # Without schema files (written with Spark's schema check off), reading the rows is Spark's only check.
+    unchecked = hdfs_checkpoint(tmp_path / "ckpt2" / "alarms", committed=3, planned=True)
+    (unchecked / "state" / "0" / "0" / "_metadata" / "schema").unlink()
+    storage, target = storage_for(str(tmp_path / "savepoints2"))
+    kept = load(create([QuerySource("alarms", str(unchecked))], storage, target, storage, job="alarms")["path"])
+    compat.prepare_sandbox(kept, str(tmp_path / "sandbox2"))
+    store = tmp_path / "sandbox2" / "alarms" / "state" / "0" / "0"
+    rows = sorted(n for n in os.listdir(store) if n.endswith((".delta", ".snapshot")))
+    assert rows == ["1.delta", "2.delta", "3.delta", "4.delta"] and (store / "4.delta").stat().st_size > 0
 
 
 def report(**query) -> dict:

@@ -1,10 +1,10 @@
 """Benchmark: start-up of the CLI's fast paths, which never import pyspark.
 
-Times `sparkpoint --help`, and `sparkpoint list` / `list --all` over a home with 100 registered jobs
-(ended jobs with a savepoint each), as whole processes, median of 7 runs after one warm-up.
-It prints figures; it is never a pass/fail test.
+Times `sparkpoint --help`, `sparkpoint list` / `list --all` and `sparkpoint metrics` over a home with 100
+registered jobs (ended jobs, 10 complete savepoints each of a file-source query: 1,000 in the catalog), as
+whole processes, median of 7 runs after one warm-up. It prints figures; it is never a pass/fail test.
 
-    .venv/bin/python scripts/bench_cli.py [--jobs 100] [--against DIR]
+    .venv/bin/python scripts/bench_cli.py [--jobs 100] [--savepoints-per-job 10] [--against DIR]
 
 --against DIR: the same commands from another checkout (a `git worktree add DIR <rev>`), run alternately
 with this one, 25 rounds, so that the machine's drift (a 2-core box's neighbours) falls on both alike:
@@ -24,20 +24,40 @@ import tempfile
 import time
 from pathlib import Path
 
-from sparkpoint.savepoints import manifest as mf
-from sparkpoint.jobs.registry import Registry
+from sparkpoint.adapters.storage import storage_for
 from sparkpoint.jobs.protocol import write_agent_file
+from sparkpoint.jobs.registry import Registry
+from sparkpoint.savepoints.create import QuerySource, create
 
 
-def populate(home: Path, count: int) -> None:
+def checkpoint(root: Path, inputs: Path) -> Path:
+    """A stateless file-source query's checkpoint, batch 0 committed (one input file), as Spark 4.3 writes it."""
+    inputs.mkdir(parents=True, exist_ok=True)
+    (inputs / "part-0.json").write_text("{}")
+    files = {"metadata": json.dumps({"id": "2f9a7c1e-bench"}),
+             "offsets/0": "v1\n" + json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1_795_000_000_000,
+                                                "conf": {}}) + '\n{"logOffset":0}',
+             "commits/0": 'v1\n{"nextBatchWatermarkMs":0}',
+             "sources/0/0": "v1\n" + json.dumps({"path": f"file://{inputs}/part-0.json",
+                                                   "timestamp": 1_795_000_000_000, "batchId": 0})}
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def populate(home: Path, count: int, savepoints_per_job: int) -> None:
     registry = Registry(str(home))
+    source = checkpoint(home.parent / "ckpt" / "events", home.parent / "in")
+    storage, path = storage_for(str(source))
     for index in range(count):
         job = registry.new_job(f"job{index:03d}", app=f"/apps/job{index}.py", app_args=[], master="local[2]",
                                submit_args=[])
         write_agent_file(job.directory, {"state": "finished", "exit_code": 0, "app_id": f"local-{index}"})
-        savepoint = home / "savepoints" / job.name / f"savepoint-{job.name}-20261122-000000-abcdef"
-        savepoint.mkdir(parents=True)
-        (savepoint / mf.MANIFEST).write_text(json.dumps({"format": mf.FORMAT}))
+        target_storage, target = storage_for(str(home / "savepoints" / job.name))
+        for number in range(savepoints_per_job):
+            create([QuerySource("events", path)], storage, target, target_storage, job=job.name,
+                   clock=lambda n=number: 1_795_000_000.0 + 3600 * n)
 
 
 def timed(argv: list[str], runs: int = 7) -> float:
@@ -64,17 +84,25 @@ def alternated(argv: list[str], checkouts: list[Path], rounds: int = 25) -> dict
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100)
+    parser.add_argument("--savepoints-per-job", type=int, default=10)
     parser.add_argument("--against", type=Path, help="another checkout to compare with, run alternately")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sparkpoint-bench-cli-"))
     try:
-        populate(work / "home", options.jobs)
+        populate(work / "home", options.jobs, options.savepoints_per_job)
         cli = [sys.executable, "-m", "sparkpoint", "--home", str(work / "home")]
-        print(f"machine: nproc={os.cpu_count()}, python {sys.version.split()[0]}; {options.jobs} registered jobs")
+        print(f"machine: nproc={os.cpu_count()}, python {sys.version.split()[0]}; {options.jobs} registered jobs, "
+              f"{options.jobs * options.savepoints_per_job} savepoints")
+        imported = subprocess.run([sys.executable, "-c", "import sys; from sparkpoint.cli.main import main; "
+                                   f"main(['--home', {str(work / 'home')!r}, 'metrics']); "
+                                   "print('pyspark' in sys.modules, file=sys.stderr)"],
+                                  capture_output=True, text=True, check=True).stderr.split()[-1]
+        print(f"sparkpoint metrics imported pyspark: {imported}")
         for label, argv in [("sparkpoint --help", [*cli, "--help"]),
                             ("sparkpoint list", [*cli, "list"]),
                             ("sparkpoint list --all", [*cli, "list", "--all"]),
                             ("sparkpoint list --all -o json", [*cli, "list", "--all", "-o", "json"]),
+                            ("sparkpoint metrics", [*cli, "metrics"]),
                             ("python -c pass (interpreter floor)", [sys.executable, "-c", "pass"])]:
             if options.against is None:
                 print(f"{label:40s} {timed(argv) * 1000:7.1f} ms (median of 7)")

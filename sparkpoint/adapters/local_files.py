@@ -4,9 +4,12 @@ a cluster's configuration), which are private as well."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,3 +38,15 @@ def write_json(path: Path, data: dict[str, Any], mode: int = 0o600) -> None:
     """The one writer of sparkpoint's JSON records: atomic, and private by default (they may hold the
     application's arguments)."""
     write_private(path, json.dumps(data, indent=2), mode)
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock held on ``path`` (created, private, never removed: removing it would let two holders
+    lock two different files), released when the block ends or the process dies."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from sparkpoint.cli.metrics_cmds import metrics_file_option
 from sparkpoint.cli.context import PATH_PART, SAVEPOINT, Seconds, echo, emit, output_option, pass_app, text
 from sparkpoint.cli.context import console as make_console
 
@@ -253,6 +254,7 @@ def _render_jobs(jobs: list[ListedJob]) -> None:
 
 
 @click.command("stop")
+@metrics_file_option
 @click.argument("job_ref", metavar="JOB", type=PATH_PART)
 @click.option("--savepoint-path", metavar="DIR", help="Where the savepoint goes [default: the home's catalog].")
 @click.option("--timeout", type=Seconds(min=0), default=60.0, show_default=True,
@@ -285,6 +287,7 @@ def _render_stopped(stopped: Stopped) -> None:
 
 
 @click.command("cancel")
+@metrics_file_option
 @click.argument("job_ref", metavar="JOB", type=PATH_PART)
 @click.option("--with-savepoint", "with_savepoint", is_flag=True,
               help="Savepoint at a batch boundary first, like stop (Flink's cancel -s).")

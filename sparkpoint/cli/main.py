@@ -16,7 +16,7 @@ import traceback
 
 import click
 
-from sparkpoint.cli import catalog_cmds, cluster_cmds, job_cmds, savepoint_cmds
+from sparkpoint.cli import catalog_cmds, cluster_cmds, job_cmds, metrics_cmds, savepoint_cmds
 from sparkpoint.cli.context import OUTPUT_HELP, OUTPUTS, AppContext, echo
 from sparkpoint.errors import SparkpointError
 
@@ -40,7 +40,8 @@ def cli(ctx: click.Context, home: str | None, config_path: str | None, quiet: bo
 
 DEBUG_ENV = "SPARKPOINT_DEBUG"
 
-for command in (*job_cmds.COMMANDS, *savepoint_cmds.COMMANDS, *catalog_cmds.COMMANDS, *cluster_cmds.COMMANDS):
+for command in (*job_cmds.COMMANDS, *savepoint_cmds.COMMANDS, *catalog_cmds.COMMANDS, *metrics_cmds.COMMANDS,
+                *cluster_cmds.COMMANDS):
     cli.add_command(command)
 
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from sparkpoint.cli.metrics_cmds import metrics_file_option
 from sparkpoint.cli.context import PATH_PART, SAVEPOINT, echo, emit, human_bytes, output_option, pass_app, text
 from sparkpoint.cli.context import console as make_console
 from sparkpoint.errors import BadArgumentError, RecordedFailureError, SavepointInvalidError
@@ -19,6 +20,7 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
     from sparkpoint.savepoints.savepoint import Disposed, Verification
 
 @click.command("savepoint")
+@metrics_file_option
 @click.argument("args", nargs=-1, metavar="[JOB] [TARGET_DIR]")
 @click.option("--from-checkpoint", "checkpoint", metavar="CHECKPOINT_DIR",
               help="A query's checkpoint (live or stopped), or a root of named query checkpoints.")

@@ -6,8 +6,8 @@ A job lives in ``<home>/jobs/<job id>/``:
 - ``token``: the per-job secret of the agent's control endpoint, readable by its owner only;
 - ``agent.json``: written by the driver-side agent: its address while it runs, then how the
   application ended;
-- ``last-savepoint.json``: the newest savepoint taken of the job (``path``, ``at``), written by whichever
-  command took it;
+- ``savepoints.json``: the savepoints taken of the job (counts, the newest, the last failure), updated under
+  ``.savepoints.lock`` by whichever command took or tried one;
 - ``checkpoints/``: the checkpoint root (``spark.sql.streaming.checkpointLocation``), one directory
   per named query;
 - ``driver.log``: the driver's output, for a detached job;

@@ -7,17 +7,19 @@ States: ``starting`` (launched, agent not up yet), ``running``, ``finished``, ``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import secrets
-from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.adapters.agent_client import AgentClient
-from sparkpoint.adapters.local_files import write_json, write_private
+from sparkpoint.adapters.local_files import locked, write_json, write_private
 from sparkpoint.adapters.processes import is_pid, pid_alive, process_start
 from sparkpoint.adapters.standalone import DRIVER_STATES, StandaloneMaster
 from sparkpoint.config import local_home
@@ -41,9 +43,24 @@ JOB_FILE = "job.json"
 TOKEN_FILE = "token"
 CHECKPOINTS_DIR = "checkpoints"
 LOG_FILE = "driver.log"
-LAST_SAVEPOINT_FILE = "last-savepoint.json"
+SAVEPOINTS_FILE = "savepoints.json"
+SAVEPOINTS_LOCK = ".savepoints.lock"
 ACTIVE_STATES = ("starting", "running")
+DRIVER_STATUS_SECONDS = 2.0  # for a master to say how a cluster-mode driver is
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+@dataclass
+class SavepointRecord:
+    """SAVEPOINTS_FILE: how many savepoints of the job were taken and failed, the newest one (path, at, seconds,
+    bytes) and the last failure (at, error, exit_code). ``problem``: why the file could not be read (then the
+    rest is empty: what it held is unknown, not zero)."""
+
+    taken: int = 0
+    failed: int = 0
+    last: dict[str, Any] | None = None
+    last_failure: dict[str, Any] | None = None
+    problem: str | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -76,10 +93,16 @@ class Job:
     history: list[dict[str, Any]] = field(default_factory=list)  # events, oldest first: what was decided, and why
     agent: dict[str, Any] = field(default_factory=dict)  # agent.json, as last read
     driver: dict[str, Any] = field(default_factory=dict)  # the master's view of a cluster-mode driver, as last asked
-    # The newest savepoint taken of this job (live, at a stop, a cancel with a savepoint, a hand-over), not of its
-    # name, which the versions after it share. A file of its own (LAST_SAVEPOINT_FILE): a command that saves a
-    # job.json it loaded before a savepoint was taken (a foreground run, a stop) cannot lose it.
-    last_savepoint: str | None = None
+    # The savepoints taken of this job (live, at a stop, a cancel with a savepoint, a hand-over), not of its name,
+    # which the versions after it share: counts, the newest and the last failure (SAVEPOINTS_FILE). A file of its
+    # own: a command that saves a job.json it loaded before a savepoint was taken (a foreground run, a stop)
+    # cannot lose it.
+    savepoints: SavepointRecord = field(default_factory=SavepointRecord)
+    stop: dict[str, Any] | None = None  # the last stop with a savepoint: at, phases (seconds), at_boundary, savepoint
+
+    @property
+    def last_savepoint(self) -> str | None:
+        return self.savepoints.last["path"] if self.savepoints.last else None
 
     @property
     def checkpoint_root(self) -> str:
@@ -100,7 +123,7 @@ class Job:
 
     def record(self) -> dict[str, Any]:
         data = asdict(self)
-        for kept_elsewhere in ("agent", "driver", "last_savepoint"):
+        for kept_elsewhere in ("agent", "driver", "savepoints"):
             data.pop(kept_elsewhere)
         return data
 
@@ -147,7 +170,7 @@ class Registry:
             raise CorruptRecordError(f"the registry entry {directory / JOB_FILE} is not JSON") from None
         job = _job_from_record(data, job_id, directory / JOB_FILE)
         job.agent = read_agent_file(directory)
-        job.last_savepoint = _last_savepoint(directory)
+        job.savepoints = read_savepoint_record(directory)
         if job.submission_id and not job.ended and job.agent.get("state") not in ("finished", "failed"):
             job.driver = driver_status(job)
         return job
@@ -156,16 +179,28 @@ class Registry:
         """Registered jobs (those whose id starts with ``id_prefix``), newest first; unreadable entries skipped.
         Ids are directory names: a prefix is matched before any entry is loaded (loading a cluster-mode
         job asks its master)."""
+        return self.load_all(id_prefix)[0]
+
+    def load_all(self, id_prefix: str = "") -> tuple[list[Job], list[SparkpointError]]:
+        """Registered jobs, newest first, and why each unreadable entry could not be loaded. Loaded side by
+        side: a cluster-mode job asks its master (DRIVER_STATUS_SECONDS at most), and one master that does not
+        answer must not cost that once per job."""
         if not self.root.is_dir():
-            return []
-        jobs = []
-        for entry in sorted(self.root.iterdir()):
-            if entry.name.startswith(id_prefix) and (entry / JOB_FILE).is_file():
-                try:
-                    jobs.append(self.load(entry.name))
-                except SparkpointError:
-                    continue
-        return sorted(jobs, key=lambda j: j.created_at, reverse=True)
+            return [], []
+        names = [e.name for e in sorted(self.root.iterdir())
+                 if e.name.startswith(id_prefix) and (e / JOB_FILE).is_file()]
+
+        def attempt(name: str) -> Job | SparkpointError:
+            try:
+                return self.load(name)
+            except SparkpointError as exc:
+                return exc
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            loaded = list(pool.map(attempt, names))
+        jobs = [item for item in loaded if isinstance(item, Job)]
+        problems = [item for item in loaded if isinstance(item, SparkpointError)]
+        return sorted(jobs, key=lambda j: j.created_at, reverse=True), problems
 
     def resolve(self, reference: str) -> Job:
         """A job by its id, a unique id prefix, or the name of its one active run."""
@@ -177,20 +212,21 @@ class Registry:
             matches = [j for j in self.all() if j.name == reference and state_of(j) in ACTIVE_STATES]
         return the_one(reference, matches, _job_id, "jobs", f"no job {reference!r}: see 'sparkpoint list --all'")
 
-    def savepoint_taken(self, job: Job, path: str) -> None:
-        """Record ``path`` as the newest savepoint of ``job``."""
-        write_json(Path(job.directory) / LAST_SAVEPOINT_FILE, {"path": path, "at": iso()})
+    def savepoint_taken(self, job: Job, path: str, seconds: float, size: int) -> None:
+        """Record ``path`` as the newest savepoint of ``job``, taken in ``seconds``, ``size`` bytes."""
+        with _savepoint_record(job) as record:
+            record.taken += 1
+            record.last = {"path": path, "at": iso(), "seconds": round(seconds, 3), "bytes": size}
+
+    def savepoint_failed(self, job: Job, error: SparkpointError) -> None:
+        """Record that a savepoint of ``job`` failed, and why. Called while ``error`` propagates: a record that
+        cannot be written (the disk that failed the savepoint) must not replace the error the user needs."""
+        with contextlib.suppress(OSError, SparkpointError), _savepoint_record(job) as record:
+            record.failed += 1
+            record.last_failure = {"at": iso(), "error": str(error), "exit_code": error.exit_code}
 
     def token(self, job: Job) -> str:
         return (Path(job.directory) / TOKEN_FILE).read_text().strip()
-
-
-def _last_savepoint(directory: Path) -> str | None:
-    try:
-        path = json.loads((directory / LAST_SAVEPOINT_FILE).read_text()).get("path")
-    except (FileNotFoundError, ValueError, AttributeError):  # none taken, or not a record of ours: none known
-        return None
-    return path if isinstance(path, str) else None
 
 
 def _job_id(job: Job) -> str:
@@ -220,6 +256,7 @@ _RECORD_TYPES: RecordTypes = {
     "spark_home": (lambda v: isinstance(v, str), True),
     "spark_version": (lambda v: isinstance(v, str), True),
     "history": (lambda v: isinstance(v, list) and all(isinstance(e, dict) for e in v), False),
+    "stop": (lambda v: isinstance(v, dict), True),
 }
 
 
@@ -247,6 +284,39 @@ def _job_from_record(data: Any, job_id: str, path: Path) -> Job:
         raise CorruptRecordError(f"the registry entry {path} is malformed ({'; '.join(problems)}): "
                                  "remove that job's directory, or restore its job.json")
     return Job(**{key: data[key] for key in _RECORD_TYPES if key in data})
+
+
+_SAVEPOINT_RECORD_TYPES: RecordTypes = {
+    "taken": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, False),
+    "failed": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, False),
+    "last": (lambda v: isinstance(v, dict) and isinstance(v.get("path"), str), True),
+    "last_failure": (lambda v: isinstance(v, dict), True),
+}
+
+
+def read_savepoint_record(directory: Path) -> SavepointRecord:
+    path = directory / SAVEPOINTS_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return SavepointRecord()
+    except ValueError:
+        return SavepointRecord(problem=f"{path} is not JSON")
+    problems = record_problems(data, SavepointRecord, _SAVEPOINT_RECORD_TYPES)
+    if problems:
+        return SavepointRecord(problem=f"{path} is malformed ({'; '.join(problems)})")
+    return SavepointRecord(**{key: data[key] for key in _SAVEPOINT_RECORD_TYPES if key in data})
+
+
+@contextlib.contextmanager
+def _savepoint_record(job: Job) -> Iterator[SavepointRecord]:
+    """The job's savepoint record, updated under a lock: two savepoints of one job (a cron line and an operator)
+    each count. A record that cannot be read starts again from what this update knows."""
+    directory = Path(job.directory)
+    with locked(directory / SAVEPOINTS_LOCK):
+        record = read_savepoint_record(directory)
+        yield record
+        write_json(directory / SAVEPOINTS_FILE, {key: getattr(record, key) for key in _SAVEPOINT_RECORD_TYPES})
 
 
 def spark_version_of(job: Job) -> str | None:
@@ -288,7 +358,7 @@ def state_of(job: Job) -> str:
 def driver_status(job: Job) -> dict[str, Any]:
     """What the master says of a cluster-mode driver; an unreachable master says nothing (the job shows lost)."""
     try:
-        return StandaloneMaster(job.master, timeout=2.0).driver_state(job.submission_id)
+        return StandaloneMaster(job.master, timeout=DRIVER_STATUS_SECONDS).driver_state(job.submission_id)
     except SparkpointError as exc:
         return {"driverState": "UNKNOWN", "message": str(exc), "unreachable": True}
 

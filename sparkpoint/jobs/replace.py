@@ -49,7 +49,7 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
         if stopped is None or not isinstance(exc, SparkpointError):
             raise  # the old job runs on (or an interrupt: the caller's to report)
         # The old job is stopped: its savepoint is the way back, which the caller takes.
-        record_stopped(registry, replaced, False, exiting, stopped.phases,
+        record_stopped(registry, replaced, False, exiting, stopped,
                        f"stopped for {job.id}, whose hand-over then failed; savepoint {stopped.path}")
         raise HandoverFailedError(f"the hand-over from {replaced.id} failed after it stopped: {exc}",
                                   stopped.path) from exc
@@ -58,7 +58,7 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
     registry.save(job)
     answer_handover(job.directory, {"expected_queries": [q["name"] for q in saved.queries]})
     # Only now wait for the old driver's exit: the new one is already restoring and starting its queries.
-    return replace(stopped, job=record_stopped(registry, replaced, False, exiting, stopped.phases,
+    return replace(stopped, job=record_stopped(registry, replaced, False, exiting, stopped,
                                                f"replaced by {job.id}, savepoint {stopped.path}"))
 
 

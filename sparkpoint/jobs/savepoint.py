@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from sparkpoint.adapters.storage import storage_for
 from sparkpoint.adapters.transfer import Progress
 from sparkpoint.config import Settings
-from sparkpoint.errors import BadArgumentError, JobNotRunningError
+from sparkpoint.errors import BadArgumentError, JobNotRunningError, SparkpointError
 from sparkpoint.paths import local_path
 from sparkpoint.jobs.registry import Job, Registry, client_for, spark_version_of
 from sparkpoint.savepoints.create import Created, QuerySource, take
@@ -31,17 +32,29 @@ def savepoint_job(settings: Settings, reference: str, target_dir: str | None = N
     """A savepoint of every query of a running job, without pausing it."""
     registry = Registry(settings.home_url())
     job = registry.resolve(reference)
-    status = client_for(registry, job).status()
-    if not status["queries"]:
-        raise JobNotRunningError(f"job {job.id} runs no streaming query yet")
-    return create_savepoint(settings, job, job_sources(status["queries"]), target_dir, progress, keep_last)
+    try:
+        status = client_for(registry, job).status()
+        if not status["queries"]:
+            raise JobNotRunningError(f"job {job.id} runs no streaming query yet")
+        sources = job_sources(status["queries"])
+    except SparkpointError as exc:  # a savepoint that could not even start failed all the same (metrics count it)
+        registry.savepoint_failed(job, exc)
+        raise
+    return create_savepoint(settings, job, sources, target_dir, progress, keep_last)
 
 
 def create_savepoint(settings: Settings, job: Job, sources: list[QuerySource], target_dir: str | None,
                      progress: Progress | None, keep_last: int | None = None) -> Created:
+    """A savepoint of ``job``'s checkpoints, recorded as taken or failed in the job's savepoint record."""
+    registry = Registry(settings.home_url())
+    started = time.monotonic()
     source_storage, _ = storage_for(job.checkpoint_root)
-    created = take(settings, job.name, sources, source_storage, target_dir, origin={"kind": "job", "job_id": job.id},
-                   restored_from=job.restored_from, keep_last=keep_last, spark_version=spark_version_of(job),
-                   progress=progress)
-    Registry(settings.home_url()).savepoint_taken(job, created.path)
+    try:
+        created = take(settings, job.name, sources, source_storage, target_dir,
+                       origin={"kind": "job", "job_id": job.id}, restored_from=job.restored_from,
+                       keep_last=keep_last, spark_version=spark_version_of(job), progress=progress)
+    except SparkpointError as exc:
+        registry.savepoint_failed(job, exc)
+        raise
+    registry.savepoint_taken(job, created.path, time.monotonic() - started, created.bytes)
     return created

@@ -20,7 +20,7 @@ from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, clie
 from sparkpoint.jobs.savepoint import create_savepoint, job_sources
 from sparkpoint.results import Result
 from sparkpoint.savepoints.create import SavedQuery
-from sparkpoint.times import poll_until
+from sparkpoint.times import iso, poll_until
 
 STOP_REPORT_GRACE = 30.0  # beyond the stop's own timeout, for an agent to report its queries' end
 
@@ -34,7 +34,7 @@ def stop_job(settings: Settings, reference: str, target_dir: str | None = None, 
     registry = Registry(settings.home_url())
     job = registry.resolve(reference)
     result, exiting = stop_with_savepoint(settings, registry, job, target_dir, timeout, progress, sleep, clock)
-    return replace(result, job=record_stopped(registry, job, cancelled, exiting, result.phases,
+    return replace(result, job=record_stopped(registry, job, cancelled, exiting, result,
                                               f"stopped with savepoint {result.path}"))
 
 
@@ -43,9 +43,13 @@ def stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target
     """The savepoint at the boundary, and the driver's exit, already under way (the savepoint reads only
     the stopped queries' checkpoints, so the two overlap)."""
     started = clock()
-    stopped = _await_boundary(client_for(registry, job), job, timeout, progress or NullProgress(), sleep, clock)
-    if not stopped:
-        raise JobNotRunningError(f"job {job.id} runs no streaming query to stop")
+    try:
+        stopped = _await_boundary(client_for(registry, job), job, timeout, progress or NullProgress(), sleep, clock)
+        if not stopped:
+            raise JobNotRunningError(f"job {job.id} runs no streaming query to stop")
+    except SparkpointError as exc:  # the stop's savepoint was never taken: a failed one (create_savepoint's own
+        registry.savepoint_failed(job, exc)  # failures it records itself)
+        raise
     boundary = clock()
     exiting = DriverExit(job, sleep, clock)
     created = create_savepoint(settings, job, job_sources(stopped), target_dir, progress)
@@ -143,11 +147,14 @@ def _waiting_message(report: dict[str, Any]) -> str:
     return f"waiting for {batches} to commit, {report['seconds']:.0f} s"
 
 
-def record_stopped(registry: Registry, job: Job, cancelled: bool, exiting: DriverExit,
-                   phases: dict[str, float], reason: str) -> JobView:
-    """Once the stopped driver has exited: record how the job ended (and how long that took)."""
-    phases["driver_exit"] = exiting.wait()
+def record_stopped(registry: Registry, job: Job, cancelled: bool, exiting: DriverExit, stopped: Stopped,
+                   reason: str) -> JobView:
+    """Once the stopped driver has exited: record how the job ended, how long that took and whether every query
+    ended at a boundary (the job's ``stop``, which metrics report)."""
+    stopped.phases["driver_exit"] = exiting.wait()
     job = registry.load(job.id)
+    job.stop = {"at": iso(), "phases": stopped.phases, "at_boundary": all(q.at_boundary for q in stopped.queries),
+                "savepoint": stopped.path}
     if cancelled or state_of(job) in ACTIVE_STATES or state_of(job) == "lost":
         job.end("cancelled" if cancelled else "finished", reason=reason)
     else:  # its agent recorded the end already: the history still says why it came

@@ -3,18 +3,16 @@
 Every request must carry the job's id and its secret token; bodies are capped, connections are capped and must
 send their request within REQUEST_SECONDS, and a Host header that is not the agent's own is refused (no DNS
 rebinding from a browser; a client that reaches a non-loopback agent directly sends any Host it likes, so there
-the token is the only guard). Only the standard library: it runs in the user's driver.
+the token is the only guard).
 """
 
 from __future__ import annotations
 
 import json
-import threading
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from sparkpoint.times import poll_until
+from sparkpoint.adapters.http_server import BoundedServer, QuietHandler
 
 if TYPE_CHECKING:
     from sparkpoint.runtime.agent import Agent
@@ -24,83 +22,22 @@ MAX_CONNECTIONS = 32  # each holds a thread: beyond this, a connection is closed
 REQUEST_SECONDS = 10.0  # for a connection to send its request (an idle one holds its thread until then)
 
 
-class ControlServer(ThreadingHTTPServer):
-    """At most MAX_CONNECTIONS connections, each on a thread of its own: connections that never send a
-    request cannot pile up threads in the driver. Counts the requests in flight, so that the driver's exit can
-    let their replies out."""
-
-    daemon_threads = True
-
+class ControlServer(BoundedServer):
     def __init__(self, address: tuple[str, int], agent: Agent):
-        super().__init__(address, ControlHandler)
+        super().__init__(address, ControlHandler, MAX_CONNECTIONS)
         self.agent = agent
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        self._lock = threading.Lock()
-        self._in_flight = 0
-
-    def process_request(self, request, client_address) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def handle_error(self, request, client_address) -> None:
-        pass  # a client gone mid-reply: nothing to tell, and the driver's stderr is the user's
-
-    def process_request_thread(self, request, client_address) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-    def count_request(self, delta: int) -> None:
-        with self._lock:
-            self._in_flight += delta
-
-    def drain(self, seconds: float) -> None:
-        """Until no request is in flight, for at most ``seconds``."""
-        poll_until(lambda: not self._in_flight, seconds, 0.01)
 
 
-class ControlHandler(BaseHTTPRequestHandler):
+class ControlHandler(QuietHandler):
     server: ControlServer
     server_version = "sparkpoint-agent"
 
     def setup(self) -> None:
-        self.timeout = REQUEST_SECONDS  # read per connection: tests shorten it
+        self.request_seconds = REQUEST_SECONDS  # read per connection: tests shorten it
         super().setup()
 
-    def log_message(self, *args) -> None:  # the driver's log is the user's: stay quiet
-        pass
-
     def _reply(self, status: HTTPStatus, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def parse_request(self) -> bool:
-        # A request is in flight (drain() lets its reply out) from its headers on, not while a connection
-        # merely waits to send one.
-        parsed = super().parse_request()
-        if parsed:
-            self.server.count_request(+1)
-            self._counted = True
-        return parsed
-
-    def handle_one_request(self) -> None:
-        self._counted = False
-        try:
-            super().handle_one_request()
-        finally:
-            if self._counted:
-                self.server.count_request(-1)
+        self.reply(status, json.dumps(body).encode(), "application/json")
 
     def _admit(self) -> dict[str, Any] | None:
         agent = self.server.agent

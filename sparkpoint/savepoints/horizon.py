@@ -117,6 +117,9 @@ class CountingHorizon(SourceHorizon):
 
     offset: int
     held_by: str
+    # rate: when the oldest row still needed was generated (the source's start plus the offset); null for
+    # rate-micro-batch, whose timestamps are made up from its options, not the clock.
+    timestamp_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,7 @@ class _Need:
     kind: str
     key: str  # the source, before file sources nested in one another are merged
     value: Any  # file: _FileLog; kafka: {partition: offset}; rate: int; other: str
+    timestamp_ms: int | None = None  # rate: when the row at ``value`` was generated
 
 
 @dataclass
@@ -224,8 +228,8 @@ def _query_needs(holder: str, query: str, offsets: list[Any], reader: Checkpoint
         elif kind == KAFKA:
             needs += [_Need(holder, query, KAFKA, topic, {int(p): o for p, o in partitions.items()})
                       for topic, partitions in offset.items()]
-        elif kind == RATE and reader.rate_start(index) is not None:
-            needs.append(_Need(holder, query, RATE, own, offset))
+        elif kind == RATE and (started_ms := reader.rate_start(index)) is not None:
+            needs.append(_Need(holder, query, RATE, own, offset, started_ms + offset * 1000))
         elif kind == RATE_MICRO_BATCH:
             needs.append(_Need(holder, query, RATE_MICRO_BATCH, own, offset["offset"]))
         else:
@@ -400,8 +404,9 @@ def _assemble(directory: str, job: str | None, loaded: list[_Loaded], storage_op
         elif kind == KAFKA:
             sources.append(_kafka_horizon(common, group, order))
         elif kind in (RATE, RATE_MICRO_BATCH):
-            offset, _, holder = min((n.value, order[n.holder], n.holder) for n in group)
-            sources.append(CountingHorizon(**common, offset=offset, held_by=holder))
+            offset, _, holder, timestamp_ms = min((n.value, order[n.holder], n.holder, n.timestamp_ms)
+                                                  for n in group)
+            sources.append(CountingHorizon(**common, offset=offset, held_by=holder, timestamp_ms=timestamp_ms))
         else:
             sources.append(OtherHorizon(**common, offsets=[HeldOffset(n.holder, n.query, n.value) for n in group]))
     return Horizon(directory=directory, job=job, holders=[item.holder for item in loaded], sources=sources,

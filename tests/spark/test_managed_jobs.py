@@ -38,6 +38,18 @@ def expected_counts(batches) -> dict:
     return dict(Counter(e["room"] for b in batches for e in events(b)))
 
 
+def metric_samples(path: Path) -> dict[tuple, float]:
+    """A textfile's samples, parsed by prometheus_client: (name, then the values of job, query or state, phase)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found = {}
+    for family in text_string_to_metric_families(path.read_text()):
+        for sample in family.samples:
+            keys = [sample.labels.get(label) for label in ("job", "query", "state", "phase")]
+            found[(sample.name, *(key for key in keys if key is not None))] = sample.value
+    return found
+
+
 def outputs(directory: Path) -> dict[int, dict]:
     return {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in directory.glob("batch-*.json")}
 
@@ -55,8 +67,16 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     query = listed[0]["queries"][0]
     assert query["name"] == "counts" and query["batch_id"] >= 2 and listed[0]["app_id"].startswith("local-")
 
-    live = cli_json(home, "savepoint", job["id"])
+    prom = tmp_path / "sparkpoint.prom"  # the cron line's textfile, rewritten by each command given it
+    live = cli_json(home, "savepoint", job["id"], "--metrics-file", str(prom))
     assert live["queries"][0]["batch_id"] >= 2
+    found = metric_samples(prom)
+    assert found[("sparkpoint_job_state", job["id"], "running")] == 1
+    assert found[("sparkpoint_job_agent_up", job["id"])] == 1
+    assert found[("sparkpoint_job_savepoints_total", job["id"])] == 1
+    assert found[("sparkpoint_job_last_savepoint_bytes", job["id"])] == live["bytes"]
+    assert found[("sparkpoint_query_state_rows", job["id"], "counts")] == 3  # kitchen, hall, garage
+    assert found[("sparkpoint_query_batch_id", job["id"], "counts")] >= live["queries"][0]["batch_id"]
     assert cli(home, "verify", live["path"])[0] == 0
 
     trigger = cli_json(home, "savepoint", "--detached", job["id"])
@@ -72,9 +92,16 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     for batch in (3, 4):
         feed(inputs, batch)
     wait_for(lambda: 4 in outputs(tmp_path / "out1"), what="batch 4 of v1")
-    stopped = cli_json(home, "stop", job["id"], "--timeout", "30")
+    stopped = cli_json(home, "stop", job["id"], "--timeout", "30", "--metrics-file", str(prom))
     cut = stopped["queries"][0]
     assert cut["batch_id"] == 4 and cut["replayed_batch_id"] is None and cut["at_boundary"] is True
+    found = metric_samples(prom)
+    assert found[("sparkpoint_job_state", job["id"], "finished")] == 1
+    assert found[("sparkpoint_job_savepoints_total", job["id"])] == 3  # live, detached, at the stop
+    assert found[("sparkpoint_job_last_savepoint_bytes", job["id"])] == stopped["bytes"]
+    assert found[("sparkpoint_job_last_stop_at_boundary", job["id"])] == 1
+    assert {phase: found[("sparkpoint_job_last_stop_phase_seconds", job["id"], phase)]
+            for phase in stopped["phases"]} == stopped["phases"]
     assert stopped["job"]["state"] == "finished"
     assert process_gone(job["pid"])
     assert cli_json(home, "list") == []
@@ -113,8 +140,12 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
 
     cancelled = cli_json(home, "cancel", upgraded["id"])
     assert cancelled["state"] == "cancelled" and process_gone(upgraded["pid"])
-    code, _, err = cli(home, "savepoint", upgraded["id"])
+    code, _, err = cli(home, "savepoint", upgraded["id"], "--metrics-file", str(prom))
     assert code == 12 and "not running (state: cancelled)" in err
+    found = metric_samples(prom)
+    assert found[("sparkpoint_job_savepoint_failures_total", upgraded["id"])] == 1
+    assert found[("sparkpoint_job_rollbacks_total", upgraded["id"])] == 0
+    assert found[("sparkpoint_job_restores_total", upgraded["id"])] == 1
 
 
 def test_restore_refusals_are_one_clear_line(tmp_path):

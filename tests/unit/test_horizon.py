@@ -272,6 +272,8 @@ def test_rate_sources_and_other_sources(tmp_path):
     summary = [(s.kind, s.source, getattr(s, "offset", None), getattr(s, "held_by", None)) for s in result.sources]
     assert summary == [("other", "ticks[2]", None, None), ("other", "ticks[3]", None, None),
                        ("rate", "ticks[0]", 1, old), ("rate-micro-batch", "ticks[1]", 10, old)]
+    # The rate source's oldest row still needed was generated 1 s after its start; rate-micro-batch's have no clock.
+    assert [s.timestamp_ms for s in result.sources[2:]] == [1795457260556 + 1000, None]
     # A number without the rate source's log (a socket or memory source) has no known order: listed per holder.
     assert [(o.held_by, o.query, o.offset) for o in result.sources[0].offsets] == [(old, "ticks", "8"),
                                                                                    (new, "ticks", "10")]

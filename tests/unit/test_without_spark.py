@@ -63,3 +63,12 @@ def test_what_needs_a_local_spark_says_how_to_get_one(tmp_path):
         "or install one into this environment (pip install 'sparkpoint[spark]')"), done.stderr
     done = sparkpoint(home, "inspect", "--state", created["id"])
     assert done.returncode == 10 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_metrics_run_where_no_spark_is_installed(tmp_path):
+    home = tmp_path / "home"
+    checkpoint = hdfs_checkpoint(tmp_path / "ckpt" / "alarms", committed=3, planned=True)
+    assert sparkpoint(home, "savepoint", "--from-checkpoint", str(checkpoint)).returncode == 0
+    done = sparkpoint(home, "metrics")
+    assert done.returncode == 0, done.stderr
+    assert 'sparkpoint_catalog_savepoints{name="alarms",status="complete"} 1.0' in done.stdout

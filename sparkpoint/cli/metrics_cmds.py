@@ -1,0 +1,163 @@
+"""metrics, and the --metrics-file option of savepoint, stop and cancel: thin commands over sparkpoint.jobs.metrics."""
+
+from __future__ import annotations
+
+import functools
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from sparkpoint.cli.context import AppContext, echo, emit, output_option, pass_app
+from sparkpoint.config import local_home
+from sparkpoint.errors import BadArgumentError, SparkpointError
+
+TOKEN_FILE = "metrics.token"
+DEFAULT_PORT = 9464  # the port OpenTelemetry's Prometheus exporter registered; any free one does
+
+
+def _write_metrics(app: AppContext, path: str) -> None:
+    from sparkpoint.adapters.storage import translate_errors
+    from sparkpoint.jobs import metrics
+
+    data, scrape = metrics.exposition(app.settings)
+    _warn(scrape.problems)
+    with translate_errors(path):
+        metrics.write_textfile(path, data)
+
+
+def _warn(problems: list[str]) -> None:
+    for problem in problems:
+        echo(f"sparkpoint: warning: metrics: {problem}", err=True)
+
+
+def metrics_file_option(command: Callable) -> Callable:
+    """--metrics-file PATH: once the command has ended, successfully or not (a failed savepoint is what the
+    metrics are for), the home's metrics are written to PATH for node_exporter's textfile collector."""
+
+    @functools.wraps(command)
+    def with_metrics_file(*args, metrics_file: str | None = None, **kwargs):
+        if metrics_file is None:
+            return command(*args, **kwargs)
+        if kwargs.get("detached") or kwargs.get("poll"):
+            raise BadArgumentError("--metrics-file writes the metrics once the savepoint has ended: not with "
+                                   "--detached or --status (run `sparkpoint metrics --metrics-file` after it)")
+        app = click.get_current_context().find_object(AppContext)
+        try:
+            outcome = command(*args, **kwargs)
+        except BaseException:
+            try:
+                _write_metrics(app, metrics_file)
+            except SparkpointError as exc:  # the command's own error is the one to exit with
+                echo(f"sparkpoint: warning: the metrics file was not written: {exc}", err=True)
+            raise
+        _write_metrics(app, metrics_file)
+        return outcome
+
+    return _metrics_file(with_metrics_file)
+
+
+_metrics_file = click.option("--metrics-file", metavar="PATH",
+                             help="Write the home's metrics to PATH (Prometheus text, replaced atomically, for "
+                                  "node_exporter's textfile collector); after the command, even a failed one.")
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise BadArgumentError(f"--serve {text!r}: give [HOST:]PORT, a port from 1 to 65535")
+    return host, int(port)
+
+
+def _token(app: AppContext, token_file: str | None) -> tuple[str, Path]:
+    """The bearer token scrapes must send: ``token_file``'s, or the home's metrics.token, made on first use."""
+    from sparkpoint.adapters.local_files import write_private
+    from sparkpoint.adapters.storage import translate_errors
+
+    path = Path(token_file) if token_file else Path(local_home(app.settings.home)) / TOKEN_FILE
+    with translate_errors(str(path)):
+        if token_file is None and not path.exists():
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            write_private(path, secrets.token_urlsafe(32) + "\n")
+        token = path.read_text().strip()
+    if not token:
+        raise BadArgumentError(f"the token file {path} is empty")
+    return token, path
+
+
+def _serve(app: AppContext, address: str, token_file: str | None) -> None:
+    from prometheus_client.exposition import choose_encoder
+
+    from sparkpoint.adapters.scrape_server import ScrapeServer
+    from sparkpoint.jobs import metrics
+
+    host, port = _address(address)
+    token, path = _token(app, token_file)
+    registry, collector = metrics.registry_of(app.settings)
+
+    def render(accept: str) -> tuple[bytes, str]:
+        encoder, content_type = choose_encoder(accept)
+        data = encoder(registry)
+        _warn(collector.last.problems if collector.last else [])
+        return data, content_type
+
+    try:
+        server = ScrapeServer((host, port), token, render)
+    except OSError as exc:
+        raise BadArgumentError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    echo(f"Serving the metrics of {app.settings.home} on http://{host}:{server.server_address[1]}/metrics; "
+         f"scrapes send the bearer token in {path} (Ctrl-C ends)", err=True)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+
+
+@click.command("metrics")
+@click.option("--openmetrics", is_flag=True, help="OpenMetrics text instead of Prometheus' text format.")
+@click.option("--serve", "serve_address", metavar="[HOST:]PORT",
+              help=f"Serve GET /metrics for Prometheus to scrape, computed per scrape (host: 127.0.0.1; "
+                   f"e.g. {DEFAULT_PORT}).")
+@click.option("--token-file", metavar="FILE",
+              help=f"With --serve: the bearer token scrapes must send [default: <home>/{TOKEN_FILE}, made once].")
+@_metrics_file
+@output_option
+@pass_app
+def metrics_cmd(app, openmetrics, serve_address, token_file, metrics_file, output):
+    """The home's jobs, savepoints, stops and catalog as Prometheus metrics.
+
+    Prints them once (to a file with --metrics-file, as node_exporter's textfile collector reads them), or with
+    --serve answers Prometheus' scrapes; see README.md, "Metrics", for each metric and example alerts.
+    """
+    from sparkpoint.jobs import metrics
+
+    if token_file and not serve_address:
+        raise BadArgumentError("--token-file goes with --serve")
+    if serve_address and metrics_file:
+        raise BadArgumentError("give --serve or --metrics-file, not both")
+    if metrics_file:
+        _write_metrics(app, metrics_file)
+        return
+    if serve_address:
+        _serve(app, serve_address, token_file)
+        return
+    if output == "json":
+        scrape = metrics.scrape(app.settings)
+        _warn(scrape.problems)
+        emit(output, {"metrics": [_as_json(metric, samples) for metric, samples in scrape.samples.items()],
+                      "problems": scrape.problems}, print)
+        return
+    data, scrape = metrics.exposition(app.settings, openmetrics=openmetrics)
+    _warn(scrape.problems)
+    click.echo(data.decode(), nl=False)
+
+
+def _as_json(metric, samples) -> dict:
+    return {"name": metric.name, "type": metric.kind, "help": metric.help,
+            "samples": [{"labels": dict(zip(metric.labels, labels, strict=True)), "value": value}
+                        for labels, value in samples]}
+
+
+COMMANDS = (metrics_cmd,)

@@ -8,4 +8,12 @@ bash scripts/setup.sh
 bash scripts/spark-versions.sh  # the other supported Sparks, for tests/compat
 export SPARK_LOCAL_IP=127.0.0.1
 .venv/bin/ruff check --quiet sparkpoint tests scripts
+# The documentation site, strictly: a broken link or a page out of the navigation fails the run. (Not --quiet:
+# it hides the warnings from --strict too.)
+site=$(mktemp -d)
+if ! NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$site/html" >"$site/build.log" 2>&1; then
+  cat "$site/build.log" >&2
+  exit 1
+fi
+rm -rf "$site"
 exec .venv/bin/python -m pytest "$@"

@@ -5,6 +5,8 @@ Only the standard library: it runs in the user's driver too."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -53,14 +55,29 @@ class BoundedServer(ThreadingHTTPServer):
 
 class QuietHandler(BaseHTTPRequestHandler):
     """Logs nothing, replies with a length, and counts its request in flight (see BoundedServer.drain) from its
-    headers on, not while a connection merely waits to send one."""
+    headers on, not while a connection merely waits to send one. A connection has ``request_seconds`` in all to
+    send its request line and headers: a socket timeout alone bounds each read, and a byte every few seconds
+    would hold a connection slot for ever."""
 
     server: BoundedServer
-    request_seconds = 10.0  # for a connection to send its request (an idle one holds its thread until then)
+    request_seconds = 10.0
 
     def setup(self) -> None:
         self.timeout = self.request_seconds
         super().setup()
+        self._parsed = False
+        self._deadline = threading.Timer(self.request_seconds, self._too_slow)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def _too_slow(self) -> None:
+        if not self._parsed:
+            with contextlib.suppress(OSError):  # the client is gone already
+                self.connection.shutdown(socket.SHUT_RDWR)
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        super().finish()
 
     def log_message(self, *args) -> None:
         pass
@@ -74,6 +91,8 @@ class QuietHandler(BaseHTTPRequestHandler):
 
     def parse_request(self) -> bool:
         parsed = super().parse_request()
+        self._parsed = True
+        self._deadline.cancel()
         if parsed:
             self.server.count_request(+1)
             self._counted = True

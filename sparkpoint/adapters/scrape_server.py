@@ -8,6 +8,7 @@ clients at once must not double the load on the agents a scrape asks. The respon
 from __future__ import annotations
 
 import hmac
+import sys
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
@@ -48,6 +49,11 @@ class ScrapeHandler(QuietHandler):
         if not hmac.compare_digest(given.encode(), f"Bearer {self.server.token}".encode()):
             self._text(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token", **{"WWW-Authenticate": "Bearer"})
             return
-        with self.server.scraping:
-            data, content_type = self.server.render(self.headers.get("Accept", ""))
+        try:
+            with self.server.scraping:
+                data, content_type = self.server.render(self.headers.get("Accept", ""))
+        except Exception as exc:  # noqa: BLE001 - a bug's: Prometheus shows the 500, stderr the cause
+            sys.stderr.write(f"sparkpoint: error: the scrape failed: {type(exc).__name__}: {exc}\n")
+            self._text(HTTPStatus.INTERNAL_SERVER_ERROR, "the scrape failed: see sparkpoint's output")
+            return
         self.reply(HTTPStatus.OK, data, content_type)

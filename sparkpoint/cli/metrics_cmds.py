@@ -11,7 +11,7 @@ import click
 
 from sparkpoint.cli.context import AppContext, echo, emit, output_option, pass_app
 from sparkpoint.config import local_home
-from sparkpoint.errors import BadArgumentError, SparkpointError
+from sparkpoint.errors import BadArgumentError
 
 TOKEN_FILE = "metrics.token"
 DEFAULT_PORT = 9464  # the port OpenTelemetry's Prometheus exporter registered; any free one does
@@ -27,6 +27,16 @@ def _write_metrics(app: AppContext, path: str) -> None:
         metrics.write_textfile(path, data)
 
 
+def _write_metrics_or_warn(app: AppContext, path: str) -> None:
+    """After the command: a metrics file that cannot be written is a warning, never the command's exit status (a
+    cron line that retried a savepoint that worked would take it twice; an alert on the savepoint's age still
+    fires, as the file goes stale)."""
+    try:
+        _write_metrics(app, path)
+    except Exception as exc:  # noqa: BLE001 - whatever the scrape or the disk raised: the command's outcome stands
+        echo(f"sparkpoint: warning: the metrics file {path} was not written: {exc}", err=True)
+
+
 def _warn(problems: list[str]) -> None:
     for problem in problems:
         echo(f"sparkpoint: warning: metrics: {problem}", err=True)
@@ -34,7 +44,8 @@ def _warn(problems: list[str]) -> None:
 
 def metrics_file_option(command: Callable) -> Callable:
     """--metrics-file PATH: once the command has ended, successfully or not (a failed savepoint is what the
-    metrics are for), the home's metrics are written to PATH for node_exporter's textfile collector."""
+    metrics are for; an interrupt writes nothing), the home's metrics are written to PATH for node_exporter's
+    textfile collector."""
 
     @functools.wraps(command)
     def with_metrics_file(*args, metrics_file: str | None = None, **kwargs):
@@ -46,13 +57,10 @@ def metrics_file_option(command: Callable) -> Callable:
         app = click.get_current_context().find_object(AppContext)
         try:
             outcome = command(*args, **kwargs)
-        except BaseException:
-            try:
-                _write_metrics(app, metrics_file)
-            except SparkpointError as exc:  # the command's own error is the one to exit with
-                echo(f"sparkpoint: warning: the metrics file was not written: {exc}", err=True)
+        except Exception:  # an interrupt is not one: its user wants out, not a scrape of every job first
+            _write_metrics_or_warn(app, metrics_file)
             raise
-        _write_metrics(app, metrics_file)
+        _write_metrics_or_warn(app, metrics_file)
         return outcome
 
     return _metrics_file(with_metrics_file)

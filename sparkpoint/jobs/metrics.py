@@ -11,6 +11,7 @@ Nothing here imports pyspark.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -104,9 +105,12 @@ class Scrape:
     problems: list[str] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SCRAPE_ERROR_KINDS, 0))
 
-    def add(self, metric: Metric, labels: tuple[str, ...], value: float | None) -> None:
-        if value is not None:
-            self.samples[metric].append((labels, float(value)))
+    def add(self, metric: Metric, labels: tuple, value: object) -> None:
+        """A sample, unless ``value`` is not a finite number (unknown: no sample). Label values are text: the
+        agent's report and sparkpoint's records are JSON another process wrote."""
+        number = _number(value)
+        if number is not None:
+            self.samples[metric].append((tuple(str(label) for label in labels), number))
 
     def failed(self, what: str, problem: str) -> None:
         self.errors[what] += 1
@@ -149,41 +153,57 @@ def _job_metrics(settings: Settings, jobs: list[Job], result: Scrape) -> list[Jo
                             strict=True))
     views = []
     for job, state in states:
-        labels = (job.id, job.name)
-        for each in JOB_STATES:
-            result.add(JOB_STATE, (*labels, each), 1 if each == state else 0)
-        if state == "running":
-            result.add(AGENT_UP, labels, 1 if statuses[job.id] is not None else 0)
-        record = job.savepoints
-        if record.problem:
-            result.failed("savepoint_record", record.problem)
-        else:
-            result.add(SAVEPOINTS, labels, record.taken)
-            result.add(SAVEPOINT_FAILURES, labels, record.failed)
-        last = record.last or {}
-        result.add(LAST_SAVEPOINT, labels, parse_iso(last.get("at")))
-        result.add(LAST_SAVEPOINT_DURATION, labels, _number(last.get("seconds")))
-        result.add(LAST_SAVEPOINT_BYTES, labels, _number(last.get("bytes")))
-        result.add(LAST_FAILURE, labels, parse_iso((record.last_failure or {}).get("at")))
-        _stop_metrics(job, labels, result)
-        result.add(RESTORES, labels, 1 if job.restored_from else 0)
-        result.add(ROLLBACKS, labels, sum(1 for event in job.history if event.get("event") == "rolled_back"))
-        view = describe_job(job, statuses.get(job.id), state)
-        for query in view.queries:
-            _query_metrics(job.id, query, result)
-        views.append(view)
+        try:
+            views.append(_one_job(job, state, statuses.get(job.id), result))
+        except Exception as exc:  # noqa: BLE001 - a record or report of a shape no sparkpoint wrote: one error, not the scrape
+            result.failed("job_record", f"job {job.id}: its record or its agent's report is malformed "
+                                        f"({type(exc).__name__}: {exc})")
     return views
 
 
+def _one_job(job: Job, state: str, status: dict | None, result: Scrape) -> JobView:
+    labels = (job.id, job.name)
+    for each in JOB_STATES:
+        result.add(JOB_STATE, (*labels, each), 1 if each == state else 0)
+    if state == "running":
+        result.add(AGENT_UP, labels, 1 if status is not None else 0)
+    record = job.savepoints
+    if record.problem:
+        result.failed("savepoint_record", record.problem)
+    else:
+        result.add(SAVEPOINTS, labels, record.taken)
+        result.add(SAVEPOINT_FAILURES, labels, record.failed)
+    last = record.last or {}
+    result.add(LAST_SAVEPOINT, labels, parse_iso(last.get("at")))
+    result.add(LAST_SAVEPOINT_DURATION, labels, last.get("seconds"))
+    result.add(LAST_SAVEPOINT_BYTES, labels, last.get("bytes"))
+    result.add(LAST_FAILURE, labels, parse_iso((record.last_failure or {}).get("at")))
+    _stop_metrics(job, labels, result)
+    result.add(RESTORES, labels, 1 if job.restored_from else 0)
+    result.add(ROLLBACKS, labels, sum(1 for event in job.history if event.get("event") == "rolled_back"))
+    view = describe_job(job, status, state)
+    for query in view.queries:
+        _query_metrics(job.id, query, result)
+    return view
+
+
 def _status(registry: Registry, job: Job) -> dict | None:
+    """The agent's report, or None when it does not answer, or answers what no agent sends."""
     try:
-        return client_for(registry, job, timeout=AGENT_SECONDS).status()
-    except SparkpointError:
+        status = client_for(registry, job, timeout=AGENT_SECONDS).status()
+    except Exception:  # noqa: BLE001 - an agent gone, hung, or an agent.json of another shape: it did not answer
         return None
+    return status if isinstance(status, dict) else None
 
 
 def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of hundreds of digits, from a record edited by hand
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _stop_metrics(job: Job, labels: tuple[str, str], result: Scrape) -> None:
@@ -191,7 +211,7 @@ def _stop_metrics(job: Job, labels: tuple[str, str], result: Scrape) -> None:
     result.add(LAST_STOP, labels, parse_iso(stop.get("at")))
     phases = stop.get("phases") if isinstance(stop.get("phases"), dict) else {}
     for phase in STOP_PHASES:
-        result.add(LAST_STOP_PHASE, (*labels, phase), _number(phases.get(phase)))
+        result.add(LAST_STOP_PHASE, (*labels, phase), phases.get(phase))
     if isinstance(stop.get("at_boundary"), bool):
         result.add(LAST_STOP_AT_BOUNDARY, labels, 1 if stop["at_boundary"] else 0)
 
@@ -214,7 +234,7 @@ def _catalog_metrics(settings: Settings, views: list[JobView], result: Scrape) -
         return
     by_name: dict[str, list[catalog.Entry]] = {}
     for entry in entries:
-        by_name.setdefault(entry.job or "", []).append(entry)
+        by_name.setdefault(_catalog_name(entry, directory), []).append(entry)
     for name, kept in sorted(by_name.items()):
         complete = [e for e in kept if e.status == "complete"]
         for status in ("complete", "incomplete", "invalid"):
@@ -229,6 +249,15 @@ def _catalog_metrics(settings: Settings, views: list[JobView], result: Scrape) -
         return
     for source in held.sources:
         result.add(HORIZON, (source.kind, source.source), _horizon_ms(source))
+
+
+def _catalog_name(entry: catalog.Entry, directory: str) -> str:
+    """The job name a savepoint is kept under: its manifest's, or for one whose manifest cannot be read
+    (incomplete, invalid), the directory it sits in below the catalog ("" directly in the catalog)."""
+    if entry.job:
+        return entry.job
+    parent = entry.path.rstrip("/").rsplit("/", 1)[0]
+    return "" if parent == directory.rstrip("/") else parent.rsplit("/", 1)[-1]
 
 
 def _horizon_ms(source: horizon.SourceHorizon) -> float | None:

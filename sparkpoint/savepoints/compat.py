@@ -24,6 +24,7 @@ from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.spark import hdfs_store
 from sparkpoint.spark.checkpoint import empty_batch
 from sparkpoint.spark.checkpoint_files import companion_names
+from sparkpoint.spark.repartition import hdfs_refusal
 from sparkpoint.spark.state_files import parse_state_file
 from sparkpoint.spark_versions import ANSI_CONF, REFUSALS
 
@@ -77,7 +78,8 @@ def prepare_sandbox(savepoint: Savepoint, directory: str, workers: int = 4,
             (checkpoint / target).unlink(missing_ok=True)
             if (checkpoint / source).exists():
                 write_atomic(checkpoint / target, (checkpoint / source).read_bytes())
-        _empty_hdfs_state(checkpoint, query["batch_id"] + 1)
+        if hdfs_refusal(query["confs"], query["checkpoint_format_version"]) is None:
+            _empty_hdfs_state(checkpoint, query["batch_id"] + 1)
 
 
 def _empty_hdfs_state(checkpoint: Path, version: int) -> None:
@@ -87,7 +89,8 @@ def _empty_hdfs_state(checkpoint: Path, version: int) -> None:
     task opens its store on 3.5), not by its rows; loading a million rows into the sandbox only to drop them
     cost a two-step upgrade's downtime a second load of its state. An operator without schema files (written
     with the schema check off) keeps its rows: there, reading them is Spark's only check. RocksDB stores keep
-    theirs (their files name each other: an empty one is not a file to write by hand)."""
+    theirs (their files name each other: an empty one is not a file to write by hand), and so does state that
+    sparkpoint does not write as Spark would read it (another codec than lz4, row checksums: hdfs_refusal)."""
     for operator in sorted((checkpoint / "state").glob("[0-9]*")):
         schema_files = [*operator.glob("_stateSchema/*/*"), *operator.glob("*/_metadata/schema"),
                         *operator.glob("*/*/_metadata/schema")]

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import contextlib
 import socket
+import threading
+import time
 import stat
 
 import pytest
@@ -130,17 +133,37 @@ def test_connections_beyond_the_cap_are_closed_and_idle_ones_do_not_hold_the_dri
             connection.close()
 
 
-def test_a_connection_that_sends_no_request_is_closed(tmp_path, monkeypatch):
+@pytest.mark.parametrize("request_bytes", [b"", b"GET /v1/status HTTP/1.1\r\nHost: x\r\nX-A: b"],
+                         ids=["silent", "trickling"])
+def test_a_connection_that_does_not_send_its_request_in_time_is_closed(tmp_path, monkeypatch, request_bytes):
+    """A connection has REQUEST_SECONDS in all for its request: a byte every 0.1 s (4 s of it here) kept each read
+    inside the socket's timeout, and held a connection slot for ever."""
     from sparkpoint.runtime import endpoint
 
-    monkeypatch.setattr(endpoint, "REQUEST_SECONDS", 0.2)
+    monkeypatch.setattr(endpoint, "REQUEST_SECONDS", 0.5)
     registry = Registry(str(tmp_path))
     job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
     running = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: None)
     running.start()
     try:
         with socket.create_connection(running.address, timeout=30) as connection:
-            assert connection.recv(1) == b""
+            def trickle():
+                for byte in request_bytes:
+                    with contextlib.suppress(OSError):  # once closed, a write may fail
+                        connection.sendall(bytes([byte]))
+                    time.sleep(0.1)
+
+            sender = threading.Thread(target=trickle)
+            sender.start()
+            connection.settimeout(2.5)
+            try:
+                closed = connection.recv(1) == b""
+            except ConnectionResetError:
+                closed = True
+            except TimeoutError:
+                closed = False
+            sender.join()
+            assert closed
     finally:
         running.finish(0, None)
 

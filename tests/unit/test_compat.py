@@ -64,6 +64,17 @@ def test_the_sandbox_s_hdfs_state_is_one_empty_snapshot_where_spark_checks_its_s
     assert rows == ["1.delta", "2.delta", "3.delta", "4.delta"] and (store / "4.delta").stat().st_size > 0
 
 
+@pytest.mark.parametrize("conf", [{"spark.sql.streaming.stateStore.compression.codec": "zstd"},
+                                  {"spark.sql.streaming.stateStore.rowChecksum.enabled": "true"}])
+def test_state_sparkpoint_cannot_write_as_spark_reads_it_keeps_its_rows_in_the_sandbox(saved, tmp_path, conf):
+    """An empty snapshot is written lz4-framed, without row checksums: Spark reading another codec would fail."""
+    saved.query("alarms")["confs"].update(conf)  # as the offset log pins it
+    compat.prepare_sandbox(saved, str(tmp_path / "sandbox"))
+    store = tmp_path / "sandbox" / "alarms" / "state" / "0" / "0"
+    assert sorted(n for n in os.listdir(store) if n.endswith((".delta", ".snapshot"))) == [
+        "1.delta", "2.delta", "3.delta", "4.delta"]
+
+
 def report(**query) -> dict:
     ran = {"name": "alarms", "saved": True, "confs": {"spark.sql.shuffle.partitions": "2"}, "error": None,
            "batch_id": 4, "input_rows": 0, "operators": [{"name": "stateStoreSave", "partitions": 2}],

@@ -145,7 +145,7 @@ def test_malformed_records_are_counted_not_fatal(tmp_path):
     assert len(scrape.problems) == 2 and "job.json" in scrape.problems[0] and "savepoints.json" in scrape.problems[1]
     assert states(found, fine)["starting"] == 0 and "sparkpoint_job_savepoints_total" in of_job(found, fine)
     assert "sparkpoint_job_savepoints_total" not in of_job(found, unreadable)
-    assert found[("sparkpoint_catalog_savepoints", (("name", ""), ("status", "invalid")))] == 1
+    assert found[("sparkpoint_catalog_savepoints", (("name", "alarms"), ("status", "invalid")))] == 1
 
     code, out, err = cli(home, "metrics")  # the command: the exposition on stdout, each problem a line on stderr
     assert code == 0 and samples(out)[("sparkpoint_scrape_errors", (("what", "job_record"),))] == 1
@@ -154,6 +154,64 @@ def test_malformed_records_are_counted_not_fatal(tmp_path):
     listed = {m["name"]: m for m in json.loads(out)["metrics"]}
     assert code == 0 and list(listed) == [m.name for m in metrics.METRICS]
     assert {"labels": {"what": "job_record"}, "value": 1.0} in listed["sparkpoint_scrape_errors"]["samples"]
+
+
+class AnsweringAgent:
+    """Answers every request with ``body`` (JSON text)."""
+
+    def __init__(self, body: str):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                data = body.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.port = self.server.server_address[1]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_values_and_answers_no_sparkpoint_writes_are_left_out_not_a_traceback(tmp_path):
+    """Found in review: a 400-digit number in a record raised OverflowError, NaN reached the exposition, and an
+    agent naming a query 5 made prometheus_client raise while rendering."""
+    home = tmp_path / "home"
+    registry = Registry(str(home))
+    edited = new_job(registry, "edited")
+    (Path(edited.directory) / "savepoints.json").write_text(
+        '{"taken": 1, "failed": 0, "last": {"path": "/sp", "at": "2026-11-24T10:00:00.000Z", "seconds": '
+        + "9" * 400 + ', "bytes": NaN}}')
+    record = json.loads((Path(edited.directory) / "job.json").read_text())
+    record["stop"] = {"at": 7, "phases": {"boundary": 10**400, "savepoint": "fast"}, "at_boundary": "yes"}
+    (Path(edited.directory) / "job.json").write_text(json.dumps(record))
+    odd, listing = (AnsweringAgent('{"queries": [{"name": 5, "id": 7, "batch_id": 3, "state_rows": "many"}]}'),
+                    AnsweringAgent("[1, 2]"))
+    try:
+        named_five, answers_a_list = running(registry, "odd", odd.port), running(registry, "listing", listing.port)
+        data, scrape = metrics.exposition(Settings(home=str(home)))
+    finally:
+        odd.close()
+        listing.close()
+    found = samples(data.decode())
+    assert of_job(found, edited) == {
+        "sparkpoint_job_savepoints_total": 1.0, "sparkpoint_job_savepoint_failures_total": 0.0,
+        "sparkpoint_job_last_savepoint_timestamp_seconds": parse_iso("2026-11-24T10:00:00.000Z"),
+        "sparkpoint_job_restores_total": 0.0, "sparkpoint_job_rollbacks_total": 0.0}
+    assert found[("sparkpoint_query_batch_id", (("job", named_five.id), ("query", "5")))] == 3
+    assert of_job(found, named_five)["sparkpoint_job_agent_up"] == 1
+    assert of_job(found, answers_a_list)["sparkpoint_job_agent_up"] == 0
+    assert scrape.problems == []
 
 
 def test_the_horizon_has_the_time_of_the_oldest_input_still_needed(tmp_path, posts):  # noqa: F811
@@ -212,6 +270,11 @@ def test_a_failed_savepoint_still_writes_the_metrics_file(tmp_path):
     assert code == 4 and "does not exist" in err
     code, _, err = cli(home, "savepoint", job.id, "--detached", "--metrics-file", str(target))
     assert code == 2 and "not with --detached" in err
+    # A savepoint that worked keeps its exit status when the metrics file cannot be written: a warning says so.
+    checkpoint = hdfs_checkpoint(tmp_path / "ckpt" / "posts", committed=2)
+    code, _, err = cli(home, "savepoint", "--from-checkpoint", str(checkpoint), "--metrics-file",
+                       str(tmp_path / "no-such-dir" / "x.prom"))
+    assert code == 0 and "sparkpoint: warning: the metrics file" in err and "does not exist" in err
     gone = running(registry, "gone", closed_port())  # its driver lives, its agent does not answer
     code, _, err = cli(home, "stop", gone.id, "--metrics-file", str(target))
     assert code == 12, err

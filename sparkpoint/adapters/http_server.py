@@ -82,10 +82,10 @@ class QuietHandler(BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:
         pass
 
-    def reply(self, status: int, data: bytes, content_type: str) -> None:
+    def reply(self, status: int, data: bytes, content_type: str, **headers: str) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
+        for name, value in {"Content-Type": content_type, **headers, "Content-Length": str(len(data))}.items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 

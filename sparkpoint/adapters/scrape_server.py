@@ -33,13 +33,7 @@ class ScrapeHandler(QuietHandler):
     server_version = "sparkpoint-metrics"
 
     def _text(self, status: HTTPStatus, line: str, **headers: str) -> None:
-        self.send_response(status)
-        for name, value in {"Content-Type": "text/plain; charset=utf-8", **headers}.items():
-            self.send_header(name, value)
-        data = (line + "\n").encode()
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self.reply(status, (line + "\n").encode(), "text/plain; charset=utf-8", **headers)
 
     def do_GET(self) -> None:
         if self.path.split("?", 1)[0] != "/metrics":

@@ -16,8 +16,8 @@ from sparkpoint.jobs.registry import (
     JobView,
     LiveQuery,
     Registry,
-    client_for,
     describe_job,
+    reported_status,
     state_of,
 )
 from sparkpoint.results import WHEN_SET, Result
@@ -81,12 +81,7 @@ def list_jobs(settings: Settings, include_all: bool = False) -> list[ListedJob]:
     newest_of = {name: last_savepoint(settings, name) for name in {job.name for job, _ in states}}
 
     def live(job: Job, state: str) -> ListedJob:
-        status = None
-        if state == "running":
-            try:
-                status = client_for(registry, job, timeout=1.0).status()
-            except SparkpointError:
-                status = None
+        status = reported_status(registry, job, timeout=1.0) if state == "running" else None
         view = describe_job(job, status, state)
         return ListedJob(**{f.name: getattr(view, f.name) for f in fields(view)},
                          last_savepoint=own_savepoint(settings, job), name_last_savepoint=newest_of[job.name],

@@ -21,7 +21,7 @@ from pathlib import Path
 from sparkpoint.adapters.local_files import write_atomic
 from sparkpoint.config import Settings
 from sparkpoint.errors import SparkpointError
-from sparkpoint.jobs.registry import Job, JobView, LiveQuery, Registry, client_for, describe_job, state_of
+from sparkpoint.jobs.registry import Job, JobView, LiveQuery, Registry, describe_job, reported_status, state_of
 from sparkpoint.savepoints import catalog, horizon
 from sparkpoint.times import parse_iso
 
@@ -132,10 +132,11 @@ def scrape(settings: Settings, clock: Callable[[], float] = time.monotonic) -> S
     """The home's metrics now."""
     started = clock()
     result = Scrape()
-    jobs, problems = Registry(settings.home_url()).load_all()
+    registry = Registry(settings.home_url())
+    jobs, problems = registry.load_all()
     for problem in problems:
         result.failed("job_record", str(problem))
-    views = _job_metrics(settings, jobs, result)
+    views = _job_metrics(registry, jobs, result)
     _catalog_metrics(settings, views, result)
     for what, count in result.errors.items():
         result.add(SCRAPE_ERRORS, (what,), count)
@@ -143,14 +144,13 @@ def scrape(settings: Settings, clock: Callable[[], float] = time.monotonic) -> S
     return result
 
 
-def _job_metrics(settings: Settings, jobs: list[Job], result: Scrape) -> list[JobView]:
+def _job_metrics(registry: Registry, jobs: list[Job], result: Scrape) -> list[JobView]:
     """Each job's metrics; its view (the running ones' with their queries) for the horizon."""
-    registry = Registry(settings.home_url())
     states = [(job, state_of(job)) for job in jobs]
     running = [job for job, state in states if state == "running"]
     with ThreadPoolExecutor(max_workers=max(1, min(32, len(running)))) as pool:
-        statuses = dict(zip((job.id for job in running), pool.map(lambda j: _status(registry, j), running),
-                            strict=True))
+        answers = pool.map(lambda job: reported_status(registry, job, AGENT_SECONDS), running)
+        statuses = dict(zip((job.id for job in running), answers, strict=True))
     views = []
     for job, state in states:
         try:
@@ -185,15 +185,6 @@ def _one_job(job: Job, state: str, status: dict | None, result: Scrape) -> JobVi
     for query in view.queries:
         _query_metrics(job.id, query, result)
     return view
-
-
-def _status(registry: Registry, job: Job) -> dict | None:
-    """The agent's report, or None when it does not answer, or answers what no agent sends."""
-    try:
-        status = client_for(registry, job, timeout=AGENT_SECONDS).status()
-    except Exception:  # noqa: BLE001 - an agent gone, hung, or an agent.json of another shape: it did not answer
-        return None
-    return status if isinstance(status, dict) else None
 
 
 def _number(value: object) -> float | None:

@@ -466,6 +466,17 @@ def history_of(job: Job) -> list[dict[str, Any]]:
     return sorted(events, key=lambda e: str(e.get("at")))
 
 
+def reported_status(registry: Registry, job: Job, timeout: float) -> dict[str, Any] | None:
+    """A running job's agent's report for `list` and `metrics`, or None when it does not answer within
+    ``timeout``, or answers what no agent sends (its answer is JSON another process wrote). Never raises: a
+    listing shows the job all the same."""
+    try:
+        status = client_for(registry, job, timeout=timeout).status()
+    except Exception:  # noqa: BLE001 - an agent gone, hung, or an agent.json of another shape: it did not answer
+        return None
+    return status if isinstance(status, dict) else None
+
+
 def client_for(registry: Registry, job: Job, timeout: float = 5.0) -> AgentClient:
     state = state_of(job)
     if state != "running" or not job.agent.get("port"):

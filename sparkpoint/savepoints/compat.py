@@ -22,9 +22,9 @@ from sparkpoint.savepoints.migration import ansi_note
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.spark import hdfs_store
+from sparkpoint.spark.hdfs_store import hdfs_refusal
 from sparkpoint.spark.checkpoint import empty_batch
 from sparkpoint.spark.checkpoint_files import companion_names
-from sparkpoint.spark.repartition import hdfs_refusal
 from sparkpoint.spark.state_files import parse_state_file
 from sparkpoint.spark_versions import ANSI_CONF, REFUSALS
 
@@ -98,10 +98,10 @@ def _empty_hdfs_state(checkpoint: Path, version: int) -> None:
             continue
         for partition in sorted(operator.glob("[0-9]*")):
             for store in [partition, *(d for d in partition.iterdir() if d.is_dir() and d.name not in _NOT_STORES)]:
-                names = [n for n in os.listdir(store) if parse_state_file(n)]
-                if not names or any(parse_state_file(n)[1:] not in _HDFS_FILES for n in names):
+                parsed = {n: p for n in os.listdir(store) if (p := parse_state_file(n))}
+                if not parsed or any(p[1:] not in _HDFS_FILES for p in parsed.values()):
                     continue
-                for name in names:
+                for name in parsed:
                     for gone in (name, *companion_names(name)):
                         (store / gone).unlink(missing_ok=True)
                 write_atomic(store / f"{version}.snapshot", hdfs_store.snapshot([]))

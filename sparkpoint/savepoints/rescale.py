@@ -113,7 +113,8 @@ def needs_rescale(savepoint: Savepoint, partitions: int) -> bool:
 
 def _chosen(savepoint: Savepoint, partitions: int, query: str | None, replan: bool) -> dict[str, dict[str, Any]]:
     """The queries to rescale, each checked: everything refused is refused before anything is written."""
-    from sparkpoint.spark.repartition import HDFS_OPERATORS, RUNNER_OPERATORS, hdfs_refusal, identified
+    from sparkpoint.spark.hdfs_store import hdfs_refusal
+    from sparkpoint.spark.repartition import HDFS_OPERATORS, RUNNER_OPERATORS, identified
 
     if partitions < 1:
         raise BadArgumentError(f"--partitions must be at least 1, not {partitions}")

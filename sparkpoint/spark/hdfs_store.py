@@ -10,9 +10,11 @@ import struct
 from collections.abc import Iterable, Iterator
 
 from sparkpoint.errors import NotACheckpointError
+from sparkpoint.spark_versions import ROW_CHECKSUM_CONF
 from sparkpoint.spark.state_files import lz4_blocks, lz4_framed
 
 _END = -1
+COMPRESSION_CONF = "spark.sql.streaming.stateStore.compression.codec"
 
 
 def records(data: bytes, where: str) -> Iterator[tuple[bytes, bytes | None]]:
@@ -66,3 +68,16 @@ def snapshot(rows: Iterable[tuple[bytes, bytes]]) -> bytes:
         out += value
     out += pack(_END)
     return lz4_framed(bytes(out))
+
+
+def hdfs_refusal(confs: dict[str, str], format_version: int) -> str | None:
+    """Why sparkpoint cannot write a query's HDFS-backed state as Spark will read it with these pinned confs
+    (sparkpoint writes lz4, checkpoint format 1, no row checksums), or None. Refused by `rescale`; kept as it is
+    by the check's sandbox."""
+    if format_version != 1:
+        return "the HDFS-backed state store with checkpoint format version 2"
+    if confs.get(ROW_CHECKSUM_CONF, "false").lower() == "true":
+        return f"HDFS-backed state with {ROW_CHECKSUM_CONF}=true"
+    if confs.get(COMPRESSION_CONF, "lz4") != "lz4":
+        return f"HDFS-backed state compressed with {confs[COMPRESSION_CONF]} (sparkpoint writes lz4, the default)"
+    return None

@@ -50,8 +50,6 @@ HDFS_OPERATORS = frozenset({
     "stateStoreSave", "dedupe", "dedupeWithinWatermark", "sessionWindowStateStoreSaveExec", "symmetricHashJoin",
     "flatMapGroupsWithState", "applyInPandasWithState",
 })
-ROW_CHECKSUM_CONF = "spark.sql.streaming.stateStore.rowChecksum.enabled"
-COMPRESSION_CONF = "spark.sql.streaming.stateStore.compression.codec"
 FORMAT_VERSION_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 _JOIN_INDEXED = "keyWithIndexToValue"
 # The proof of an unnamed operator's partitioning holds when a wrong one would have placed every key right by
@@ -73,17 +71,6 @@ class StoreCheck:
     @property
     def sound(self) -> bool:
         return self.rows_before == self.rows_after and self.misplaced == 0
-
-
-def hdfs_refusal(confs: dict[str, str], format_version: int) -> str | None:
-    """Why sparkpoint's own HDFS path cannot rescale a query with these pinned confs, or None."""
-    if format_version != 1:
-        return "the HDFS-backed state store with checkpoint format version 2"
-    if confs.get(ROW_CHECKSUM_CONF, "false").lower() == "true":
-        return f"HDFS-backed state with {ROW_CHECKSUM_CONF}=true"
-    if confs.get(COMPRESSION_CONF, "lz4") != "lz4":
-        return f"HDFS-backed state compressed with {confs[COMPRESSION_CONF]} (sparkpoint writes lz4, the default)"
-    return None
 
 
 def run_spark_runner(spark, checkpoint: str, partitions: int, format_version: int) -> int:

@@ -23,6 +23,7 @@ from sparkpoint.adapters.processes import process_start
 from sparkpoint.config import Settings
 from sparkpoint.errors import SparkpointError
 from sparkpoint.jobs import metrics
+from sparkpoint.jobs.listing import list_jobs
 from sparkpoint.jobs.protocol import write_agent_file
 from sparkpoint.jobs.registry import Registry
 from sparkpoint.jobs.savepoint import create_savepoint
@@ -200,6 +201,7 @@ def test_values_and_answers_no_sparkpoint_writes_are_left_out_not_a_traceback(tm
     try:
         named_five, answers_a_list = running(registry, "odd", odd.port), running(registry, "listing", listing.port)
         data, scrape = metrics.exposition(Settings(home=str(home)))
+        listed = {job.id: job for job in list_jobs(Settings(home=str(home)))}  # `list` asks the same way
     finally:
         odd.close()
         listing.close()
@@ -211,6 +213,8 @@ def test_values_and_answers_no_sparkpoint_writes_are_left_out_not_a_traceback(tm
     assert found[("sparkpoint_query_batch_id", (("job", named_five.id), ("query", "5")))] == 3
     assert of_job(found, named_five)["sparkpoint_job_agent_up"] == 1
     assert of_job(found, answers_a_list)["sparkpoint_job_agent_up"] == 0
+    assert (listed[answers_a_list.id].state, listed[answers_a_list.id].queries) == ("running", [])
+    assert listed[named_five.id].queries[0].batch_id == 3
     assert scrape.problems == []
 
 

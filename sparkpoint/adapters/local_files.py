@@ -5,10 +5,12 @@ a cluster's configuration), which are private as well."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import secrets
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,21 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o666) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def read_record(path: Path) -> str:
+    """The text of one of sparkpoint's own records, a regular file. A FIFO or device in its place would block the
+    read for ever (and with it `list` or `metrics`, which read every job's records): it is refused at once
+    (OSError, EINVAL); the open itself does not wait for a writer."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read()
+    finally:
+        os.close(fd)
+    return data.decode("utf-8")
 
 
 def write_private(path: Path, text: str, mode: int = 0o600) -> None:

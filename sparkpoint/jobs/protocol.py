@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sparkpoint.adapters.local_files import write_json
+from sparkpoint.adapters.local_files import read_record, write_json
 from sparkpoint.adapters.processes import pid_alive
 from sparkpoint.times import poll_until
 
@@ -43,8 +43,8 @@ START_CHECK_DIR = "check"
 
 def read_agent_file(directory: Path | str) -> dict[str, Any]:
     try:
-        data = json.loads((Path(directory) / AGENT_FILE).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        data = json.loads(read_record(Path(directory) / AGENT_FILE))
+    except (OSError, ValueError):  # none yet; or not the agent's (not a file, not JSON): nothing it said is known
         return {}
     return data if isinstance(data, dict) else {}
 

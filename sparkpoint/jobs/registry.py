@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.adapters.agent_client import AgentClient
-from sparkpoint.adapters.local_files import locked, write_json, write_private
+from sparkpoint.adapters.local_files import locked, read_record, write_json, write_private
 from sparkpoint.adapters.processes import is_pid, pid_alive, process_start
 from sparkpoint.adapters.standalone import DRIVER_STATES, StandaloneMaster
 from sparkpoint.config import local_home
@@ -163,11 +163,14 @@ class Registry:
     def load(self, job_id: str) -> Job:
         directory = self.root / job_id
         try:
-            data = json.loads((directory / JOB_FILE).read_text())
+            data = json.loads(read_record(directory / JOB_FILE))
         except FileNotFoundError:
             raise NotFoundError(f"no job {job_id!r} in {self.root}") from None
         except ValueError:  # not JSON, or not UTF-8
             raise CorruptRecordError(f"the registry entry {directory / JOB_FILE} is not JSON") from None
+        except OSError as exc:  # a FIFO, a directory, a file it may not read
+            raise CorruptRecordError(f"the registry entry {directory / JOB_FILE} cannot be read: "
+                                     f"{exc.strerror or exc}") from None
         job = _job_from_record(data, job_id, directory / JOB_FILE)
         job.agent = read_agent_file(directory)
         job.savepoints = read_savepoint_record(directory)
@@ -226,7 +229,7 @@ class Registry:
             record.last_failure = {"at": iso(), "error": str(error), "exit_code": error.exit_code}
 
     def token(self, job: Job) -> str:
-        return (Path(job.directory) / TOKEN_FILE).read_text().strip()
+        return read_record(Path(job.directory) / TOKEN_FILE).strip()
 
 
 def _job_id(job: Job) -> str:
@@ -297,11 +300,13 @@ _SAVEPOINT_RECORD_TYPES: RecordTypes = {
 def read_savepoint_record(directory: Path) -> SavepointRecord:
     path = directory / SAVEPOINTS_FILE
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_record(path))
     except FileNotFoundError:
         return SavepointRecord()
     except ValueError:
         return SavepointRecord(problem=f"{path} is not JSON")
+    except OSError as exc:
+        return SavepointRecord(problem=f"{path} cannot be read: {exc.strerror or exc}")
     problems = record_problems(data, SavepointRecord, _SAVEPOINT_RECORD_TYPES)
     if problems:
         return SavepointRecord(problem=f"{path} is malformed ({'; '.join(problems)})")

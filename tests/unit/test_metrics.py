@@ -218,6 +218,34 @@ def test_values_and_answers_no_sparkpoint_writes_are_left_out_not_a_traceback(tm
     assert scrape.problems == []
 
 
+def test_a_fifo_in_place_of_a_record_is_reported_not_waited_on(tmp_path):
+    """Found trying hostile inputs: a FIFO as savepoints.json made `metrics` wait for a writer for ever, in a
+    worker thread that even Ctrl-C and SIGTERM could not end."""
+    home = tmp_path / "home"
+    registry = Registry(str(home))
+    jobs = {record: new_job(registry, record.split(".")[0]) for record in ("savepoints.json", "agent.json", "token")}
+    for record, job in jobs.items():
+        (Path(job.directory) / record).unlink(missing_ok=True)
+        os.mkfifo(Path(job.directory) / record)
+    broken = new_job(registry, "broken")
+    (Path(broken.directory) / "job.json").unlink()
+    os.mkfifo(Path(broken.directory) / "job.json")
+    jobs["token"].pid, jobs["token"].pid_start = os.getpid(), process_start(os.getpid())
+    registry.save(jobs["token"])
+    write_agent_file(jobs["token"].directory, {"state": "running", "host": "127.0.0.1", "port": closed_port(),
+                                               "pid": os.getpid(), "pid_start": process_start(os.getpid())})
+    started = time.monotonic()
+    code, out, err = cli(home, "metrics", timeout=60)
+    assert code == 0 and time.monotonic() - started < 30, err
+    found = samples(out)
+    assert found[("sparkpoint_scrape_errors", (("what", "savepoint_record"),))] == 1
+    assert "savepoints.json cannot be read: not a regular file" in err
+    assert states(found, jobs["agent.json"])["lost"] == 1  # an agent record that is not one says nothing
+    assert of_job(found, jobs["token"])["sparkpoint_job_agent_up"] == 0
+    code, out, err = cli(home, "list", "--all", "-o", "json", timeout=60)
+    assert code == 0 and len(json.loads(out)) == 3, err  # the job whose job.json is a FIFO is left out, as before
+
+
 def test_the_horizon_has_the_time_of_the_oldest_input_still_needed(tmp_path, posts):  # noqa: F811
     root, _inputs = posts
     savepoint(tmp_path, root, 3, 20)

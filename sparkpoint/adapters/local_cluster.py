@@ -2,9 +2,11 @@
 the installed pyspark): for trying sparkpoint against a real cluster, and for its tests.
 
 Everything lives under one directory: ``conf/spark-defaults.conf`` (mode 0600: the RPC secret and the
-JWS key that the master's REST server and web UIs require), ``logs/``, ``pids/`` (each process's pid and
-start time, so that a pid reused since is not taken for it) and the worker's ``work/`` (drivers and
-executors write their output there). Clients point SPARK_CONF_DIR at ``conf``.
+JWS key that the master's REST server and web UIs require), ``ports.json`` (the ports the last start chose:
+status and clients of this directory must find that cluster, not whichever answers on Spark's default ports),
+``logs/``, ``pids/`` (each process's pid and start time, so that a pid reused since is not taken for it) and
+the worker's ``work/`` (drivers and executors write their output there). Clients point SPARK_CONF_DIR at
+``conf``.
 Every port listens on 127.0.0.1 only.
 
 The security each Spark offers (spark_versions): from 4.0 the JWSFilter guards the REST server and the web
@@ -17,11 +19,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import secrets
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +32,15 @@ from sparkpoint.adapters.spark_submit import Spark, find_spark
 from sparkpoint.adapters.standalone import JWS_KEY, StandaloneMaster, read_properties
 from sparkpoint.results import Result
 from sparkpoint.times import poll_until
-from sparkpoint.errors import EnvironmentSetupError, SparkpointError, TargetNotEmptyError
+from sparkpoint.errors import EnvironmentSetupError, CorruptRecordError, SparkpointError, TargetNotEmptyError
 from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
-from sparkpoint.adapters.local_files import write_private
+from sparkpoint.adapters.local_files import read_record, write_json, write_private
 from sparkpoint.spark_versions import master_takes_secret_with_rest, spark_minor
 
 HOST = "127.0.0.1"
 JWS_FILTER = "org.apache.spark.ui.JWSFilter"
+PORTS_FILE = "ports.json"
+SECRET_KEY = "spark.authenticate.secret"
 
 
 @dataclass(frozen=True)
@@ -94,29 +99,45 @@ def _read_pid(directory: Path, role: str) -> tuple[int | None, str | None]:
 
 
 def _write_conf(directory: Path, ports: Ports, spark: Spark) -> None:
-    """The cluster's settings, secrets included, as much security as its Spark offers: written once,
-    owner-only, atomically."""
+    """The cluster's settings, secrets included, as much security as its Spark offers: owner-only, atomically.
+    A restart keeps the secrets the clients of this directory already hold, and takes its own ports and Spark."""
     path = _conf_file(directory)
-    if path.exists():
-        return
+    earlier = read_properties(path) if path.exists() else {}
     path.parent.mkdir(parents=True, exist_ok=True)
     rest = master_takes_secret_with_rest(spark.version)
     lines = {
         "spark.authenticate": "true",
-        "spark.authenticate.secret": secrets.token_hex(32),
+        SECRET_KEY: earlier.get(SECRET_KEY) or secrets.token_hex(32),
         "spark.master.rest.enabled": str(rest).lower(),
         **({"spark.master.rest.host": HOST, "spark.master.rest.port": str(ports.rest),
             "spark.master.rest.filters": JWS_FILTER} if rest else {}),
         "spark.master.ui.port": str(ports.master_ui),
         **({"spark.ui.filters": JWS_FILTER,
             # Spark's JWSFilter reads the key as base64url; 48 bytes encode without padding.
-            JWS_KEY: base64.urlsafe_b64encode(secrets.token_bytes(48)).decode(),
+            JWS_KEY: earlier.get(JWS_KEY) or base64.urlsafe_b64encode(secrets.token_bytes(48)).decode(),
             "spark.org.apache.spark.ui.JWSFilter.param.requireExpiration": "true"}
            if spark_minor(spark.version).jws_filter else {}),
         "spark.pyspark.python": sys.executable,
     }
     write_private(path, "# Written by sparkpoint cluster start. Secrets: keep this file private.\n"
                   + "".join(f"{key} {value}\n" for key, value in lines.items()))
+    write_json(directory / PORTS_FILE, asdict(ports))
+
+
+def recorded_ports(directory: Path) -> Ports:
+    """The ports the cluster of ``directory`` was last started with; Spark's defaults for a directory that records
+    none (a cluster of an earlier sparkpoint, or none started yet). A record of another shape is refused."""
+    try:
+        recorded = json.loads(read_record(directory / PORTS_FILE))
+    except FileNotFoundError:
+        return Ports()
+    except (OSError, ValueError) as error:
+        raise CorruptRecordError(f"{directory / PORTS_FILE} is not a record of ports: {error}") from error
+    names = {field.name for field in fields(Ports)}
+    if not (isinstance(recorded, dict) and set(recorded) == names
+            and all(type(port) is int and 1 <= port <= 65535 for port in recorded.values())):
+        raise CorruptRecordError(f"{directory / PORTS_FILE} is not a record of ports: {recorded!r:.200}")
+    return Ports(**recorded)
 
 
 def _spawn(directory: Path, spark: Spark, role: str, main_class: str, args: list[str]) -> int:
@@ -163,8 +184,10 @@ def start(directory: Path, ports: Ports = Ports(), cores: int = 2, memory: str =
     raise EnvironmentSetupError(f"the cluster did not come up within {timeout:g} s; see {directory / 'logs'}")
 
 
-def status(directory: Path, ports: Ports = Ports()) -> ClusterStatus:
+def status(directory: Path, ports: Ports | None = None) -> ClusterStatus:
+    """The cluster of ``directory``, on the ports its start recorded unless ``ports`` are given."""
     directory = directory.resolve()
+    ports = ports or recorded_ports(directory)
     pids = {role: _read_pid(directory, role) for role in ("master", "worker")}
     alive = {role: pid if start else None for role, (pid, start) in pids.items()}
     overview: dict[str, Any] = {}

@@ -22,13 +22,23 @@ def _directory_option(command):
                              "[env SPARKPOINT_CLUSTER_DIR].")(command)
 
 
+PORTS = (("--rest-port", 6066, "the master's REST submission server (--deploy-mode cluster)"),
+         ("--worker-ui-port", 8081, "the worker's web UI"),
+         ("--master-ui-port", 8080, "the master's web UI and its JSON status page"),
+         ("--master-port", 7077, "the master's RPC (spark://127.0.0.1:PORT)"))
+
+
 def _ports_options(command):
-    for name, default, what in (("--rest-port", 6066, "the master's REST submission server (--deploy-mode cluster)"),
-                                ("--worker-ui-port", 8081, "the worker's web UI"),
-                                ("--master-ui-port", 8080, "the master's web UI and its JSON status page"),
-                                ("--master-port", 7077, "the master's RPC (spark://127.0.0.1:PORT)")):
+    for name, default, what in PORTS:
         command = click.option(name, type=click.IntRange(1, 65535), default=default, show_default=True,
                                help=f"Port of {what}, on 127.0.0.1.")(command)
+    return command
+
+
+def _recorded_ports_options(command):
+    for name, _, what in PORTS:
+        command = click.option(name, type=click.IntRange(1, 65535),
+                               help=f"Port of {what} [default: as `cluster start` recorded it in DIR].")(command)
     return command
 
 
@@ -70,14 +80,17 @@ def start_cmd(directory, master_port, master_ui_port, worker_ui_port, rest_port,
 
 @cluster_group.command("status")
 @_directory_option
-@_ports_options
+@_recorded_ports_options
 @output_option
 def status_cmd(directory, master_port, master_ui_port, worker_ui_port, rest_port, output):
-    """Processes, registered workers, running applications and drivers."""
+    """Processes, registered workers, running applications and drivers of the cluster started from DIR."""
+    from dataclasses import replace
+
     from sparkpoint.adapters import local_cluster
 
-    emit(output, local_cluster.status(directory, _ports(master_port, master_ui_port, worker_ui_port, rest_port)),
-         _render_status)
+    given = {"master": master_port, "master_ui": master_ui_port, "worker_ui": worker_ui_port, "rest": rest_port}
+    ports = replace(local_cluster.recorded_ports(directory), **{k: v for k, v in given.items() if v is not None})
+    emit(output, local_cluster.status(directory, ports), _render_status)
 
 
 @cluster_group.command("stop")

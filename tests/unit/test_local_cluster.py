@@ -82,3 +82,35 @@ def test_stop_ends_the_process_its_pid_file_names(tmp_path):
     (tmp_path / "pids" / "master.pid").write_text(f"{current.pid} {process_start(current.pid)}")
     assert local_cluster.stop(tmp_path, grace=5).stopped == ["worker", "master"]
     assert legacy.wait(timeout=30) < 0 and current.wait(timeout=30) < 0
+
+
+def test_status_finds_the_cluster_on_the_ports_its_start_chose_and_a_restart_keeps_the_secrets(tmp_path, capsys):
+    """A cluster started on other ports than Spark's defaults (which another Spark may hold) is reported on its own
+    ports by a plain `cluster status --dir`: before, status took Spark's defaults and named another cluster's."""
+    import json
+
+    from sparkpoint.cli.main import main
+
+    spark = find_spark(str(spark_home(tmp_path / "spark", "4.3.0")))
+    directory = tmp_path / "cluster"
+    local_cluster._write_conf(directory, local_cluster.Ports(), spark)
+    first = read_properties(directory / "conf" / "spark-defaults.conf")
+    chosen = local_cluster.Ports(master=7177, master_ui=8180, rest=6166, worker_ui=8181)
+    local_cluster._write_conf(directory, chosen, spark)
+    again = read_properties(directory / "conf" / "spark-defaults.conf")
+    for secret in (local_cluster.SECRET_KEY, local_cluster.JWS_KEY):
+        assert again[secret] == first[secret]  # the clients of this directory hold them
+    assert (again["spark.master.rest.port"], again["spark.master.ui.port"]) == ("6166", "8180")
+    assert stat.S_IMODE(os.stat(directory / local_cluster.PORTS_FILE).st_mode) == 0o600
+
+    assert main(["cluster", "status", "--dir", str(directory), "-o", "json"]) == 0
+    reported = json.loads(capsys.readouterr().out)
+    assert (reported["master_url"], reported["rest_url"]) == ("spark://127.0.0.1:7177", "http://127.0.0.1:6166")
+    assert reported["master_pid"] is None  # nothing runs: no process, no request
+    assert main(["cluster", "status", "--dir", str(directory), "--master-port", "7300", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["master_url"] == "spark://127.0.0.1:7300"
+
+    assert local_cluster.status(tmp_path / "never-started").master_url == "spark://127.0.0.1:7077"
+    (directory / local_cluster.PORTS_FILE).write_text('{"master": "7177"}')
+    assert main(["cluster", "status", "--dir", str(directory)]) == 15
+    assert "ports.json is not a record of ports" in capsys.readouterr().err

@@ -50,18 +50,23 @@ def alarms(output_dir: Path, batch: int, timeout: float = 120.0) -> list[dict]:
     return found
 
 
-def sparkpoint(home: Path, *args: str, as_json: bool = False):
-    shown = " ".join(args)
-    print(f"$ sparkpoint {shown}", flush=True)
-    command = [sys.executable, "-m", "sparkpoint", "--home", str(home), args[0],
-               *(["--output", "json"] if as_json else []), *args[1:]]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+def sparkpoint(home: Path, *args: str) -> str:
+    """Runs a command as an operator would type it, and shows what it printed."""
+    print(f"$ sparkpoint {' '.join(args)}", flush=True)
+    done = subprocess.run([sys.executable, "-m", "sparkpoint", "--home", str(home), *args], capture_output=True,
+                          text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"sparkpoint exited {done.returncode}: {done.stderr.strip().splitlines()[-1]}")
-    if as_json:
-        return json.loads(done.stdout)
     sys.stdout.write(done.stdout)
     return done.stdout
+
+
+def newest(home: Path, command: str) -> dict:
+    """The newest entry a listing command reports (jobs and savepoints are listed newest first), not shown:
+    the id the demo goes on with."""
+    done = subprocess.run([sys.executable, "-m", "sparkpoint", "--home", str(home), "-o", "json", command],
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)[0]
 
 
 def main() -> None:
@@ -72,10 +77,9 @@ def main() -> None:
     running: list[str] = []  # cancelled on the way out if the demo stops early
     try:
         say(f"v1 of the motion-alarm job starts as a managed job (work dir {work})")
-        v1 = sparkpoint(home, "run", "--detach", "--name", "alarms", str(APP), "v1", str(events), str(work / "out-v1"),
-                        as_json=True)
+        sparkpoint(home, "run", "--detach", "--name", "alarms", str(APP), "v1", str(events), str(work / "out-v1"))
+        v1 = newest(home, "list")
         running.append(v1["id"])
-        print(f"job {v1['id']} is {v1['state']}")
         feed(events, 0, [("kitchen", "activate", 100), ("hall", "activate", 105), ("garage", "motion", 110),
                          ("kitchen", "motion", 120)])
         alarms(work / "out-v1", 0)
@@ -87,20 +91,18 @@ def main() -> None:
         alarms(work / "out-v1", 1)
 
         say("Pit stop: stop v1 at a micro-batch boundary, with a savepoint")
-        stopped = sparkpoint(home, "stop", v1["id"], as_json=True)
+        sparkpoint(home, "stop", v1["id"])
         running.remove(v1["id"])
-        cut = stopped["queries"][0]
-        print(f"stopped {'at a batch boundary' if cut['at_boundary'] else 'mid-batch'}; savepoint {stopped['id']} "
-              f"cut at batch {cut['batch_id']}")
+        stopped = newest(home, "savepoints")
 
         say("What the savepoint holds: the state per room, read by Spark's state data source")
         sparkpoint(home, "inspect", stopped["id"], "--state")
 
         say("v2 (tolerance of 30 s after activation) starts from the savepoint")
-        v2 = sparkpoint(home, "run", "--detach", "--name", "alarms", "-s", stopped["id"], str(APP), "v2",
-                        str(events), str(work / "out-v2"), as_json=True)
+        sparkpoint(home, "run", "--detach", "--name", "alarms", "-s", stopped["id"], str(APP), "v2", str(events),
+                   str(work / "out-v2"))
+        v2 = newest(home, "list")
         running.append(v2["id"])
-        print(f"job {v2['id']} is {v2['state']}, restored from {Path(v2['restored_from']).name}")
         feed(events, 2, [("hall", "motion", 300), ("garage", "activate", 310), ("garage", "motion", 320),
                          ("garage", "motion", 400)])
         found = {(a["room"], a["ts"]) for a in alarms(work / "out-v2", 2)}

@@ -1,0 +1,187 @@
+"""The how-to guides' walk-through, run for real: the output the docs show is this script's.
+
+The demo's motion-alarm job (scripts/demo_apps/motion_alarms.py, v1 and v2) goes through the operator tasks the
+guides describe, each command printed as a shell line (`$ sparkpoint ...`) and followed by what it printed:
+upgrade (check, then replace with probation), a scheduled savepoint with retention and the horizon, pause and
+resume, an A/B fork, a rescale, a restore for another launcher, an upgrade `check` refuses (exit 16), reprocessing
+a file sink's output, a standalone cluster, and the lineage of the savepoints all this made.
+Paths are relative to a fresh work directory (printed first) whose home is `home/` (SPARKPOINT_HOME); tables are
+110 columns wide.
+
+usage: .venv/bin/python scripts/walkthrough.py [--keep]   (after scripts/setup.sh)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from demo import APP, alarms, feed, say
+
+ROOT = Path(__file__).resolve().parents[1]
+# The test suite's applications: a state key changed between versions (room_counts.py v2-incompatible), and a
+# file sink whose v1 has a bug (file_sink_values.py).
+APPS = ROOT / "tests" / "spark" / "apps"
+
+
+def drop(directory: Path, name: str, rows: list[dict]) -> None:
+    """An input file, whole when it appears (written hidden, then renamed: the file source lists no dot file)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    hidden = directory / f".{name}"
+    hidden.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    os.replace(hidden, directory / name)
+
+
+def appears(path: Path, timeout: float = 120.0) -> None:
+    """Waits for a job's output file (a batch's, or a file sink's log file of a committed batch)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            sys.exit(f"no {path} after {timeout:.0f} s; see the job's driver.log")
+        time.sleep(0.3)
+
+
+class Shell:
+    """Runs sparkpoint in the work directory as an operator would type it, and shows what it printed."""
+
+    def __init__(self, work: Path):
+        self.work = work
+        self.env = {**os.environ, "SPARKPOINT_HOME": str(work / "home"), "COLUMNS": "110",
+                    "SPARK_LOCAL_IP": "127.0.0.1"}
+        self.running: list[str] = []
+
+    def __call__(self, *args: str, expect: int = 0) -> None:
+        print(f"$ sparkpoint {shlex.join(args)}", flush=True)
+        done = subprocess.run([sys.executable, "-m", "sparkpoint", *args], cwd=self.work, env=self.env,
+                              capture_output=True, text=True, check=False)
+        if done.returncode != expect:
+            sys.exit(f"sparkpoint exited {done.returncode}, not {expect}: {done.stderr.strip()}")
+        # stderr holds the driver's own output too: only sparkpoint's lines are the command's.
+        sys.stdout.write(done.stdout + "".join(line + "\n" for line in done.stderr.splitlines()
+                                               if line.startswith(("sparkpoint:", "check:"))))
+
+    def unseen(self, *args: str):
+        """A command's JSON, not shown: what the walk-through needs to go on (a job's new id)."""
+        done = subprocess.run([sys.executable, "-m", "sparkpoint", "-o", "json", *args], cwd=self.work, env=self.env,
+                              capture_output=True, text=True, check=True)
+        return json.loads(done.stdout)
+
+    def job(self, *args: str) -> dict:
+        """`run --detach`, shown; the job it started (the one running job not known before)."""
+        self("run", "--detach", *args)
+        job = next(job for job in self.unseen("list") if job["id"] not in self.running)
+        self.running.append(job["id"])
+        return job
+
+
+def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="sparkpoint-walk-"))
+    shutil.copy(APP, work / "motion_alarms.py")
+    shutil.copy(APPS / "room_counts.py", work / "room_counts.py")
+    shutil.copy(APPS / "file_sink_values.py", work / "values.py")
+    sh = Shell(work)
+    events = work / "events"
+    print(f"work directory {work}")
+    try:
+        say("Upgrade: v1 runs; check v2 against a savepoint; replace v1 with v2")
+        v1 = sh.job("--name", "alarms", "motion_alarms.py", "v1", "events", "out-v1")
+        feed(events, 0, [("kitchen", "activate", 100), ("hall", "activate", 105), ("kitchen", "motion", 120)])
+        alarms(work / "out-v1", 0)
+        sh("list")
+        sh("savepoint", v1["id"])
+        sh("check", "-s", sh.unseen("savepoints")[0]["id"], "motion_alarms.py", "v2", "events", "out-v2")
+        sh.running.remove(v1["id"])
+        v2_id = sh.job("--name", "alarms", "--replace", v1["id"], "--restore-grace", "10", "--probation", "5",
+                       "motion_alarms.py", "v2", "events", "out-v2")["id"]
+        feed(events, 1, [("hall", "motion", 200)])
+        alarms(work / "out-v2", 1)
+
+        say("Scheduled savepoints and retention")
+        for _ in range(3):
+            sh("savepoint", v2_id, "--keep-last", "2")
+        sh("savepoints", "--job", "alarms")
+        sh("prune", "--keep-last", "2", "--dry-run")
+        sh("horizon")
+
+        say("Pause and resume: stop with a savepoint, start again later from it")
+        sh("stop", v2_id)
+        stopped = sh.unseen("savepoints")[0]
+        sh.running.remove(v2_id)
+        sh("list", "--all")
+        resumed = sh.job("--name", "alarms", "-s", stopped["id"], "motion_alarms.py", "v2", "events", "out-v2")
+        feed(events, 2, [("garage", "activate", 300), ("garage", "motion", 400)])
+        alarms(work / "out-v2", 2)
+
+        say("A/B test: a second variant from the same savepoint, with query ids of its own")
+        variant = sh.job("--name", "alarms-b", "-s", stopped["id"], "--fork", "motion_alarms.py", "v1", "events",
+                         "out-b")
+        alarms(work / "out-b", 2)
+        sh("list")
+
+        say("Rescale: the savepoint's state to 4 partitions")
+        sh("rescale", stopped["id"], "--partitions", "4")
+
+        say("Restore for another launcher, and a savepoint of a checkpoint sparkpoint did not make")
+        sh("restore", stopped["id"], "ckpt-v3")
+        sh("savepoint", "--from-checkpoint", "ckpt-v3/alarms", "--job", "plain")
+        for job_id in (resumed["id"], variant["id"]):
+            sh("stop", job_id)
+            sh.running.remove(job_id)
+
+        say("An upgrade that will not restore: the state's key changed")
+        (work / "rooms-in").mkdir()
+        rooms = sh.job("--name", "rooms", "room_counts.py", "rooms-in", "rooms-out")
+        drop(work / "rooms-in", "events-0.json", [{"room": "hall", "event": "motion"}])
+        appears(work / "rooms-out" / "batch-0.json")
+        sh("stop", rooms["id"])
+        sh.running.remove(rooms["id"])
+        sh("check", "-s", sh.unseen("savepoints", "--job", "rooms")[0]["id"], "room_counts.py", "rooms-in",
+           "rooms-out", "v2-incompatible", expect=16)
+
+        say("Reprocess: v1 wrote wrong values; v2 replaces them from a savepoint at batch 0")
+        (work / "values-in").mkdir()
+        values = sh.job("--name", "values", "values.py", "v1", "values-in", "values-out")
+        drop(work / "values-in", "rows-0.json", [{"file": 0, "n": 1}])
+        appears(work / "values-out" / "_spark_metadata" / "0")
+        sh("savepoint", values["id"])
+        at_0 = sh.unseen("savepoints", "--job", "values")[0]["id"]
+        for number in (1, 2):
+            drop(work / "values-in", f"rows-{number}.json", [{"file": number, "n": number + 1}])
+            appears(work / "values-out" / "_spark_metadata" / str(number))
+        sh("stop", values["id"])
+        sh.running.remove(values["id"])
+        sh("rollback-sink", at_0, "--dry-run")
+        fixed = sh.job("--name", "values", "-s", at_0, "--rollback-sink", "values.py", "v2", "values-in", "values-out")
+        appears(work / "values-out" / "_spark_metadata" / "2")
+        sh("stop", fixed["id"])
+        sh.running.remove(fixed["id"])
+
+        say("A standalone cluster to try it on (other ports than Spark's defaults, which may be taken)")
+        ports = ("--master-port", "7177", "--master-ui-port", "8180", "--worker-ui-port", "8181", "--rest-port", "6166")
+        sh("cluster", "start", "--dir", "cluster", *ports, "--cores", "1", "--memory", "1g")
+        sh("cluster", "status", "--dir", "cluster")
+        sh("cluster", "stop", "--dir", "cluster")
+
+        say("The catalog's lineage: each savepoint under the one it derives from")
+        sh("savepoints", "--tree")
+    finally:
+        for job_id in sh.running:
+            subprocess.run([sys.executable, "-m", "sparkpoint", "cancel", job_id], cwd=work, env=sh.env,
+                           capture_output=True, check=False)
+        subprocess.run([sys.executable, "-m", "sparkpoint", "cluster", "stop", "--dir", "cluster"], cwd=work,
+                       env=sh.env, capture_output=True, check=False)
+        if "--keep" in sys.argv:
+            print(f"\nkept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

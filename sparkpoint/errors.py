@@ -1,7 +1,7 @@
 """The one exception tree of sparkpoint.
 
 Every error a user can cause or meet derives from :class:`SparkpointError`. Each class
-carries the exit status the CLI returns for it (documented in README.md, "Exit codes"),
+carries the exit status the CLI returns for it (documented in docs/reference/exit-codes.md),
 and each message says what went wrong and what to do next, in one line.
 Only ``sparkpoint.cli.main`` turns these into an exit status and a line on stderr.
 """

@@ -1,5 +1,5 @@
 """The typed shape of what the core hands the CLI: one frozen dataclass per result, whose fields are the
-JSON keys `--output json` prints (the README's table). A renamed field fails in a test and a type
+JSON keys `--output json` prints (docs/reference/json.md). A renamed field fails in a test and a type
 checker, not in an operator's script at 3 a.m."""
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ pass_app = click.make_pass_decorator(AppContext)
 
 
 OUTPUTS = click.Choice(["table", "json"])
-OUTPUT_HELP = "table for people; json (stable keys, see README) for scripts. [default: table]"
+OUTPUT_HELP = "table for people; json (stable keys: docs/reference/json.md) for scripts. [default: table]"
 
 
 def output_option(command: Callable) -> Callable:

@@ -137,7 +137,7 @@ def metrics_cmd(app, openmetrics, serve_address, token_file, metrics_file, outpu
     """The home's jobs, savepoints, stops and catalog as Prometheus metrics.
 
     Prints them once (to a file with --metrics-file, as node_exporter's textfile collector reads them), or with
-    --serve answers Prometheus' scrapes; see README.md, "Metrics", for each metric and example alerts.
+    --serve answers Prometheus' scrapes; see docs/howto/metrics.md for each metric and example alerts.
     """
     from sparkpoint.jobs import metrics
 

@@ -48,7 +48,8 @@ def _counter(name: str, labels: tuple[str, ...], help_text: str) -> Metric:
 
 JOB = ("job", "name")
 QUERY = ("job", "query")
-# Every metric sparkpoint exposes, in the order it exposes them: the README's table is checked against this.
+# Every metric sparkpoint exposes, in the order it exposes them: docs/howto/metrics.md's table is checked
+# against this.
 JOB_STATE = _gauge("sparkpoint_job_state", (*JOB, "state"),
                    "1 for the job's state (starting, running, finished, failed, cancelled, lost), 0 for the others.")
 AGENT_UP = _gauge("sparkpoint_job_agent_up", JOB,

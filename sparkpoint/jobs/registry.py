@@ -420,7 +420,7 @@ class JobView(Result):
     driver_state: str | None
     follows: str | None
     spark_version: str | None  # the Spark the driver runs, as it said (or as launched); null if unknown
-    history: list[dict[str, Any]]  # {at, event, detail}, oldest first: see the README's event list
+    history: list[dict[str, Any]]  # {at, event, detail}, oldest first: see docs/howto/upgrade.md, "History"
     upgrade_check: dict[str, Any] | None = field(default=None, metadata=WHEN_SET)  # run -s, run --replace
     rollback: dict[str, Any] | None = field(default=None, metadata=WHEN_SET)  # rolled_back_to, or rollback_of
     replaced: Stopped | None = field(default=None, metadata=WHEN_SET)  # run --replace: the old job's stop

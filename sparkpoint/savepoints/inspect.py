@@ -32,7 +32,7 @@ class StoreRows(Result):
 @dataclass(frozen=True)
 class Inspected(Result):
     """The manifest as its format has it: its keys are the format's (manifest.validate checks every one a
-    reader uses, test_docs the README's account of them), so they are carried, not copied into fields."""
+    reader uses, test_docs the docs' account of them), so they are carried, not copied into fields."""
 
     path: str
     manifest: dict[str, Any]

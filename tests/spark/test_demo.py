@@ -1,20 +1,46 @@
-"""The README's first command, end to end: the motion-alarm pit stop carries state from v1 to v2."""
+"""The README's first command, end to end: the motion-alarm pit stop carries state from v1 to v2; and the docs'
+printed output is what these runs print (the README's tour the demo's, the guides' the walk-through's)."""
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from transcripts import ROOT, disagreements, shown, transcript
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-DEMO = Path(__file__).resolve().parents[2] / "scripts" / "demo.py"
+SCRIPTS = ROOT / "scripts"
+GUIDES = [page for page in sorted((ROOT / "docs").rglob("*.md")) if shown(page)]
 
 
-def test_demo_pit_stop_carries_state_from_v1_to_v2():
-    done = subprocess.run([sys.executable, str(DEMO)], capture_output=True, text=True, timeout=600)
+def run(script: str, work_line: str) -> tuple[str, list[tuple[str, list[str]]]]:
+    done = subprocess.run([sys.executable, str(SCRIPTS / script)], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "COLUMNS": "110"})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    assert "=> pit stop complete" in done.stdout
-    assert "[FAILED]" not in done.stdout
+    work = re.search(work_line, done.stdout).group(1)
+    return done.stdout, transcript(done.stdout, work)
+
+
+def test_demo_pit_stop_carries_state_from_v1_to_v2_as_the_readme_shows_it():
+    stdout, ran = run("demo.py", r"\(work dir (\S+)\)")
+    assert "=> pit stop complete" in stdout
+    assert "[FAILED]" not in stdout
+    readme = shown(ROOT / "README.md")
+    assert len(readme) >= 8
+    assert disagreements(readme, ran) == []
+    # The comparison sees a changed line of output.
+    changed = [(command, [line.replace("stopped at a batch boundary", "stopped") for line in output])
+               for command, output in readme]
+    stops = [command for command, output in readme if any("stopped at a batch boundary" in line for line in output)]
+    assert stops and disagreements(changed, ran) == [f"printed otherwise: {command}" for command in stops]
+
+
+def test_the_guides_walk_through_prints_what_the_guides_show():
+    _, ran = run("walkthrough.py", r"work directory (\S+)")
+    assert {page.name for page in GUIDES} >= {"upgrade.md", "pause-resume.md", "fork.md", "rescale.md",
+                                              "scheduled-savepoints.md", "other-launchers.md", "catalog.md"}
+    assert {page.name: disagreements(shown(page), ran) for page in GUIDES} == {page.name: [] for page in GUIDES}

@@ -1,4 +1,4 @@
-"""The README is the operators' contract: its tables are checked against the commands, as they are."""
+"""The docs are the operators' contract: their tables and examples are checked against the commands, as they are."""
 
 from __future__ import annotations
 
@@ -28,13 +28,12 @@ from sparkpoint.savepoints.savepoint import load as load_savepoint
 from sparkpoint.times import poll_until
 
 ROOT = Path(__file__).parents[2]
-README = (ROOT / "README.md").read_text()
 PARENTHESES = re.compile(r"\([^)]*\)")
 
 
-def section(title: str) -> str:
-    start = README.index(f"\n## {title}\n")
-    return README[start:README.index("\n## ", start + 1)]
+def page(name: str) -> str:
+    """A page of the documentation site (docs/), or README.md."""
+    return (ROOT / name if name == "README.md" else ROOT / "docs" / name).read_text()
 
 
 def commands(group: click.Group = cli, path: tuple[str, ...] = ()):
@@ -60,7 +59,7 @@ def test_every_command_subcommand_and_option_has_help(capsys):
 
 
 def test_every_command_is_shown_in_the_commands_section():
-    lines = re.findall(r"^sparkpoint (.*)$", section("Commands"), re.MULTILINE)
+    lines = re.findall(r"^sparkpoint (.*)$", page("reference/commands.md"), re.MULTILINE)
     shown = {line.split()[0] for line in lines}
     assert set(cli.commands) - shown == set()
     for name, group in cli.commands.items():
@@ -83,7 +82,7 @@ def error_classes() -> set[type]:
 
 
 def test_the_exit_code_table_is_the_error_classes_codes():
-    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", section("Exit codes"), re.MULTILINE)}
+    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", page("reference/exit-codes.md"), re.MULTILINE)}
     classes = error_classes()
     assert "VanishedError" in {cls.__name__ for cls in classes}  # the walk reaches beyond errors.py
     # 0 success, 1 the root (a bug), 2 Click's usage errors besides BadArgumentError, 130 Ctrl-C, 143 SIGTERM:
@@ -109,7 +108,7 @@ def test_the_codes_no_error_class_carries_come_from_main(capsys, home, monkeypat
 
 def json_rows() -> dict[str, str]:
     """The JSON table: the command (as the first cell shows it) to its keys cell."""
-    rows = re.findall(r"^\| (`[^|]+`) \| (.+) \|$", section("JSON output (stable keys)"), re.MULTILINE)
+    rows = re.findall(r"^\| (`[^|]+`) \| (.+) \|$", page("reference/json.md"), re.MULTILINE)
     return {command: keys for command, keys in rows}
 
 
@@ -162,8 +161,8 @@ def emitted(value, nested: set[str] | None = None) -> set[str]:
 
 def disagreements(command: str, output: dict, condition: str | None = None) -> dict[str, set[str]]:
     top, named = with_referred(command, json_rows(), condition)
-    return {"printed, not in the README": (set(output) - top) | (emitted(output) - named),
-            "in the README, not printed": top - set(output)}
+    return {"printed, not in the docs": (set(output) - top) | (emitted(output) - named),
+            "in the docs, not printed": top - set(output)}
 
 
 class FakeQuery:
@@ -200,7 +199,7 @@ def running_job(home, tmp_path):
 
 @pytest.fixture
 def outputs(capsys, home, tmp_path, running_job):
-    """What the commands that need no Spark print with --output json: (README row, condition, output).
+    """What the commands that need no Spark print with --output json: (the JSON page's row, condition, output).
     run needs spark-submit, inspect --state Spark's state data source, stop a driver that exits: the Spark
     tests run those."""
     checkpoint = hdfs_checkpoint(tmp_path / "alarms", committed=3, planned=True)
@@ -264,19 +263,20 @@ def test_the_json_table_lists_the_keys_the_commands_print(outputs):
     assert outputs[0][2]["queries"], "a running job's queries are what the list row's queries[] names"
     assert outputs[3][1] == "with `--keep-last`" and outputs[3][2]["pruned"]
     for command, condition, output in outputs:
-        assert disagreements(command, output, condition) == {"printed, not in the README": set(),
-                                                             "in the README, not printed": set()}, command
+        assert disagreements(command, output, condition) == {"printed, not in the docs": set(),
+                                                             "in the docs, not printed": set()}, command
     # The comparison sees a renamed key, both ways.
     renamed = {**next(output for command, _, output in outputs if command == "`verify`"), "is_valid": True}
     del renamed["valid"]
-    assert disagreements("`verify`", renamed) == {"printed, not in the README": {"is_valid"},
-                                                  "in the README, not printed": {"valid"}}
+    assert disagreements("`verify`", renamed) == {"printed, not in the docs": {"is_valid"},
+                                                  "in the docs, not printed": {"valid"}}
 
 
 def manifest_keys() -> dict[str, set[str]]:
-    """The keys the README's "The manifest" paragraph says a manifest records, by level."""
-    start = README.index("**The manifest**")
-    text = README[start:README.index("\n\n", start)]
+    """The keys the "The manifest" paragraph of concepts/savepoint.md says a manifest records, by level."""
+    savepoint = page("concepts/savepoint.md")
+    start = savepoint.index("**The manifest**")
+    text = savepoint[start:savepoint.index("\n\n", start)]
     head, per_query = text.split(" per query ", 1)
     per_query = per_query.split(". Every path")[0]
 
@@ -324,7 +324,7 @@ def installed_command(**env: str) -> subprocess.CompletedProcess:
 def test_shell_completion_scripts_as_the_readme_shows_them(shell, marker):
     script = installed_command(_SPARKPOINT_COMPLETE=f"{shell}_source")
     assert script.returncode == 0 and marker in script.stdout, script.stderr
-    assert f"_SPARKPOINT_COMPLETE={shell}_source sparkpoint" in section("Commands")
+    assert f"_SPARKPOINT_COMPLETE={shell}_source sparkpoint" in page("getting-started.md")
 
 
 @pytest.mark.parametrize("words,expected", [("sparkpoint sav", ["savepoint", "savepoints"]),
@@ -346,18 +346,20 @@ def test_shell_completion_is_light():
     assert done.returncode == 0 and done.stdout.split() == ["plain,savepoint", "plain,savepoints"], done.stderr
 
 
-def test_the_support_matrix_says_only_what_tests_compat_runs():
-    """The README's table of Spark versions: its columns are the minors tests/compat runs on, and the migrations
-    it claims are the pairs that suite continues a savepoint across."""
+@pytest.mark.parametrize("name", ["README.md", "howto/spark-versions.md"])
+def test_the_support_matrix_says_only_what_tests_compat_runs(name):
+    """The tables of Spark versions (the README's short one, the guide's whole one): their columns are the minors
+    tests/compat runs on, and the migrations they claim are the pairs that suite continues a savepoint across."""
     import ast
 
     compat = (ROOT / "tests" / "compat" / "test_spark_versions.py").read_text()
     installed = (ROOT / "tests" / "compat" / "installed.py").read_text()
     minors = ast.literal_eval(re.search(r"^MINORS = (\[.*?\])", installed, re.M).group(1))
     pairs = ast.literal_eval(re.search(r'parametrize\(\("older", "newer"\), (\[.*?\])\)', compat, re.S).group(1))
-    section = README.split("## Spark versions:", 1)[1].split("\n## ", 1)[0]
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in section.splitlines()
-            if line.startswith("|") and not line.startswith("|---")]
+    text = page(name)
+    table = text[text.index("| feature |"):].split("\n\n", 1)[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()
+            if not line.startswith("|---")]
     assert rows[0] == ["feature", *minors]
     migrations = next(row for row in rows if row[0].startswith("migration"))
     claimed = {(older, newer.strip()) for older, cell in zip(minors, migrations[1:], strict=True) if cell != "-"
@@ -371,3 +373,114 @@ def test_the_support_matrix_says_only_what_tests_compat_runs():
     from sparkpoint.spark_versions import KNOWN
 
     assert [known.name for known in KNOWN.values()] == minors
+
+
+DOC_PAGES = ["README.md", *sorted(str(path.relative_to(ROOT / "docs")) for path in (ROOT / "docs").rglob("*.md"))]
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+GLOBAL_OPTIONS = {"-o": 1, "--output": 1, "--home": 1, "--config": 1, "-q": 0, "--quiet": 0}
+# spark-submit's own options (SparkSubmitOptionParser), which `run` and `check` pass through before the application.
+SPARK_SUBMIT_OPTIONS = {
+    "--master", "--deploy-mode", "--class", "--name", "--jars", "--packages", "--exclude-packages", "--repositories",
+    "--py-files", "--files", "--archives", "--conf", "--properties-file", "--driver-memory", "--driver-java-options",
+    "--driver-library-path", "--driver-class-path", "--executor-memory", "--proxy-user", "--driver-cores",
+    "--total-executor-cores", "--executor-cores", "--num-executors", "--queue", "--principal", "--keytab",
+    "--supervise", "--verbose"}
+
+
+def shown_commands(text: str) -> list[str]:
+    """Every `sparkpoint ...` command line in the fenced examples of a page: a bash block's lines (after a cron
+    schedule or variable assignments), a console block's `$ ` lines; comments and continuation lines joined."""
+    found = []
+    for language, body in FENCE.findall(text):
+        if language not in ("bash", "console", ""):
+            continue
+        for line in body.replace("\\\n", " ").splitlines():
+            if language == "console":
+                if not line.startswith("$ "):
+                    continue  # the output
+                line = line[2:]
+            line = re.split(r"\s+#\s", line)[0]
+            words = line.split()
+            if "sparkpoint" not in words or "_SPARKPOINT_COMPLETE" in line:
+                continue
+            start = words.index("sparkpoint")
+            if all(re.fullmatch(r"[A-Z_]+=\S*|[\d*/,-]+", word) for word in words[:start]):
+                found.append(" ".join(words[start:]))
+    return found
+
+
+def parse_failure(line: str) -> str | None:
+    """Why ``line`` would not parse against the real CLI (a command, subcommand or option it does not have, an
+    option without its value, a spark-submit option spark-submit does not have), or None. Placeholders stand for
+    values (<savepoint>, SAVEPOINT, N): a value's type is not checked; optional parts ([--all]) are taken as given,
+    and `cluster start | status | stop` as each of its alternatives."""
+    from sparkpoint.adapters.spark_submit import split_arguments
+    from sparkpoint.cli.job_cmds import CHECK_OPTIONS, RUN_OPTIONS
+
+    line = re.sub(r"<[^>]*>", "PLACEHOLDER", line).replace("[", " ").replace("]", " ").replace("...", " ")
+    words = line.split()[1:]
+    words = words[:words.index(">")] if ">" in words else words
+    while words and words[0].startswith("-"):
+        if words[0] not in GLOBAL_OPTIONS:
+            return f"no global option {words[0]}"
+        words = words[1 + GLOBAL_OPTIONS[words[0]]:]
+    group: click.Group = cli
+    command: click.Command = cli
+    path = []
+    while isinstance(command, click.Group):
+        if not words or words[0] not in command.commands:
+            return f"no command {' '.join([*path, *words[:1]])}"
+        group, command, path, words = command, command.commands[words[0]], [*path, words[0]], words[1:]
+    alternatives = [(command, words)]
+    if "|" in words:
+        first, *others = " ".join(words).split("|")
+        alternatives = [(command, first.split())]
+        for other in others:
+            name, *rest = other.split()
+            if name not in group.commands:
+                break  # a shell pipe into another program
+            alternatives.append((group.commands[name], rest))
+    for command, words in alternatives:
+        try:
+            context = click.Context(command, info_name=command.name, **command.context_settings)
+            opts, _, _ = command.make_parser(context).parse_args(list(words))
+        except click.UsageError as error:
+            return f"{' '.join(path)}: {error.format_message()}"
+        if command.name in ("run", "check") and opts.get("args"):
+            own = RUN_OPTIONS if command.name == "run" else CHECK_OPTIONS
+            try:
+                submit, _, _ = split_arguments(list(opts["args"]), own)
+            except errors.SparkpointError as error:
+                return f"{command.name}: {error}"
+            unknown = {word.split("=")[0] for word in submit if word.startswith("-")} - SPARK_SUBMIT_OPTIONS
+            if unknown:
+                return f"{command.name}: neither its option nor spark-submit's: {sorted(unknown)}"
+    return None
+
+
+def test_every_command_example_in_the_docs_parses_against_the_cli():
+    examples = {(name, line) for name in DOC_PAGES for line in shown_commands(page(name))}
+    assert len(examples) > 90 and len({name for name, _ in examples}) > 14, "the walk reaches the examples"
+    assert {(name, line, parse_failure(line)) for name, line in examples if parse_failure(line)} == set()
+    for misspelt in ("sparkpoint prune --keep-latest 5", "sparkpoint savepointz alarms", "sparkpoint cluster begin",
+                     "sparkpoint run --rollbak-to S app.py", "sparkpoint stop alarms --timeout",
+                     "sparkpoint -x list", "sparkpoint cluster begin | status",
+                     "sparkpoint cluster status | stop --di d"):
+        assert parse_failure(misspelt), misspelt
+    # Both ways round: what the examples show parses, and the walk sees all of a line.
+    assert parse_failure("sparkpoint cluster start | status | stop --dir d") is None
+    assert parse_failure("sparkpoint run --name a --conf k=v --py-files x.zip app.py --input /data --no-such") is None
+    assert parse_failure("sparkpoint savepoints | head -3") is None
+
+
+def test_the_configuration_table_is_the_settings():
+    import dataclasses
+
+    from sparkpoint.config import Settings
+
+    rows = re.findall(r"^\| `([a-z_]+)` \| `([^`]*)` \| ([^|]+) \|", page("reference/configuration.md"), re.M)
+    defaults = {field.name: field.default if field.default is not dataclasses.MISSING else field.default_factory()
+                for field in dataclasses.fields(Settings)}
+    assert {key: default for key, default, _ in rows} == {key: str(value) for key, value in defaults.items()}
+    assert {key: env.strip() for key, _, env in rows} == {
+        key: "-" if key == "storage_options" else f"`SPARKPOINT_{key.upper()}`" for key in defaults}

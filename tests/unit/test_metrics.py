@@ -30,7 +30,7 @@ from sparkpoint.jobs.savepoint import create_savepoint
 from sparkpoint.savepoints.create import QuerySource
 from sparkpoint.times import parse_iso
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "howto" / "metrics.md"
 
 
 def samples(text: str) -> dict[tuple, float]:
@@ -396,9 +396,7 @@ def listening_on(port: int) -> set[str]:
     return found
 
 
-def test_the_readme_table_is_the_exposition():
-    text = README.read_text()
-    section = text[text.index("\n## Metrics\n"):]
-    rows = re.findall(r"^\| `(sparkpoint_[a-z_]+)` \| (gauge|counter) \| ([^|]*) \| (.*) \|$", section, re.M)
+def test_the_guide_s_table_is_the_exposition():
+    rows = re.findall(r"^\| `(sparkpoint_[a-z_]+)` \| (gauge|counter) \| ([^|]*) \| (.*) \|$", GUIDE.read_text(), re.M)
     assert [(name, kind, tuple(re.findall(r"`([a-z_]+)`", labels)), meaning) for name, kind, labels, meaning
             in rows] == [(m.name, m.kind, m.labels, m.help) for m in metrics.METRICS]

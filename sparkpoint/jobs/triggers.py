@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from sparkpoint.adapters.local_files import write_json
+from sparkpoint.adapters.local_files import read_record, write_json
 from sparkpoint.adapters.processes import is_pid, pid_alive, process_start
 from sparkpoint.config import Settings, load_settings
 from sparkpoint.errors import BadArgumentError, CorruptRecordError, NotFoundError, SparkpointError
@@ -122,11 +122,13 @@ def _trigger_path(job: Job, trigger_id: str) -> Path:
 
 def _read_trigger(path: Path, job: Job, trigger_id: str) -> TriggerRecord:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_record(path))
     except FileNotFoundError:
         raise NotFoundError(f"job {job.id} has no savepoint trigger {trigger_id!r}") from None
     except ValueError:
         raise CorruptRecordError(f"the savepoint trigger record {path} is not JSON") from None
+    except OSError as error:  # a FIFO (it would block for ever), a directory
+        raise CorruptRecordError(f"the savepoint trigger record {path} is not a file: {error.strerror}") from None
     return TriggerRecord.from_record(data, path)
 
 

@@ -125,6 +125,18 @@ def test_a_malformed_trigger_record_is_reported(tmp_path, record):
         triggers.trigger_status(settings, job.id, "t-0123abcd")
 
 
+@pytest.mark.parametrize("make", [os.mkfifo, os.mkdir])
+def test_a_trigger_record_that_is_not_a_file_is_reported_at_once(tmp_path, make):
+    """A FIFO in place of the record made `savepoint --status` wait for a writer for ever; a directory was an
+    internal error."""
+    settings = Settings(home=str(tmp_path))
+    job = new_job(Registry(settings.home))
+    (Path(job.directory) / "triggers").mkdir()
+    make(Path(job.directory) / "triggers" / "t-0123abcd.json")
+    with pytest.raises(CorruptRecordError, match="trigger record .* is not a file"):
+        triggers.trigger_status(settings, job.id, "t-0123abcd")
+
+
 def test_a_triggered_savepoint_runs_in_a_process_of_its_own_without_the_cli(tmp_path):
     """trigger_savepoint's background half is a core entry point: it records the outcome (here: the job is not
     running) and exits with its code, and the trigger reads as failed with that code."""

@@ -76,6 +76,9 @@ def _coerce(key: str, value: Any, origin: str) -> Any:
     expected = type(getattr(Settings(), key))
     if expected is int:
         try:
+            # int() takes 2.5 as 2 and true as 1: a typo in a number must not pass as another number.
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(value)
             number = int(value)
         except (TypeError, ValueError, OverflowError):  # OverflowError: .inf in YAML, 'inf' in the environment
             raise ConfigError(f"{origin}: '{key}' must be a whole number, got {value!r}") from None

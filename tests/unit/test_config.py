@@ -41,7 +41,9 @@ def test_a_home_on_object_storage_is_refused_with_the_way_out():
     "text,message",
     [("home: [unclosed", "not valid YAML at line 1"), ("- a\n- b\n", "must hold a mapping"),
      ("homme: /x\n", "unknown key"), ("transfer_workers: many\n", "whole number"),
-     ("transfer_workers: 0\n", "at least 1"), ("storage_options: 3\n", "mapping")],
+     ("transfer_workers: 0\n", "at least 1"), ("storage_options: 3\n", "mapping"),
+     # int() would take these as 2 and 1: a typo must not pass as another number.
+     ("transfer_workers: 2.5\n", "whole number"), ("savepoint_attempts: true\n", "whole number")],
 )
 def test_malformed_config_is_one_clear_error(tmp_path, text, message):
     config = tmp_path / "sp.yaml"
@@ -55,6 +57,12 @@ def test_missing_config_file_and_bad_env_value(tmp_path):
         load_settings(str(tmp_path / "none.yaml"), {}, {})
     with pytest.raises(ConfigError, match="SPARKPOINT_TRANSFER_WORKERS"):
         load_settings(None, {}, {"SPARKPOINT_TRANSFER_WORKERS": "x"})
+
+
+def test_a_whole_number_written_as_a_float_is_that_number(tmp_path):
+    config = tmp_path / "sp.yaml"
+    config.write_text("transfer_workers: 8.0\n")
+    assert load_settings(str(config), {}, {}).transfer_workers == 8
 
 
 def test_documented_defaults_match_the_code():

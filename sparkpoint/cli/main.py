@@ -22,7 +22,8 @@ from sparkpoint.errors import SparkpointError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--home", metavar="URL", help="Home of registry, checkpoints and savepoints [env SPARKPOINT_HOME].")
+@click.option("--home", metavar="PATH", help="Home of the job registry and the jobs' checkpoints, and by default of "
+              "the savepoint catalog [env SPARKPOINT_HOME].")
 @click.option("--config", "config_path", metavar="FILE", help="Configuration file [env SPARKPOINT_CONFIG].")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display on stderr.")
 @click.option("-o", "--output", type=OUTPUTS, help=OUTPUT_HELP + " The command's own -o means the same.")

@@ -66,7 +66,9 @@ def local_home(home: str) -> str:
     if is_url(home):
         raise ConfigError(f"home {home!r}: the home must be a path (a local disk or a shared mount); "
                           "put savepoints on object storage with the 'savepoints' setting instead")
-    return str(Path(local_path(home)).expanduser())
+    # Absolute: the registry records paths below it, and a driver resolves its checkpoint location from its own
+    # working directory, so a relative home (--home home-b) must not depend on where a command ran.
+    return str(Path(local_path(home)).expanduser().absolute())
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}

@@ -59,6 +59,13 @@ def test_missing_config_file_and_bad_env_value(tmp_path):
         load_settings(None, {}, {"SPARKPOINT_TRANSFER_WORKERS": "x"})
 
 
+def test_a_relative_home_is_taken_from_where_the_command_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(None, {"home": "home-b"}, {})
+    assert settings.home_url() == str(tmp_path / "home-b")
+    assert settings.savepoints_dir() == str(tmp_path / "home-b" / "savepoints")
+
+
 def test_a_whole_number_written_as_a_float_is_that_number(tmp_path):
     config = tmp_path / "sp.yaml"
     config.write_text("transfer_workers: 8.0\n")

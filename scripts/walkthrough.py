@@ -3,8 +3,9 @@
 The demo's motion-alarm job (scripts/demo_apps/motion_alarms.py, v1 and v2) goes through the operator tasks the
 guides describe, each command printed as a shell line (`$ sparkpoint ...`) and followed by what it printed:
 upgrade (check, then replace with probation), a scheduled savepoint with retention and the horizon, pause and
-resume, an A/B fork, a rescale, a restore for another launcher, an upgrade `check` refuses (exit 16), reprocessing
-a file sink's output, a standalone cluster, and the lineage of the savepoints all this made.
+resume, an A/B fork, a rescale, a restore for another launcher, a move to another cluster (another home), an
+upgrade `check` refuses (exit 16), reprocessing a file sink's output, a move from Spark 3.5 to 4.3 (when
+scripts/spark-versions.sh has installed 3.5), a standalone cluster, and the lineage of the savepoints all this made.
 Paths are relative to a fresh work directory (printed first) whose home is `home/` (SPARKPOINT_HOME); tables are
 110 columns wide.
 
@@ -49,15 +50,18 @@ def appears(path: Path, timeout: float = 120.0) -> None:
 
 
 class Shell:
-    """Runs sparkpoint in the work directory as an operator would type it, and shows what it printed."""
+    """Runs sparkpoint in the work directory as an operator would type it, and shows what it printed. Its home is
+    `home/` (SPARKPOINT_HOME), or another one given as `--home` on every command (another cluster's)."""
 
-    def __init__(self, work: Path):
+    def __init__(self, work: Path, home: str | None = None):
         self.work = work
         self.env = {**os.environ, "SPARKPOINT_HOME": str(work / "home"), "COLUMNS": "110",
                     "SPARK_LOCAL_IP": "127.0.0.1"}
+        self.home = ("--home", home) if home else ()
         self.running: list[str] = []
 
     def __call__(self, *args: str, expect: int = 0) -> None:
+        args = (*self.home, *args)
         print(f"$ sparkpoint {shlex.join(args)}", flush=True)
         done = subprocess.run([sys.executable, "-m", "sparkpoint", *args], cwd=self.work, env=self.env,
                               capture_output=True, text=True, check=False)
@@ -69,9 +73,15 @@ class Shell:
 
     def unseen(self, *args: str):
         """A command's JSON, not shown: what the walk-through needs to go on (a job's new id)."""
-        done = subprocess.run([sys.executable, "-m", "sparkpoint", "-o", "json", *args], cwd=self.work, env=self.env,
-                              capture_output=True, text=True, check=True)
+        done = subprocess.run([sys.executable, "-m", "sparkpoint", *self.home, "-o", "json", *args], cwd=self.work,
+                              env=self.env, capture_output=True, text=True, check=True)
         return json.loads(done.stdout)
+
+    def cancel_running(self) -> None:
+        """On the way out, early or not: no driver is left behind."""
+        for job_id in self.running:
+            subprocess.run([sys.executable, "-m", "sparkpoint", *self.home, "cancel", job_id], cwd=self.work,
+                           env=self.env, capture_output=True, check=False)
 
     def job(self, *args: str) -> dict:
         """`run --detach`, shown; the job it started (the one running job not known before)."""
@@ -86,7 +96,7 @@ def main() -> None:
     shutil.copy(APP, work / "motion_alarms.py")
     shutil.copy(APPS / "room_counts.py", work / "room_counts.py")
     shutil.copy(APPS / "file_sink_values.py", work / "values.py")
-    sh = Shell(work)
+    sh, elsewhere = Shell(work), Shell(work, "home-b")
     events = work / "events"
     print(f"work directory {work}")
     try:
@@ -131,9 +141,19 @@ def main() -> None:
         say("Restore for another launcher, and a savepoint of a checkpoint sparkpoint did not make")
         sh("restore", stopped["id"], "ckpt-v3")
         sh("savepoint", "--from-checkpoint", "ckpt-v3/alarms", "--job", "plain")
-        for job_id in (resumed["id"], variant["id"]):
-            sh("stop", job_id)
-            sh.running.remove(job_id)
+        sh("stop", variant["id"])
+        sh.running.remove(variant["id"])
+
+        say("Move the job to another cluster: stopped here, started there (its own home) from the savepoint's path")
+        sh("stop", resumed["id"])
+        sh.running.remove(resumed["id"])
+        moved_from = Path(sh.unseen("savepoints", "--job", "alarms")[0]["path"]).relative_to(work)
+        moved = elsewhere.job("--name", "alarms", "-s", str(moved_from), "motion_alarms.py", "v2", "events", "out-v2")
+        feed(events, 3, [("hall", "motion", 500)])
+        alarms(work / "out-v2", 3)
+        elsewhere("list")
+        elsewhere("stop", moved["id"])
+        elsewhere.running.remove(moved["id"])
 
         say("An upgrade that will not restore: the state's key changed")
         (work / "rooms-in").mkdir()
@@ -163,6 +183,26 @@ def main() -> None:
         sh("stop", fixed["id"])
         sh.running.remove(fixed["id"])
 
+        say("Move a job to a newer Spark: started on Spark 3.5, stopped with a savepoint, continued on Spark 4.3")
+        spark_35 = ROOT / ".venv-spark" / "3.5" / "pyspark"
+        if not (spark_35 / "bin" / "spark-submit").is_file():
+            print(f"skipped: no Spark 3.5 in {spark_35} (scripts/spark-versions.sh installs it)")
+        else:
+            (work / "counts-in").mkdir()
+            old = sh.job("--name", "counts", "--spark-home", str(spark_35), "room_counts.py", "counts-in", "counts-out")
+            drop(work / "counts-in", "events-0.json", [{"room": "hall", "event": "motion"}])
+            appears(work / "counts-out" / "batch-0.json")
+            sh("stop", old["id"])
+            sh.running.remove(old["id"])
+            saved = sh.unseen("savepoints", "--job", "counts")[0]["id"]
+            sh("check", "-s", saved, "room_counts.py", "counts-in", "counts-out")
+            new = sh.job("--name", "counts", "-s", saved, "room_counts.py", "counts-in", "counts-out")
+            drop(work / "counts-in", "events-1.json", [{"room": "hall", "event": "motion"}])
+            appears(work / "counts-out" / "batch-1.json")
+            sh("list")
+            sh("stop", new["id"])
+            sh.running.remove(new["id"])
+
         say("A standalone cluster to try it on (other ports than Spark's defaults, which may be taken)")
         ports = ("--master-port", "7177", "--master-ui-port", "8180", "--worker-ui-port", "8181", "--rest-port", "6166")
         sh("cluster", "start", "--dir", "cluster", *ports, "--cores", "1", "--memory", "1g")
@@ -172,9 +212,8 @@ def main() -> None:
         say("The catalog's lineage: each savepoint under the one it derives from")
         sh("savepoints", "--tree")
     finally:
-        for job_id in sh.running:
-            subprocess.run([sys.executable, "-m", "sparkpoint", "cancel", job_id], cwd=work, env=sh.env,
-                           capture_output=True, check=False)
+        sh.cancel_running()
+        elsewhere.cancel_running()
         subprocess.run([sys.executable, "-m", "sparkpoint", "cluster", "stop", "--dir", "cluster"], cwd=work,
                        env=sh.env, capture_output=True, check=False)
         if "--keep" in sys.argv:

@@ -154,6 +154,7 @@ def main() -> None:
         elsewhere("list")
         elsewhere("stop", moved["id"])
         elsewhere.running.remove(moved["id"])
+        elsewhere("metrics")  # one finished job, one savepoint: what a scrape (or --metrics-file) holds
 
         say("An upgrade that will not restore: the state's key changed")
         (work / "rooms-in").mkdir()

@@ -28,23 +28,36 @@ def say(text: str) -> None:
     print(f"\n\033[1m== {text}\033[0m", flush=True)
 
 
+def drop(directory: Path, name: str, rows: list[dict], mtime: float | None = None) -> None:
+    """An input file, whole when it appears (written hidden, then renamed: the file source lists no dot file),
+    with ``mtime`` as its modification time if given (the file source orders files by it)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    hidden = directory / f".{name}"
+    hidden.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    if mtime is not None:
+        os.utime(hidden, (mtime, mtime))
+    os.replace(hidden, directory / name)
+
+
 def feed(events_dir: Path, batch: int, events: list[tuple[str, str, int]]) -> None:
     """One file per micro-batch, ordered by its modification time as the file source orders them."""
-    events_dir.mkdir(parents=True, exist_ok=True)
-    tmp = events_dir / f".events-{batch:03d}.tmp"
-    tmp.write_text("\n".join(json.dumps({"room": r, "event": e, "ts": t}) for r, e, t in events) + "\n")
-    os.utime(tmp, (FIRST_MTIME + batch, FIRST_MTIME + batch))
-    os.replace(tmp, events_dir / f"events-{batch:03d}.json")
+    drop(events_dir, f"events-{batch:03d}.json", [{"room": r, "event": e, "ts": t} for r, e, t in events],
+         mtime=FIRST_MTIME + batch)
     print("events: " + ", ".join(f"{e} {r} @{t}s" for r, e, t in events), flush=True)
 
 
-def alarms(output_dir: Path, batch: int, timeout: float = 120.0) -> list[dict]:
-    path = output_dir / f"batch-{batch}.json"
+def appears(path: Path, timeout: float = 120.0) -> None:
+    """Waits for a job's output file (a batch's, or a file sink's log file of a committed batch)."""
     deadline = time.monotonic() + timeout
     while not path.exists():
         if time.monotonic() > deadline:
-            sys.exit(f"no output for batch {batch} after {timeout:.0f} s; see the job's driver.log")
+            sys.exit(f"no {path} after {timeout:.0f} s; see the job's driver.log")
         time.sleep(0.3)
+
+
+def alarms(output_dir: Path, batch: int) -> list[dict]:
+    path = output_dir / f"batch-{batch}.json"
+    appears(path)
     found = json.loads(path.read_text())
     print("alarms: " + (", ".join(f"{a['alarm']} @{a['ts']}s" for a in found) or "none"), flush=True)
     return found

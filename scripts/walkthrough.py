@@ -21,32 +21,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from demo import APP, alarms, feed, say
+from demo import APP, alarms, appears, drop, feed, say
 
 ROOT = Path(__file__).resolve().parents[1]
 # The test suite's applications: a state key changed between versions (room_counts.py v2-incompatible), and a
 # file sink whose v1 has a bug (file_sink_values.py).
 APPS = ROOT / "tests" / "spark" / "apps"
-
-
-def drop(directory: Path, name: str, rows: list[dict]) -> None:
-    """An input file, whole when it appears (written hidden, then renamed: the file source lists no dot file)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    hidden = directory / f".{name}"
-    hidden.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    os.replace(hidden, directory / name)
-
-
-def appears(path: Path, timeout: float = 120.0) -> None:
-    """Waits for a job's output file (a batch's, or a file sink's log file of a committed batch)."""
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            sys.exit(f"no {path} after {timeout:.0f} s; see the job's driver.log")
-        time.sleep(0.3)
 
 
 class Shell:

@@ -127,8 +127,9 @@ def _read_trigger(path: Path, job: Job, trigger_id: str) -> TriggerRecord:
         raise NotFoundError(f"job {job.id} has no savepoint trigger {trigger_id!r}") from None
     except ValueError:
         raise CorruptRecordError(f"the savepoint trigger record {path} is not JSON") from None
-    except OSError as error:  # a FIFO (it would block for ever), a directory
-        raise CorruptRecordError(f"the savepoint trigger record {path} is not a file: {error.strerror}") from None
+    except OSError as error:  # a FIFO (it would block for ever), a directory, a file it may not read
+        raise CorruptRecordError(f"the savepoint trigger record {path} cannot be read: "
+                                 f"{error.strerror or error}") from None
     return TriggerRecord.from_record(data, path)
 
 

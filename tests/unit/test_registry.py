@@ -133,7 +133,7 @@ def test_a_trigger_record_that_is_not_a_file_is_reported_at_once(tmp_path, make)
     job = new_job(Registry(settings.home))
     (Path(job.directory) / "triggers").mkdir()
     make(Path(job.directory) / "triggers" / "t-0123abcd.json")
-    with pytest.raises(CorruptRecordError, match="trigger record .* is not a file"):
+    with pytest.raises(CorruptRecordError, match="trigger record .* cannot be read: not a regular file"):
         triggers.trigger_status(settings, job.id, "t-0123abcd")
 
 

@@ -6,6 +6,7 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from sparkpoint.adapters.processes import pid_alive
@@ -97,3 +98,24 @@ def free_ports(count: int) -> list[int]:
     for s in sockets:
         s.close()
     return ports
+
+
+class SilentServer:
+    """Accepts connections on 127.0.0.1 and never answers: a hung agent, or a wedged master's REST server."""
+
+    def __init__(self):
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.held.append(self.socket.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        self.socket.close()
+        for connection in self.held:
+            connection.close()

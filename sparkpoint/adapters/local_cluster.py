@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import os
 import secrets
 import subprocess
@@ -34,7 +33,7 @@ from sparkpoint.results import Result
 from sparkpoint.times import poll_until
 from sparkpoint.errors import EnvironmentSetupError, CorruptRecordError, SparkpointError, TargetNotEmptyError
 from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
-from sparkpoint.adapters.local_files import read_record, write_json, write_private
+from sparkpoint.adapters.local_files import MalformedRecord, read_json_record, write_json, write_private
 from sparkpoint.spark_versions import master_takes_secret_with_rest, spark_minor
 
 HOST = "127.0.0.1"
@@ -128,11 +127,11 @@ def recorded_ports(directory: Path) -> Ports:
     """The ports the cluster of ``directory`` was last started with; Spark's defaults for a directory that records
     none (a cluster of an earlier sparkpoint, or none started yet). A record of another shape is refused."""
     try:
-        recorded = json.loads(read_record(directory / PORTS_FILE))
+        recorded = read_json_record(directory / PORTS_FILE)
     except FileNotFoundError:
         return Ports()
-    except (OSError, ValueError) as error:
-        raise CorruptRecordError(f"{directory / PORTS_FILE} is not a record of ports: {error}") from error
+    except MalformedRecord as error:
+        raise CorruptRecordError(f"{directory / PORTS_FILE} is not a record of ports: it {error}") from None
     names = {field.name for field in fields(Ports)}
     if not (isinstance(recorded, dict) and set(recorded) == names
             and all(type(port) is int and 1 <= port <= 65535 for port in recorded.values())):

@@ -5,7 +5,6 @@ a cluster's configuration), which are private as well."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -16,13 +15,16 @@ from pathlib import Path
 from typing import Any
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o666) -> None:
+def write_atomic(path: Path, data: bytes, mode: int = 0o666, exact_mode: bool = False) -> None:
     """Readers see the old file or the new one whole, on disk: a temp file of a random name, created
-    exclusively (a file or link planted there is refused, not written through), synced, then renamed."""
+    exclusively (a file or link planted there is refused, not written through), synced, then renamed. The file
+    gets ``mode`` less the umask, or with ``exact_mode`` ``mode`` itself (a file another user must read)."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
         with os.fdopen(fd, "wb") as handle:
+            if exact_mode:
+                os.fchmod(handle.fileno(), mode)
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
@@ -32,19 +34,78 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o666) -> None:
         raise
 
 
-def read_record(path: Path) -> str:
-    """The text of one of sparkpoint's own records, a regular file. A FIFO or device in its place would block the
-    read for ever (and with it `list` or `metrics`, which read every job's records): it is refused at once
-    (OSError, EINVAL); the open itself does not wait for a writer."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+RECORD_BYTES = 64 << 20  # far above any record sparkpoint writes; a larger one is not one of them
+RECORD_DEPTH = 32  # sparkpoint's records nest a few levels; deeper JSON is not one of them
+
+
+class MalformedRecord(ValueError):
+    """Why a record cannot be used, worded to follow its path: "… is not JSON"."""
+
+
+def read_record(path: Path, limit: int = RECORD_BYTES) -> str:
+    """The text of one of sparkpoint's own records: a regular file (or a link to one) of at most ``limit`` bytes,
+    UTF-8. A FIFO or device in its place would block the read for ever, or never end (a link to /dev/zero), and
+    with it `list` or `metrics`, which read every job's records: it is refused at once, and the open itself does
+    not wait for a writer. FileNotFoundError when there is none; MalformedRecord for everything else, a file
+    it may not read included."""
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise MalformedRecord(f"cannot be read: {exc.strerror or exc}") from None
+    try:
+        kind = stat.S_IFMT(os.fstat(fd).st_mode)
+        if kind != stat.S_IFREG:
+            raise MalformedRecord(f"is not a regular file (a {_KINDS.get(kind, 'special file')})")
         with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read()
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise MalformedRecord(f"cannot be read: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
-    return data.decode("utf-8")
+    if len(data) > limit:
+        raise MalformedRecord(f"is larger than {limit} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise MalformedRecord("is not UTF-8 text") from None
+
+
+_KINDS = {stat.S_IFDIR: "directory", stat.S_IFIFO: "FIFO", stat.S_IFCHR: "character device",
+          stat.S_IFBLK: "block device", stat.S_IFSOCK: "socket", stat.S_IFLNK: "symbolic link"}
+
+
+def kind_of(mode: int) -> str:
+    """What a file of ``mode`` is, in words: "a FIFO", "a directory"."""
+    return "a " + _KINDS.get(stat.S_IFMT(mode), "regular file")
+
+
+def read_json_record(path: Path, limit: int = RECORD_BYTES) -> Any:
+    """One of sparkpoint's JSON records, read as read_record reads it and parsed no deeper than RECORD_DEPTH
+    levels: a record nested a hundred thousand deep is refused, not a RecursionError in whoever reads it."""
+    text = read_record(path, limit)
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise MalformedRecord(f"is nested deeper than {RECORD_DEPTH} levels") from None
+    except ValueError:
+        raise MalformedRecord("is not JSON") from None
+    if _depth_over(data, RECORD_DEPTH):
+        raise MalformedRecord(f"is nested deeper than {RECORD_DEPTH} levels")
+    return data
+
+
+def _depth_over(data: Any, limit: int) -> bool:
+    """Whether ``data`` nests deeper than ``limit``: walked without recursion, so any depth is answered."""
+    pending = [(data, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, (dict, list)):
+            if depth > limit:
+                return True
+            pending.extend((child, depth + 1) for child in (value.values() if isinstance(value, dict) else value))
+    return False
 
 
 def write_private(path: Path, text: str, mode: int = 0o600) -> None:

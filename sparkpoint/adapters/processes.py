@@ -12,10 +12,15 @@ from typing import Any
 from sparkpoint.times import poll_until
 
 
+# The kernel's own ceiling on pid_max (PID_MAX_LIMIT, 2^22 on 64-bit Linux): no process has a larger pid, and
+# a larger number overflows what os.kill takes.
+PID_LIMIT = 1 << 22
+
+
 def is_pid(value: Any) -> bool:
     # Never a bool, 0, a negative or 1 (init, never a driver): killpg(1) is kill(-1), a signal to every
     # process the user may signal, and 0 or -1 name a whole group or every process as well.
-    return type(value) is int and value > 1
+    return type(value) is int and 1 < value <= PID_LIMIT
 
 
 def _stat_fields(pid: int) -> list[str] | None:

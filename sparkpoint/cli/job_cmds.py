@@ -231,6 +231,8 @@ def _plain(value) -> str:
 def _render_jobs(jobs: list[ListedJob]) -> None:
     from rich.table import Table
 
+    from sparkpoint.jobs.listing import MALFORMED
+
     if not jobs:
         click.echo("No running jobs (--all lists ended ones).", err=True)
         return
@@ -249,6 +251,8 @@ def _render_jobs(jobs: list[ListedJob]) -> None:
             table.add_row(*map(text, cells))
     make_console().print(table)
     for job in jobs:
+        if job.state == MALFORMED:
+            echo(f"sparkpoint: warning: {job.id}: {job.error}", err=True)
         if job.lineage:
             echo(f"{job.id}: " + " → ".join(f"{v.id} ({v.command}, {v.state})" for v in job.lineage))
 

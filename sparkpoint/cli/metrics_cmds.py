@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import functools
+import ipaddress
+import re
 import secrets
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,6 +57,9 @@ def metrics_file_option(command: Callable) -> Callable:
         if kwargs.get("detached") or kwargs.get("poll"):
             raise BadArgumentError("--metrics-file writes the metrics once the savepoint has ended: not with "
                                    "--detached or --status (run `sparkpoint metrics --metrics-file` after it)")
+        from sparkpoint.jobs.metrics import textfile_target
+
+        textfile_target(metrics_file)  # a file that could never be written is refused before the command acts
         app = click.get_current_context().find_object(AppContext)
         try:
             outcome = command(*args, **kwargs)
@@ -66,33 +72,68 @@ def metrics_file_option(command: Callable) -> Callable:
     return _metrics_file(with_metrics_file)
 
 
-_metrics_file = click.option("--metrics-file", metavar="PATH",
+def _not_empty(_ctx, param, value: str | None) -> str | None:
+    """An empty path (an unset variable in a cron line) is a usage error, not the option left out: the file
+    would silently stop being written, or the token silently become the home's."""
+    if value == "":
+        raise click.BadParameter("is empty: name a file (an unset variable in a cron line?)", param=param)
+    return value
+
+
+_metrics_file = click.option("--metrics-file", metavar="PATH", callback=_not_empty,
                              help="Write the home's metrics to PATH (Prometheus text, replaced atomically, for "
                                   "node_exporter's textfile collector); after the command, even a failed one.")
 
 
 def _address(text: str) -> tuple[str, int]:
+    """[HOST:]PORT, an IPv6 host in brackets ([::1]:9464)."""
     host, _, port = text.rpartition(":")
+    if host.startswith("[") != host.endswith("]") or ("[" in host.strip("[]") or "]" in host.strip("[]")):
+        raise BadArgumentError(f"--serve {text!r}: write an IPv6 address in brackets, as [::1]:PORT")
     host = host.strip("[]") or "127.0.0.1"
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise BadArgumentError(f"--serve {text!r}: give [HOST:]PORT, a port from 1 to 65535")
     return host, int(port)
 
 
+_TOKEN = re.compile(r"[\x21-\x7e]+")  # what an Authorization header carries as it is (RFC 7235 token68 and more)
+
+
 def _token(app: AppContext, token_file: str | None) -> tuple[str, Path]:
-    """The bearer token scrapes must send: ``token_file``'s, or the home's metrics.token, made on first use."""
-    from sparkpoint.adapters.local_files import write_private
+    """The bearer token scrapes must send: ``token_file``'s, or the home's metrics.token, made on first use. Read
+    as sparkpoint's records are (a FIFO or a link to /dev/zero is refused, not waited on or read for ever): one
+    line of printable ASCII."""
+    from sparkpoint.adapters.local_files import MalformedRecord, read_record, write_private
     from sparkpoint.adapters.storage import translate_errors
+    from sparkpoint.jobs.registry import TOKEN_BYTES
 
     path = Path(token_file) if token_file else Path(local_home(app.settings.home)) / TOKEN_FILE
     with translate_errors(str(path)):
         if token_file is None and not path.exists():
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             write_private(path, secrets.token_urlsafe(32) + "\n")
-        token = path.read_text().strip()
-    if not token:
-        raise BadArgumentError(f"the token file {path} is empty")
+    try:
+        token = read_record(path, TOKEN_BYTES).strip()
+    except FileNotFoundError:
+        raise BadArgumentError(f"the token file {path} does not exist") from None
+    except MalformedRecord as exc:
+        raise BadArgumentError(f"the token file {path} {exc}") from None
+    if not _TOKEN.fullmatch(token):
+        raise BadArgumentError(f"the token file {path} must hold one token: one line of printable ASCII, no "
+                               "spaces" + (" (it is empty)" if not token else ""))
+    if path.stat().st_mode & 0o004:
+        echo(f"sparkpoint: warning: the token file {path} is readable by every user of this machine: "
+             f"chmod o-r {path}", err=True)
     return token, path
+
+
+def _beyond_loopback(host: str, port: int) -> bool:
+    """Whether ``host`` names an address outside the loopback range (a name that does not resolve: not known to)."""
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)}
+    except OSError:
+        return False
+    return any(not ipaddress.ip_address(address.split("%", 1)[0]).is_loopback for address in addresses)
 
 
 def _serve(app: AppContext, address: str, token_file: str | None) -> None:
@@ -115,6 +156,10 @@ def _serve(app: AppContext, address: str, token_file: str | None) -> None:
         server = ScrapeServer((host, port), token, render)
     except OSError as exc:
         raise BadArgumentError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    if _beyond_loopback(host, port):
+        echo(f"sparkpoint: warning: --serve {address} listens beyond this machine, in plain HTTP: the bearer "
+             "token travels in clear text to whoever can see the traffic (use 127.0.0.1 behind a TLS proxy, "
+             "or a private network)", err=True)
     echo(f"Serving the metrics of {app.settings.home} on http://{host}:{server.server_address[1]}/metrics; "
          f"scrapes send the bearer token in {path} (Ctrl-C ends)", err=True)
     try:
@@ -128,7 +173,7 @@ def _serve(app: AppContext, address: str, token_file: str | None) -> None:
 @click.option("--serve", "serve_address", metavar="[HOST:]PORT",
               help=f"Serve GET /metrics for Prometheus to scrape, computed per scrape (host: 127.0.0.1; "
                    f"e.g. {DEFAULT_PORT}).")
-@click.option("--token-file", metavar="FILE",
+@click.option("--token-file", metavar="FILE", callback=_not_empty,
               help=f"With --serve: the bearer token scrapes must send [default: <home>/{TOKEN_FILE}, made once].")
 @_metrics_file
 @output_option
@@ -141,11 +186,11 @@ def metrics_cmd(app, openmetrics, serve_address, token_file, metrics_file, outpu
     """
     from sparkpoint.jobs import metrics
 
-    if token_file and not serve_address:
+    if token_file is not None and not serve_address:
         raise BadArgumentError("--token-file goes with --serve")
-    if serve_address and metrics_file:
+    if serve_address and metrics_file is not None:
         raise BadArgumentError("give --serve or --metrics-file, not both")
-    if metrics_file:
+    if metrics_file is not None:
         _write_metrics(app, metrics_file)
         return
     if serve_address:

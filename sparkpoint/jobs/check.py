@@ -9,7 +9,6 @@ nobody else. spark-submit's other options (--py-files, --jars, --packages, ...) 
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sparkpoint.adapters import spark_submit
-from sparkpoint.adapters.local_files import write_json
+from sparkpoint.adapters.local_files import MalformedRecord, read_json_record, write_json
 from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
 from sparkpoint.adapters.transfer import NullProgress, Progress
 from sparkpoint.config import Settings
@@ -211,8 +210,8 @@ def _log_said(kept: str | None) -> str:
 
 def _read_report(path: Path, exit_code: int, log: str) -> dict:
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
+        return read_json_record(path)
+    except (FileNotFoundError, MalformedRecord):
         raise SparkFailureError(f"the check's driver ended (exit {exit_code}) without an answer: "
                                 f"{_last_line(log) or 'it printed nothing'}") from None
 

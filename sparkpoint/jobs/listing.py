@@ -22,6 +22,7 @@ from sparkpoint.jobs.registry import (
 )
 from sparkpoint.results import WHEN_SET, Result
 
+MALFORMED = "malformed"  # the state `list` shows for a job whose record cannot be read
 # The savepoint commit marker (sparkpoint.savepoints.manifest.MANIFEST); not imported, to keep `list` light.
 MANIFEST = "manifest.json"
 
@@ -72,10 +73,20 @@ def ui_entries(ui_url: str) -> list[ListedJob]:
     ]
 
 
+def unreadable_entry(job_id: str, error: SparkpointError) -> ListedJob:
+    """A job whose record cannot be read, as `list` shows it (state ``malformed``, ``error`` saying why): listed
+    whatever --all says, since its state is unknown."""
+    return ListedJob(id=job_id, name=None, state=MALFORMED, app_id=None, pid=None, created_at=None, app=None,
+                     checkpoint_root=None, restored_from=None, log=None, error=str(error), queries=[], master=None,
+                     submission_id=None, driver_state=None, follows=None, spark_version=None, history=[],
+                     last_savepoint=None, name_last_savepoint=None, app_state=None, lineage=[])
+
+
 def list_jobs(settings: Settings, include_all: bool = False) -> list[ListedJob]:
     registry = Registry(settings.home_url())
+    jobs, problems = registry.load_all()
     # A job's state costs process checks: derived once per job, then handed on.
-    states = [(job, state_of(job)) for job in registry.all()]
+    states = [(job, state_of(job)) for job in jobs]
     by_id = {job.id: (job, state) for job, state in states}
 
     newest_of = {name: last_savepoint(settings, name) for name in {job.name for job, _ in states}}
@@ -92,7 +103,8 @@ def list_jobs(settings: Settings, include_all: bool = False) -> list[ListedJob]:
     with ThreadPoolExecutor(max_workers=8) as pool:
         entries = list(pool.map(lambda pair: live(*pair), shown))
     applications = _application_states({entry.master for entry in entries})
-    return [replace(entry, app_state=applications.get(entry.master, {}).get(entry.app_id)) for entry in entries]
+    return [replace(entry, app_state=applications.get(entry.master, {}).get(entry.app_id)) for entry in entries] + [
+        unreadable_entry(job_id, error) for job_id, error in problems]
 
 
 def _application_states(masters: set[str | None]) -> dict[str, dict[str, str]]:

@@ -12,15 +12,18 @@ Nothing here imports pyspark.
 from __future__ import annotations
 
 import math
+import os
+import stat
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkpoint.adapters.local_files import write_atomic
+from sparkpoint.adapters.local_files import kind_of, write_atomic
 from sparkpoint.config import Settings
-from sparkpoint.errors import SparkpointError
+from sparkpoint.errors import BadArgumentError, SparkpointError, StorageError
 from sparkpoint.jobs.registry import Job, JobView, LiveQuery, Registry, describe_job, reported_status, state_of
 from sparkpoint.savepoints import catalog, horizon
 from sparkpoint.times import parse_iso
@@ -134,8 +137,11 @@ def scrape(settings: Settings, clock: Callable[[], float] = time.monotonic) -> S
     started = clock()
     result = Scrape()
     registry = Registry(settings.home_url())
-    jobs, problems = registry.load_all()
-    for problem in problems:
+    try:
+        jobs, problems = registry.load_all()
+    except SparkpointError as exc:  # the jobs directory itself cannot be read
+        jobs, problems = [], [("", exc)]
+    for _job_id, problem in problems:
         result.failed("job_record", str(problem))
     views = _job_metrics(registry, jobs, result)
     _catalog_metrics(settings, views, result)
@@ -149,7 +155,7 @@ def _job_metrics(registry: Registry, jobs: list[Job], result: Scrape) -> list[Jo
     """Each job's metrics; its view (the running ones' with their queries) for the horizon."""
     states = [(job, state_of(job)) for job in jobs]
     running = [job for job, state in states if state == "running"]
-    with ThreadPoolExecutor(max_workers=max(1, min(32, len(running)))) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(64, len(running)))) as pool:
         answers = pool.map(lambda job: reported_status(registry, job, AGENT_SECONDS), running)
         statuses = dict(zip((job.id for job in running), answers, strict=True))
     views = []
@@ -164,6 +170,8 @@ def _job_metrics(registry: Registry, jobs: list[Job], result: Scrape) -> list[Jo
 
 def _one_job(job: Job, state: str, status: dict | None, result: Scrape) -> JobView:
     labels = (job.id, job.name)
+    if job.agent_problem:
+        result.failed("job_record", f"job {job.id}: {job.agent_problem}")
     for each in JOB_STATES:
         result.add(JOB_STATE, (*labels, each), 1 if each == state else 0)
     if state == "running":
@@ -266,15 +274,24 @@ def _horizon_ms(source: horizon.SourceHorizon) -> float | None:
 
 
 class _Collector:
-    """A prometheus_client collector that scrapes the home each time it is collected."""
+    """A prometheus_client collector that scrapes the home each time it is collected. Collections that ask while
+    a scrape runs wait for the next one to start and share it: scrapers at once cost one scrape at a time (the
+    agents and masters it asks are asked once), and none is answered with a scrape older than its question."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic):
         self.settings = settings
         self.last: Scrape | None = None
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last_started = -math.inf
 
     def collect(self) -> Iterable:
-        self.last = scrape(self.settings)
-        return self.last.families()
+        asked = self._clock()
+        with self._lock:
+            if self.last is None or self._last_started < asked:
+                self._last_started = self._clock()
+                self.last = scrape(self.settings, self._clock)
+            return self.last.families()
 
 
 def registry_of(settings: Settings):
@@ -298,6 +315,24 @@ def exposition(settings: Settings, openmetrics: bool = False) -> tuple[bytes, Sc
     return data, collector.last
 
 
+def textfile_target(path: str) -> Path:
+    """Where the metrics file ``path`` is written: the file itself, or the file a link there names (the link
+    stays). Refused, before anything is written, when it names something other than a regular file: the rename
+    that replaces the file would replace a device (/dev/null, run as root) or a FIFO with it."""
+    target = Path(os.path.realpath(path))
+    try:
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        return target
+    except OSError as exc:
+        raise StorageError(f"cannot write the metrics file {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise BadArgumentError(f"--metrics-file {path} is {kind_of(mode)}, not a regular file: name a file in "
+                               "node_exporter's textfile directory; it was left as it is")
+    return target
+
+
 def write_textfile(path: str, data: bytes) -> None:
-    """For node_exporter's textfile collector: replaced whole (never seen half-written), readable by it."""
-    write_atomic(Path(path), data, mode=0o644)
+    """For node_exporter's textfile collector: replaced whole (never seen half-written), readable by it (0644,
+    whatever the umask: the collector runs as another user)."""
+    write_atomic(textfile_target(path), data, mode=0o644, exact_mode=True)

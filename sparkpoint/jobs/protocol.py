@@ -18,12 +18,11 @@ Each writer owns its files, so the CLI and the driver never overwrite each other
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
-from sparkpoint.adapters.local_files import read_record, write_json
+from sparkpoint.adapters.local_files import MalformedRecord, read_json_record, write_json
 from sparkpoint.adapters.processes import pid_alive
 from sparkpoint.times import poll_until
 
@@ -42,11 +41,20 @@ START_CHECK_DIR = "check"
 
 
 def read_agent_file(directory: Path | str) -> dict[str, Any]:
+    """What the agent last said; {} while it has said nothing, or when what is there is not its record."""
+    return read_agent_record(directory)[0]
+
+
+def read_agent_record(directory: Path | str) -> tuple[dict[str, Any], str | None]:
+    """What the agent last said, and why it cannot be used when it cannot (then nothing it said is known: {})."""
+    path = Path(directory) / AGENT_FILE
     try:
-        data = json.loads(read_record(Path(directory) / AGENT_FILE))
-    except (OSError, ValueError):  # none yet; or not the agent's (not a file, not JSON): nothing it said is known
-        return {}
-    return data if isinstance(data, dict) else {}
+        data = read_json_record(path)
+    except FileNotFoundError:  # none yet
+        return {}, None
+    except MalformedRecord as exc:
+        return {}, f"{path} {exc}"
+    return (data, None) if isinstance(data, dict) else ({}, f"{path} is not a JSON object")
 
 
 def await_handover(directory: Path | str, controller_pid: int, sleep=time.sleep) -> dict[str, Any]:
@@ -74,8 +82,8 @@ def write_outcome(directory: Path | str, index: int, outcome: dict[str, Any]) ->
 
 def read_outcome(directory: Path | str, index: int) -> dict[str, Any] | None:
     try:
-        data = json.loads((Path(directory) / f"outcome-{index}.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        data = read_json_record(Path(directory) / f"outcome-{index}.json")
+    except (FileNotFoundError, MalformedRecord):
         return None
     return data if isinstance(data, dict) else None
 
@@ -104,8 +112,8 @@ def _await_controller(path: Path, controller_pid: int | None, what: str, timeout
         # (a detached run) has written the answer by then.
         gone = controller_pid is not None and not pid_alive(controller_pid)
         try:
-            return json.loads(path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
+            return read_json_record(path)
+        except (FileNotFoundError, MalformedRecord):
             pass
         return {"abort": f"the sparkpoint run that started this driver ended before {what}"} if gone else None
 

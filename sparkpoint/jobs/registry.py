@@ -12,14 +12,21 @@ import json
 import os
 import re
 import secrets
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from collections.abc import Callable, Iterator
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.adapters.agent_client import AgentClient
-from sparkpoint.adapters.local_files import locked, read_record, write_json, write_private
+from sparkpoint.adapters.local_files import (
+    MalformedRecord,
+    locked,
+    read_json_record,
+    read_record,
+    write_json,
+    write_private,
+)
 from sparkpoint.adapters.processes import is_pid, pid_alive, process_start
 from sparkpoint.adapters.standalone import DRIVER_STATES, StandaloneMaster
 from sparkpoint.config import local_home
@@ -29,9 +36,10 @@ from sparkpoint.errors import (
     JobNotRunningError,
     NotFoundError,
     SparkpointError,
+    StorageError,
     TargetNotEmptyError,
 )
-from sparkpoint.jobs.protocol import read_agent_file
+from sparkpoint.jobs.protocol import read_agent_record
 from sparkpoint.lookup import by_id, the_one
 from sparkpoint.results import WHEN_SET, Result
 from sparkpoint.times import iso
@@ -46,7 +54,11 @@ LOG_FILE = "driver.log"
 SAVEPOINTS_FILE = "savepoints.json"
 SAVEPOINTS_LOCK = ".savepoints.lock"
 ACTIVE_STATES = ("starting", "running")
-DRIVER_STATUS_SECONDS = 2.0  # for a master to say how a cluster-mode driver is
+ENDED_STATES = ("finished", "failed", "cancelled")  # what Job.end records
+# For the masters to say how their cluster-mode drivers are: all asked at once, and this is the wait for all
+# of them, however many jobs there are.
+DRIVER_STATUS_SECONDS = 2.0
+TOKEN_BYTES = 4096
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
@@ -92,6 +104,7 @@ class Job:
     spark_version: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)  # events, oldest first: what was decided, and why
     agent: dict[str, Any] = field(default_factory=dict)  # agent.json, as last read
+    agent_problem: str | None = None  # why agent.json cannot be used (then ``agent`` is {}: nothing it said is known)
     driver: dict[str, Any] = field(default_factory=dict)  # the master's view of a cluster-mode driver, as last asked
     # The savepoints taken of this job (live, at a stop, a cancel with a savepoint, a hand-over), not of its name,
     # which the versions after it share: counts, the newest and the last failure (SAVEPOINTS_FILE). A file of its
@@ -123,7 +136,7 @@ class Job:
 
     def record(self) -> dict[str, Any]:
         data = asdict(self)
-        for kept_elsewhere in ("agent", "driver", "savepoints"):
+        for kept_elsewhere in ("agent", "agent_problem", "driver", "savepoints"):
             data.pop(kept_elsewhere)
         return data
 
@@ -160,21 +173,21 @@ class Registry:
     def save(self, job: Job) -> None:
         write_json(Path(job.directory) / JOB_FILE, job.record())
 
-    def load(self, job_id: str) -> Job:
+    def load(self, job_id: str, ask_master: bool = True) -> Job:
+        """The job of directory ``job_id``. A cluster-mode job's driver is as its master says (asked here, unless
+        not ``ask_master``: see load_all)."""
         directory = self.root / job_id
         try:
-            data = json.loads(read_record(directory / JOB_FILE))
+            data = read_json_record(directory / JOB_FILE)
         except FileNotFoundError:
             raise NotFoundError(f"no job {job_id!r} in {self.root}") from None
-        except ValueError:  # not JSON, or not UTF-8
-            raise CorruptRecordError(f"the registry entry {directory / JOB_FILE} is not JSON") from None
-        except OSError as exc:  # a FIFO, a directory, a file it may not read
-            raise CorruptRecordError(f"the registry entry {directory / JOB_FILE} cannot be read: "
-                                     f"{exc.strerror or exc}") from None
+        except MalformedRecord as exc:  # not JSON, not a regular file, a file it may not read, ...
+            raise CorruptRecordError(f"the registry entry {directory / JOB_FILE} {exc}: remove that job's "
+                                     "directory, or restore its job.json") from None
         job = _job_from_record(data, job_id, directory / JOB_FILE)
-        job.agent = read_agent_file(directory)
+        job.agent, job.agent_problem = _agent_of(directory)
         job.savepoints = read_savepoint_record(directory)
-        if job.submission_id and not job.ended and job.agent.get("state") not in ("finished", "failed"):
+        if ask_master and _asks_master(job):
             job.driver = driver_status(job)
         return job
 
@@ -184,31 +197,42 @@ class Registry:
         job asks its master)."""
         return self.load_all(id_prefix)[0]
 
-    def load_all(self, id_prefix: str = "") -> tuple[list[Job], list[SparkpointError]]:
-        """Registered jobs, newest first, and why each unreadable entry could not be loaded. Loaded side by
-        side: a cluster-mode job asks its master (DRIVER_STATUS_SECONDS at most), and one master that does not
-        answer must not cost that once per job."""
-        if not self.root.is_dir():
-            return [], []
-        names = [e.name for e in sorted(self.root.iterdir())
-                 if e.name.startswith(id_prefix) and (e / JOB_FILE).is_file()]
+    def load_all(self, id_prefix: str = "") -> tuple[list[Job], list[tuple[str, SparkpointError]]]:
+        """Registered jobs, newest first, and why each entry that is there but cannot be loaded could not (a
+        job.json that is not JSON, not a regular file, or in a directory it may not read: never left out
+        without a word). The masters of cluster-mode jobs are asked all at once, DRIVER_STATUS_SECONDS in all:
+        one master that does not answer must not cost that once per job."""
+        names = [name for name in self._entries() if name.startswith(id_prefix)]
 
-        def attempt(name: str) -> Job | SparkpointError:
+        def attempt(name: str) -> Job | SparkpointError | None:
             try:
-                return self.load(name)
+                return self.load(name, ask_master=False)
+            except NotFoundError:  # a directory without a job.json: being made by `run`, or not a job's
+                return None
             except SparkpointError as exc:
                 return exc
 
         with ThreadPoolExecutor(max_workers=8) as pool:
             loaded = list(pool.map(attempt, names))
         jobs = [item for item in loaded if isinstance(item, Job)]
-        problems = [item for item in loaded if isinstance(item, SparkpointError)]
+        problems = [(name, item) for name, item in zip(names, loaded, strict=True) if isinstance(item, SparkpointError)]
+        _ask_masters([job for job in jobs if _asks_master(job)])
         return sorted(jobs, key=lambda j: j.created_at, reverse=True), problems
+
+    def _entries(self) -> list[str]:
+        """The names of the directories below jobs/ (none while there is no jobs/): each a job's id."""
+        try:
+            return sorted(entry.name for entry in os.scandir(self.root) if entry.is_dir())
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StorageError(f"cannot read the jobs directory {self.root}: {exc.strerror or exc}") from None
 
     def resolve(self, reference: str) -> Job:
         """A job by its id, a unique id prefix, or the name of its one active run."""
-        if (self.root / reference / JOB_FILE).is_file():
-            return self.load(reference)
+        if _NAME.fullmatch(reference) and reference in self._entries():
+            with contextlib.suppress(NotFoundError):  # a directory with no job.json: not a job (yet)
+                return self.load(reference)
         # Ids are directory names: the prefix is matched before any entry is loaded (see all()).
         matches = by_id(reference, self.all(id_prefix=reference), _job_id)
         if not matches:
@@ -229,7 +253,11 @@ class Registry:
             record.last_failure = {"at": iso(), "error": str(error), "exit_code": error.exit_code}
 
     def token(self, job: Job) -> str:
-        return read_record(Path(job.directory) / TOKEN_FILE).strip()
+        path = Path(job.directory) / TOKEN_FILE
+        try:
+            return read_record(path, TOKEN_BYTES).strip()
+        except (FileNotFoundError, MalformedRecord) as exc:
+            raise CorruptRecordError(f"the job's token {path} {_missing_or(exc)}") from None
 
 
 def _job_id(job: Job) -> str:
@@ -249,7 +277,7 @@ _RECORD_TYPES: RecordTypes = {
     "pid_start": (lambda v: isinstance(v, str), True),
     "detached": (lambda v: isinstance(v, bool), False),
     "restored_from": (lambda v: isinstance(v, str), True),
-    "ended": (lambda v: isinstance(v, dict), True),
+    "ended": (lambda v: isinstance(v, dict) and v.get("state") in ENDED_STATES, True),
     "submission_id": (lambda v: isinstance(v, str), True),
     "upgrade_check": (lambda v: isinstance(v, dict), True),
     "confs": (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v), False),
@@ -271,11 +299,13 @@ def record_problems(data: Any, record_class: type, types: RecordTypes) -> list[s
         return ["not a JSON object"]
     required = {f.name for f in fields(record_class)
                 if f.name in types and f.default is MISSING and f.default_factory is MISSING}
-    problems = sorted(f"{key} missing" for key in required - data.keys())
-    for key, (valid, nullable) in types.items():
-        if key in data and not (valid(data[key]) or (nullable and data[key] is None)):
-            problems.append(f"{key} is {json.dumps(data[key])[:40]}")
-    return problems
+    return sorted(f"{key} missing" for key in required - data.keys()) + type_problems(data, types)
+
+
+def type_problems(data: dict[str, Any], types: RecordTypes) -> list[str]:
+    """The keys of ``data`` of a type ``types`` does not allow (a key it does not name is not looked at)."""
+    return [f"{key} is {json.dumps(data[key])[:40]}" for key, (valid, nullable) in types.items()
+            if key in data and not (valid(data[key]) or (nullable and data[key] is None))]
 
 
 def _job_from_record(data: Any, job_id: str, path: Path) -> Job:
@@ -300,13 +330,11 @@ _SAVEPOINT_RECORD_TYPES: RecordTypes = {
 def read_savepoint_record(directory: Path) -> SavepointRecord:
     path = directory / SAVEPOINTS_FILE
     try:
-        data = json.loads(read_record(path))
+        data = read_json_record(path)
     except FileNotFoundError:
         return SavepointRecord()
-    except ValueError:
-        return SavepointRecord(problem=f"{path} is not JSON")
-    except OSError as exc:
-        return SavepointRecord(problem=f"{path} cannot be read: {exc.strerror or exc}")
+    except MalformedRecord as exc:
+        return SavepointRecord(problem=f"{path} {exc}")
     problems = record_problems(data, SavepointRecord, _SAVEPOINT_RECORD_TYPES)
     if problems:
         return SavepointRecord(problem=f"{path} is malformed ({'; '.join(problems)})")
@@ -322,6 +350,51 @@ def _savepoint_record(job: Job) -> Iterator[SavepointRecord]:
         record = read_savepoint_record(directory)
         yield record
         write_json(directory / SAVEPOINTS_FILE, {key: getattr(record, key) for key in _SAVEPOINT_RECORD_TYPES})
+
+
+# The keys of agent.json that sparkpoint acts on: where to reach the agent, and which process it is.
+_AGENT_RECORD_TYPES: RecordTypes = {
+    "state": (lambda v: isinstance(v, str), False),
+    "host": (lambda v: isinstance(v, str), True),
+    "port": (lambda v: type(v) is int and 1 <= v <= 65535, True),
+    "pid": (is_pid, True),
+    "pid_start": (lambda v: isinstance(v, str), True),
+}
+
+
+def _agent_of(directory: Path) -> tuple[dict[str, Any], str | None]:
+    """agent.json, and why it cannot be used when it cannot: then nothing it said is known ({})."""
+    data, problem = read_agent_record(directory)
+    if problem is None and data:
+        problems = type_problems(data, _AGENT_RECORD_TYPES)
+        if problems:
+            return {}, f"{directory / 'agent.json'} is malformed ({'; '.join(problems)})"
+    return data, problem
+
+
+def _missing_or(exc: Exception) -> str:
+    return "is missing" if isinstance(exc, FileNotFoundError) else str(exc)
+
+
+def _asks_master(job: Job) -> bool:
+    """Whether the job's state depends on what its master says: a cluster-mode driver not known to have ended."""
+    return bool(job.submission_id) and not job.ended and job.agent.get("state") not in ("finished", "failed")
+
+
+def _ask_masters(jobs: list[Job]) -> None:
+    """Each cluster-mode job's driver as its master says, all asked at once and DRIVER_STATUS_SECONDS in all: a
+    master that has not answered by then is unreachable for this look (its jobs show lost), however many of
+    its jobs there are."""
+    if not jobs:
+        return
+    pool = ThreadPoolExecutor(max_workers=min(64, len(jobs)))
+    asked = {pool.submit(driver_status, job): job for job in jobs}
+    done, _ = wait(asked, timeout=DRIVER_STATUS_SECONDS)
+    pool.shutdown(wait=False, cancel_futures=True)  # a late answer is not waited for; its thread ends on its timeout
+    for future, job in asked.items():
+        job.driver = future.result() if future in done else {
+            "driverState": "UNKNOWN", "unreachable": True,
+            "message": f"the master {job.master} did not answer within {DRIVER_STATUS_SECONDS:g} s"}
 
 
 def spark_version_of(job: Job) -> str | None:
@@ -441,7 +514,8 @@ def describe_job(job: Job, status: dict[str, Any] | None = None, state: str | No
         checkpoint_root=job.checkpoint_root,
         restored_from=job.restored_from,
         log=job.log_path if job.detached and not job.submission_id else None,
-        error=job.agent.get("error") or job.agent.get("restore_error") or (job.ended or {}).get("error"),
+        error=(job.agent_problem or job.agent.get("error") or job.agent.get("restore_error")
+               or (job.ended or {}).get("error")),
         queries=[LiveQuery.from_report(q) for q in reported] if isinstance(reported, list) else [],
         master=job.master,
         submission_id=job.submission_id,

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import secrets
 import subprocess
@@ -13,7 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from sparkpoint.adapters.local_files import read_record, write_json
+from sparkpoint.adapters.local_files import MalformedRecord, read_json_record, write_json
 from sparkpoint.adapters.processes import is_pid, pid_alive, process_start
 from sparkpoint.config import Settings, load_settings
 from sparkpoint.errors import BadArgumentError, CorruptRecordError, NotFoundError, SparkpointError
@@ -122,14 +121,11 @@ def _trigger_path(job: Job, trigger_id: str) -> Path:
 
 def _read_trigger(path: Path, job: Job, trigger_id: str) -> TriggerRecord:
     try:
-        data = json.loads(read_record(path))
+        data = read_json_record(path)
     except FileNotFoundError:
         raise NotFoundError(f"job {job.id} has no savepoint trigger {trigger_id!r}") from None
-    except ValueError:
-        raise CorruptRecordError(f"the savepoint trigger record {path} is not JSON") from None
-    except OSError as error:  # a FIFO (it would block for ever), a directory, a file it may not read
-        raise CorruptRecordError(f"the savepoint trigger record {path} cannot be read: "
-                                 f"{error.strerror or error}") from None
+    except MalformedRecord as error:  # not JSON; a FIFO (it would block for ever), a directory, unreadable
+        raise CorruptRecordError(f"the savepoint trigger record {path} {error}") from None
     return TriggerRecord.from_record(data, path)
 
 

@@ -331,7 +331,8 @@ def test_probation_takes_a_lost_driver_for_failed_only_once_it_stays_lost(tmp_pa
     from sparkpoint.jobs.rollback import LOST_SETTLE, watch_probation
 
     registry, job = probation_job(tmp_path, {"state": "running"})
-    job.pid, job.pid_start = 2**22 + 1, "0"  # no such process: the driver is gone, its end unrecorded
+    # no such process (pids are below pid_max, at most 2**22): the driver is gone, its end unrecorded
+    job.pid, job.pid_start = 2**22, "0"
     registry.save(job)
     clock = FakeClock()
     probation = watch_probation(registry, job, {"q": 4}, 30, 60, [], clock.sleep, clock)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 from checkpoints import hdfs_checkpoint
-from clitools import cli, closed_port, free_ports, wait_for
+from clitools import SilentServer, cli, closed_port, free_ports, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 from test_horizon import posts, savepoint  # noqa: F401 - posts is a fixture
 
@@ -239,11 +239,17 @@ def test_a_fifo_in_place_of_a_record_is_reported_not_waited_on(tmp_path):
     assert code == 0 and time.monotonic() - started < 30, err
     found = samples(out)
     assert found[("sparkpoint_scrape_errors", (("what", "savepoint_record"),))] == 1
-    assert "savepoints.json cannot be read: not a regular file" in err
+    assert "savepoints.json is not a regular file (a FIFO)" in err
+    # job.json and agent.json as FIFOs: each counted and said, never a job silently gone (issue 32)
+    assert found[("sparkpoint_scrape_errors", (("what", "job_record"),))] == 2
+    assert f"{broken.id}/job.json is not a regular file (a FIFO)" in err
+    assert f"{jobs['agent.json'].id}/agent.json is not a regular file (a FIFO)" in err
     assert states(found, jobs["agent.json"])["lost"] == 1  # an agent record that is not one says nothing
     assert of_job(found, jobs["token"])["sparkpoint_job_agent_up"] == 0
     code, out, err = cli(home, "list", "--all", "-o", "json", timeout=60)
-    assert code == 0 and len(json.loads(out)) == 3, err  # the job whose job.json is a FIFO is left out, as before
+    listed = {entry["id"]: entry for entry in json.loads(out)}
+    assert code == 0 and len(listed) == 4, err
+    assert listed[broken.id]["state"] == "malformed" and "is not a regular file (a FIFO)" in listed[broken.id]["error"]
 
 
 def test_the_horizon_has_the_time_of_the_oldest_input_still_needed(tmp_path, posts):  # noqa: F811
@@ -313,27 +319,6 @@ def test_a_failed_savepoint_still_writes_the_metrics_file(tmp_path):
     assert of_job(samples(target.read_text()), gone)["sparkpoint_job_savepoint_failures_total"] == 1
 
 
-class HangingAgent:
-    """Accepts connections and never answers."""
-
-    def __init__(self):
-        self.socket = socket.create_server(("127.0.0.1", 0))
-        self.held = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                self.held.append(self.socket.accept()[0])
-            except OSError:
-                return
-
-    def close(self):
-        self.socket.close()
-        for connection in self.held:
-            connection.close()
-
-
 def running(registry: Registry, name: str, port: int):
     job = new_job(registry, name)
     job.pid, job.pid_start = os.getpid(), process_start(os.getpid())  # this process stands in for the driver
@@ -346,7 +331,7 @@ def running(registry: Registry, name: str, port: int):
 def test_serve_answers_in_under_a_second_with_a_hanging_agent_and_only_with_the_token(tmp_path):
     home = tmp_path / "home"
     registry = Registry(str(home))
-    hanging = HangingAgent()
+    hanging = SilentServer()
     for index in range(19):
         job = new_job(registry, f"ended{index:02d}")
         job.end("finished", reason="done")

@@ -75,7 +75,9 @@ def test_a_malformed_entry_is_reported_as_such_and_list_goes_on(tmp_path, change
     with pytest.raises(CorruptRecordError, match=problem) as raised:
         registry.load(broken.id)
     assert raised.value.exit_code == 15 and str(path) in str(raised.value)
-    assert [entry.id for entry in list_jobs(settings, include_all=True)] == [fine.id]
+    listed = [(entry.id, entry.state) for entry in list_jobs(settings, include_all=True)]
+    assert listed == [(fine.id, "lost"), (broken.id, "malformed")]  # marked, not left out
+    assert problem in list_jobs(settings)[-1].error  # without --all too: its state is unknown
 
 
 def test_keys_of_a_newer_sparkpoint_are_ignored(tmp_path):
@@ -90,7 +92,10 @@ def test_a_job_json_that_is_not_json_is_reported(tmp_path):
     registry = Registry(str(tmp_path))
     job = new_job(registry)
     (Path(job.directory) / "job.json").write_bytes(b"\xff{")
-    with pytest.raises(CorruptRecordError, match="not JSON"):
+    with pytest.raises(CorruptRecordError, match="is not UTF-8 text"):
+        registry.load(job.id)
+    (Path(job.directory) / "job.json").write_bytes(b"{")
+    with pytest.raises(CorruptRecordError, match="is not JSON"):
         registry.load(job.id)
 
 
@@ -133,7 +138,7 @@ def test_a_trigger_record_that_is_not_a_file_is_reported_at_once(tmp_path, make)
     job = new_job(Registry(settings.home))
     (Path(job.directory) / "triggers").mkdir()
     make(Path(job.directory) / "triggers" / "t-0123abcd.json")
-    with pytest.raises(CorruptRecordError, match="trigger record .* cannot be read: not a regular file"):
+    with pytest.raises(CorruptRecordError, match="trigger record .* is not a regular file"):
         triggers.trigger_status(settings, job.id, "t-0123abcd")
 
 

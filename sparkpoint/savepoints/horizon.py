@@ -47,9 +47,8 @@ from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints import savepoint as sp
 from sparkpoint.spark.checkpoint import CheckpointReader, is_checkpoint
 from sparkpoint.spark.checkpoint_files import VanishedError
-from sparkpoint.spark.fields import is_number
+from sparkpoint.spark.sources import FILE, KAFKA, OTHER, RATE, RATE_MICRO_BATCH, kafka_offsets, kind_of
 
-FILE, KAFKA, RATE, RATE_MICRO_BATCH, OTHER = "file", "kafka", "rate", "rate-micro-batch", "other"
 ACTIVE = ("starting", "running")  # the job states whose checkpoints count (jobs.registry.ACTIVE_STATES)
 ATTEMPTS = 3  # reads of a live checkpoint that Spark's cleanup raced
 
@@ -176,23 +175,6 @@ class _Loaded:
     needs: list[_Need]
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _kind(offset: Any) -> str:
-    if isinstance(offset, dict):
-        if offset.keys() == {"logOffset"} and _is_int(offset["logOffset"]):
-            return FILE
-        if offset.keys() == {"offset", "timestamp"} and all(_is_int(v) for v in offset.values()):
-            return RATE_MICRO_BATCH
-        if offset and all(isinstance(partitions, dict) and partitions
-                          and all(is_number(p) and _is_int(o) for p, o in partitions.items())
-                          for partitions in offset.values()):
-            return KAFKA
-    return RATE if _is_int(offset) else OTHER
-
-
 def _directory(paths: list[str]) -> str:
     """The deepest directory holding every path."""
     common = paths[0].rsplit("/", 1)[0].split("/")
@@ -209,7 +191,7 @@ def _query_needs(holder: str, query: str, offsets: list[Any], reader: Checkpoint
                  warnings: list[str]) -> list[_Need]:
     needs = []
     for index, offset in enumerate(offsets):
-        kind, own = _kind(offset), f"{query}[{index}]"
+        kind, own = kind_of(offset), f"{query}[{index}]"
         if offset is None:
             warnings.append(f"{holder}: source {own} had no offset at its cut: it reads that source from its "
                             "start, which the checkpoint does not say")
@@ -226,8 +208,8 @@ def _query_needs(holder: str, query: str, offsets: list[Any], reader: Checkpoint
                 (log.read if entry.batch_id <= cut else log.pending)[unquote(entry.path)] = entry.timestamp_ms
             needs.append(_Need(holder, query, FILE, _directory([*log.read, *log.pending]), log))
         elif kind == KAFKA:
-            needs += [_Need(holder, query, KAFKA, topic, {int(p): o for p, o in partitions.items()})
-                      for topic, partitions in offset.items()]
+            needs += [_Need(holder, query, KAFKA, topic, partitions)
+                      for topic, partitions in kafka_offsets(offset).items()]
         elif kind == RATE and (started_ms := reader.rate_start(index)) is not None:
             needs.append(_Need(holder, query, RATE, own, offset, started_ms + offset * 1000))
         elif kind == RATE_MICRO_BATCH:

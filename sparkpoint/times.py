@@ -1,10 +1,11 @@
-"""Time: the one timestamp format of sparkpoint's files and output (UTC, ISO 8601, milliseconds, 'Z'), and
-the one way to wait (poll_until)."""
+"""Time: the one timestamp format of sparkpoint's files and output (UTC, ISO 8601, milliseconds, 'Z'), the
+one way to wait (poll_until), and the one way to ask many peers at once with one deadline (answers_within)."""
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -39,3 +40,35 @@ def poll_until(predicate: Callable[[], T], timeout: float | None, interval: floa
         if answer or (deadline is not None and clock() >= deadline):
             return answer
         sleep(interval)
+
+
+def answers_within(calls: Sequence[Callable[[], T]], seconds: float, late: Callable[[int], T]) -> list[T]:
+    """Each call's answer, all started at once and waited for ``seconds`` in all; ``late(i)`` in place of call i's
+    answer when it has not answered by then, or raised. The calls run on daemon threads: one held up by a peer
+    that trickles its reply keeps no caller waiting and no process from exiting (a pool's threads are joined
+    at exit), and ends on its own once its peer does."""
+    answers: dict[int, T] = {}
+    done = threading.Condition()
+
+    def run(index: int, call: Callable[[], T]) -> None:
+        try:
+            answer = call()
+        except Exception:  # noqa: BLE001 - a call that failed is one that did not answer
+            return
+        finally:
+            with done:
+                done.notify_all()
+        with done:
+            answers[index] = answer
+            done.notify_all()
+
+    finished = []
+    for index, call in enumerate(calls):
+        thread = threading.Thread(target=run, args=(index, call), daemon=True, name="sparkpoint-ask")
+        thread.start()
+        finished.append(thread)
+    deadline = time.monotonic() + seconds
+    with done:
+        while any(thread.is_alive() for thread in finished) and time.monotonic() < deadline:
+            done.wait(max(0.0, min(0.05, deadline - time.monotonic())))
+        return [answers[index] if index in answers else late(index) for index in range(len(calls))]

@@ -8,11 +8,15 @@ them in clear text, so the environment's proxy settings (and .netrc) are not use
 A request whose connection fails to open is tried twice more: it was never sent, so even a stop, a cancel
 or a submission cannot arrive twice (and a busy driver's agent refuses new connections for a moment
 while its handler slots are full). A request that was sent is never repeated: no read or status retries.
+A reply's body must arrive whole within the timeout, not only each read of it: a peer that trickles a byte a
+second would otherwise hold its caller for as long as it likes.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +24,7 @@ from sparkpoint.errors import SparkFailureError, SparkpointError
 
 CONNECT_RETRIES = 2
 RETRY_BACKOFF = 0.05  # seconds, doubled per retry: a retried read costs at most ~0.15 s more
+MAX_BODY = 16 << 20  # no answer sparkpoint asks for is near this: a larger one is not an answer
 
 
 def session(headers: dict[str, str] | None = None):
@@ -46,14 +51,21 @@ def call(client, method: str, url: str, *, unreachable: Callable[[str], Sparkpoi
     SparkFailureError naming ``what`` answered."""
     import requests
 
+    deadline = time.monotonic() + timeout
     try:
-        response = client.request(method, url, timeout=timeout, **kwargs)
+        with client.request(method, url, timeout=timeout, stream=True, **kwargs) as response:
+            body = bytearray()
+            for chunk in response.iter_content(64 << 10):
+                body += chunk
+                if time.monotonic() > deadline or len(body) > MAX_BODY:
+                    raise unreachable(f"its answer did not arrive whole within {timeout:g} s")
     except requests.RequestException as exc:
         raise unreachable(type(exc).__name__) from None
+    text = body.decode(response.encoding or "utf-8", errors="replace")
     try:
-        return response.status_code, response.json()
+        return response.status_code, json.loads(bytes(body))  # JSON's own encoding, as requests' .json() reads it
     except ValueError:
         if not response.ok:
-            return response.status_code, response.text[:200]
+            return response.status_code, text[:200]
         raise SparkFailureError(f"{what} answered {url} with status {response.status_code}, not JSON: "
-                                f"{response.text[:200]!r}") from None
+                                f"{text[:200]!r}") from None

@@ -122,8 +122,8 @@ class QuietHandler(BaseHTTPRequestHandler):
     def _not_allowed(self) -> None:
         allowed = ", ".join(sorted(name[3:] for name in dir(type(self)) if name.startswith("do_")))
         self.close_connection = True
-        self.reply(HTTPStatus.METHOD_NOT_ALLOWED, f"allowed: {allowed}\n".encode(), "text/plain; charset=utf-8",
-                   Allow=allowed)
+        body = b"" if self.command == "HEAD" else f"allowed: {allowed}\n".encode()  # a HEAD reply has no body
+        self.reply(HTTPStatus.METHOD_NOT_ALLOWED, body, "text/plain; charset=utf-8", Allow=allowed)
 
     def log_message(self, *args) -> None:
         pass

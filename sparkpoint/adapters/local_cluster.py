@@ -33,10 +33,11 @@ from sparkpoint.results import Result
 from sparkpoint.times import poll_until
 from sparkpoint.errors import EnvironmentSetupError, CorruptRecordError, SparkpointError, TargetNotEmptyError
 from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
-from sparkpoint.adapters.local_files import MalformedRecord, read_json_record, write_json, write_private
+from sparkpoint.adapters.local_files import MalformedRecord, read_json_record, read_record, write_json, write_private
 from sparkpoint.spark_versions import master_takes_secret_with_rest, spark_minor
 
 HOST = "127.0.0.1"
+PID_FILE_BYTES = 4096  # a pid and a start time
 JWS_FILTER = "org.apache.spark.ui.JWSFilter"
 PORTS_FILE = "ports.json"
 SECRET_KEY = "spark.authenticate.secret"
@@ -88,9 +89,9 @@ def _pid_file(directory: Path, role: str) -> Path:
 def _read_pid(directory: Path, role: str) -> tuple[int | None, str | None]:
     """The pid of a role's process, and its start time if that is still the process (else None)."""
     try:
-        text, _, start = _pid_file(directory, role).read_text().partition(" ")
+        text, _, start = read_record(_pid_file(directory, role), PID_FILE_BYTES).partition(" ")
         pid = int(text)
-    except (FileNotFoundError, ValueError):
+    except (FileNotFoundError, ValueError):  # none; or not a pid file (MalformedRecord too): no process known
         return None, None
     # A pid file of an earlier sparkpoint holds the pid alone: the process then shows by its command line.
     start = start.strip() or process_start(pid, mark=str(_conf_file(directory)))
@@ -101,7 +102,7 @@ def _write_conf(directory: Path, ports: Ports, spark: Spark) -> None:
     """The cluster's settings, secrets included, as much security as its Spark offers: owner-only, atomically.
     A restart keeps the secrets the clients of this directory already hold, and takes its own ports and Spark."""
     path = _conf_file(directory)
-    earlier = read_properties(path) if path.exists() else {}
+    earlier = read_properties(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     rest = master_takes_secret_with_rest(spark.version)
     lines = {
@@ -190,7 +191,7 @@ def status(directory: Path, ports: Ports | None = None) -> ClusterStatus:
     pids = {role: _read_pid(directory, role) for role in ("master", "worker")}
     alive = {role: pid if start else None for role, (pid, start) in pids.items()}
     overview: dict[str, Any] = {}
-    properties = read_properties(_conf_file(directory)) if _conf_file(directory).exists() else {}
+    properties = read_properties(_conf_file(directory))
     if alive["master"] and properties:
         with contextlib.suppress(SparkpointError):
             overview = StandaloneMaster(master_url(ports), properties, timeout=2.0).overview()

@@ -34,7 +34,7 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o666, exact_mode: bool = 
         raise
 
 
-RECORD_BYTES = 64 << 20  # far above any record sparkpoint writes; a larger one is not one of them
+RECORD_BYTES = 8 << 20  # far above any record sparkpoint writes (a job's holds its arguments and history)
 RECORD_DEPTH = 32  # sparkpoint's records nest a few levels; deeper JSON is not one of them
 
 
@@ -44,20 +44,28 @@ class MalformedRecord(ValueError):
 
 def read_record(path: Path, limit: int = RECORD_BYTES) -> str:
     """The text of one of sparkpoint's own records: a regular file (or a link to one) of at most ``limit`` bytes,
-    UTF-8. A FIFO or device in its place would block the read for ever, or never end (a link to /dev/zero), and
-    with it `list` or `metrics`, which read every job's records: it is refused at once, and the open itself does
-    not wait for a writer. FileNotFoundError when there is none; MalformedRecord for everything else, a file
-    it may not read included."""
+    UTF-8. Anything else is refused before it is opened: opening a FIFO wakes its writer, opening a device may
+    act (a tape rewinds), reading /dev/zero never ends, and `list` or `metrics` read every job's records.
+    FileNotFoundError when there is none; MalformedRecord for everything else (a link to nothing, a file it may
+    not read)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        found = os.stat(path)
     except FileNotFoundError:
+        if os.path.islink(path):
+            raise MalformedRecord(f"is a link to nothing ({os.readlink(path)})") from None
         raise
     except OSError as exc:
         raise MalformedRecord(f"cannot be read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(found.st_mode):
+        raise MalformedRecord(f"is not a regular file ({kind_of(found.st_mode)})")
     try:
-        kind = stat.S_IFMT(os.fstat(fd).st_mode)
-        if kind != stat.S_IFREG:
-            raise MalformedRecord(f"is not a regular file (a {_KINDS.get(kind, 'special file')})")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise MalformedRecord(f"cannot be read: {exc.strerror or exc}") from None
+    try:
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (found.st_dev, found.st_ino):  # replaced between the two looks
+            raise MalformedRecord("changed while it was being read")
         with os.fdopen(fd, "rb", closefd=False) as handle:
             data = handle.read(limit + 1)
     except OSError as exc:
@@ -82,8 +90,9 @@ def kind_of(mode: int) -> str:
 
 
 def read_json_record(path: Path, limit: int = RECORD_BYTES) -> Any:
-    """One of sparkpoint's JSON records, read as read_record reads it and parsed no deeper than RECORD_DEPTH
-    levels: a record nested a hundred thousand deep is refused, not a RecursionError in whoever reads it."""
+    """One of sparkpoint's JSON records, read as read_record reads it, nested no deeper than RECORD_DEPTH levels
+    (a record nested a hundred thousand deep is refused, not a RecursionError in whoever reads it), and with no
+    string that cannot be written back as UTF-8 (a lone surrogate escape, \\ud800, fails every encoder)."""
     text = read_record(path, limit)
     try:
         data = json.loads(text)
@@ -91,20 +100,26 @@ def read_json_record(path: Path, limit: int = RECORD_BYTES) -> Any:
         raise MalformedRecord(f"is nested deeper than {RECORD_DEPTH} levels") from None
     except ValueError:
         raise MalformedRecord("is not JSON") from None
+    if "\\ud" in text.lower():  # only then can a string hold a surrogate: JSON text is UTF-8 here
+        try:
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        except (UnicodeEncodeError, RecursionError):
+            raise MalformedRecord("holds a string that is not Unicode text (a lone surrogate escape)") from None
     if _depth_over(data, RECORD_DEPTH):
         raise MalformedRecord(f"is nested deeper than {RECORD_DEPTH} levels")
     return data
 
 
 def _depth_over(data: Any, limit: int) -> bool:
-    """Whether ``data`` nests deeper than ``limit``: walked without recursion, so any depth is answered."""
-    pending = [(data, 1)]
+    """Whether ``data`` nests deeper than ``limit``: walked without recursion, containers only, so any depth and
+    any size is answered quickly."""
+    pending = [(data, 1)] if isinstance(data, (dict, list)) else []
     while pending:
         value, depth = pending.pop()
-        if isinstance(value, (dict, list)):
-            if depth > limit:
-                return True
-            pending.extend((child, depth + 1) for child in (value.values() if isinstance(value, dict) else value))
+        if depth > limit:
+            return True
+        pending.extend((child, depth + 1) for child in (value.values() if isinstance(value, dict) else value)
+                       if isinstance(child, (dict, list)))
     return False
 
 

@@ -16,12 +16,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sparkpoint.adapters import http
+from sparkpoint.adapters.local_files import MalformedRecord, read_record
 from sparkpoint.adapters.spark_submit import VALUELESS_OPTIONS
 from sparkpoint.errors import BadArgumentError, ConfigError, EnvironmentSetupError, SparkFailureError, UnreachableError
 
 JWS_KEY = "spark.org.apache.spark.ui.JWSFilter.param.secretKey"
 PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
 TOKEN_SECONDS = 60
+PROPERTIES_BYTES = 1 << 20  # a spark-defaults.conf is a few lines
 _SEPARATOR = re.compile(r"\s*[=:\s]\s*")  # Java properties: key=value, key: value, key value
 # spark-submit options that cluster mode turns into Spark properties of the REST submission.
 SUBMIT_OPTION_PROPERTIES = {
@@ -37,9 +39,16 @@ DRIVER_STATES = {"SUBMITTED": "starting", "RUNNING": "running", "RELAUNCHING": "
 
 
 def read_properties(path: Path) -> dict[str, str]:
-    """A spark-defaults.conf: ``key value`` or ``key=value`` lines, ``#`` comments."""
+    """A spark-defaults.conf: ``key value`` or ``key=value`` lines, ``#`` comments; {} when there is none. Read
+    as sparkpoint's records are: a FIFO or device in its place is refused (exit 3), never waited on."""
+    try:
+        text = read_record(path, PROPERTIES_BYTES)
+    except FileNotFoundError:
+        return {}
+    except MalformedRecord as exc:
+        raise ConfigError(f"the Spark configuration {path} {exc}") from None
     properties = {}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
@@ -52,8 +61,7 @@ def client_properties(conf_dir: str | None = None) -> dict[str, str]:
     conf_dir = conf_dir or os.environ.get("SPARK_CONF_DIR")
     if not conf_dir:
         return {}
-    path = Path(conf_dir) / "spark-defaults.conf"
-    return read_properties(path) if path.is_file() else {}
+    return read_properties(Path(conf_dir) / "spark-defaults.conf")
 
 
 def submission_properties(submit_args: list[str]) -> dict[str, str]:

@@ -85,15 +85,16 @@ _metrics_file = click.option("--metrics-file", metavar="PATH", callback=_not_emp
                                   "node_exporter's textfile collector); after the command, even a failed one.")
 
 
+_ADDRESS = re.compile(r"(?:(?:\[(?P<ipv6>[0-9A-Fa-f:.%\w]+)\]|(?P<host>[^:\[\]]+)):)?(?P<port>[0-9]{1,5})")
+
+
 def _address(text: str) -> tuple[str, int]:
     """[HOST:]PORT, an IPv6 host in brackets ([::1]:9464)."""
-    host, _, port = text.rpartition(":")
-    if host.startswith("[") != host.endswith("]") or ("[" in host.strip("[]") or "]" in host.strip("[]")):
-        raise BadArgumentError(f"--serve {text!r}: write an IPv6 address in brackets, as [::1]:PORT")
-    host = host.strip("[]") or "127.0.0.1"
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise BadArgumentError(f"--serve {text!r}: give [HOST:]PORT, a port from 1 to 65535")
-    return host, int(port)
+    found = _ADDRESS.fullmatch(text)
+    if not found or not 0 < int(found["port"]) < 65536:
+        raise BadArgumentError(f"--serve {text!r}: give [HOST:]PORT, a port from 1 to 65535 (an IPv6 host in "
+                               "brackets: [::1]:9464)")
+    return found["ipv6"] or found["host"] or "127.0.0.1", int(found["port"])
 
 
 _TOKEN = re.compile(r"[\x21-\x7e]+")  # what an Authorization header carries as it is (RFC 7235 token68 and more)
@@ -133,7 +134,12 @@ def _beyond_loopback(host: str, port: int) -> bool:
         addresses = {info[4][0] for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)}
     except OSError:
         return False
-    return any(not ipaddress.ip_address(address.split("%", 1)[0]).is_loopback for address in addresses)
+    return any(not _loopback(ipaddress.ip_address(address.split("%", 1)[0])) for address in addresses)
+
+
+def _loopback(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1 is 127.0.0.1
+    return (mapped or address).is_loopback
 
 
 def _serve(app: AppContext, address: str, token_file: str | None) -> None:
@@ -144,13 +150,11 @@ def _serve(app: AppContext, address: str, token_file: str | None) -> None:
 
     host, port = _address(address)
     token, path = _token(app, token_file)
-    registry, collector = metrics.registry_of(app.settings)
+    registry, _collector = metrics.registry_of(app.settings, scraped=lambda scrape: _warn(scrape.problems))
 
     def render(accept: str) -> tuple[bytes, str]:
         encoder, content_type = choose_encoder(accept)
-        data = encoder(registry)
-        _warn(collector.last.problems if collector.last else [])
-        return data, content_type
+        return encoder(registry), content_type
 
     try:
         server = ScrapeServer((host, port), token, render)
@@ -160,7 +164,8 @@ def _serve(app: AppContext, address: str, token_file: str | None) -> None:
         echo(f"sparkpoint: warning: --serve {address} listens beyond this machine, in plain HTTP: the bearer "
              "token travels in clear text to whoever can see the traffic (use 127.0.0.1 behind a TLS proxy, "
              "or a private network)", err=True)
-    echo(f"Serving the metrics of {app.settings.home} on http://{host}:{server.server_address[1]}/metrics; "
+    shown = f"[{host}]" if ":" in host else host
+    echo(f"Serving the metrics of {app.settings.home} on http://{shown}:{server.server_address[1]}/metrics; "
          f"scrapes send the bearer token in {path} (Ctrl-C ends)", err=True)
     try:
         server.serve_forever(poll_interval=0.2)

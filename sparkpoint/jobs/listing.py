@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
@@ -21,7 +22,10 @@ from sparkpoint.jobs.registry import (
     state_of,
 )
 from sparkpoint.results import WHEN_SET, Result
+from sparkpoint.times import answers_within
 
+AGENT_SECONDS = 1.0  # for each running job's agent to report its queries (all asked at once)
+MASTER_SECONDS = 2.0  # for each standalone master to list its applications (all asked at once)
 MALFORMED = "malformed"  # the state `list` shows for a job whose record cannot be read
 # The savepoint commit marker (sparkpoint.savepoints.manifest.MANIFEST); not imported, to keep `list` light.
 MANIFEST = "manifest.json"
@@ -91,8 +95,7 @@ def list_jobs(settings: Settings, include_all: bool = False) -> list[ListedJob]:
 
     newest_of = {name: last_savepoint(settings, name) for name in {job.name for job, _ in states}}
 
-    def live(job: Job, state: str) -> ListedJob:
-        status = reported_status(registry, job, timeout=1.0) if state == "running" else None
+    def live(job: Job, state: str, status: dict | None) -> ListedJob:
         view = describe_job(job, status, state)
         return ListedJob(**{f.name: getattr(view, f.name) for f in fields(view)},
                          last_savepoint=own_savepoint(settings, job), name_last_savepoint=newest_of[job.name],
@@ -100,24 +103,29 @@ def list_jobs(settings: Settings, include_all: bool = False) -> list[ListedJob]:
                          lineage=lineage(job, by_id))
 
     shown = [(job, state) for job, state in states if include_all or state in ACTIVE_STATES]
+    running = [job for job, state in shown if state == "running"]
+    answers = answers_within([functools.partial(reported_status, registry, job, AGENT_SECONDS) for job in running],
+                             AGENT_SECONDS + 0.25, lambda _index: None)
+    statuses = dict(zip((job.id for job in running), answers, strict=True))
     with ThreadPoolExecutor(max_workers=8) as pool:
-        entries = list(pool.map(lambda pair: live(*pair), shown))
+        entries = list(pool.map(lambda pair: live(*pair, statuses.get(pair[0].id)), shown))
     applications = _application_states({entry.master for entry in entries})
     return [replace(entry, app_state=applications.get(entry.master, {}).get(entry.app_id)) for entry in entries] + [
         unreadable_entry(job_id, error) for job_id, error in problems]
 
 
 def _application_states(masters: set[str | None]) -> dict[str, dict[str, str]]:
-    """What each standalone master says of its applications (one request per master), by application id."""
-    applications: dict[str, dict[str, str]] = {}
-    for master in {m for m in masters if (m or "").startswith("spark://")}:
-        try:
-            overview = StandaloneMaster(master, timeout=2.0).overview()
-        except SparkpointError:
-            continue
-        applications[master] = {a.get("id"): a.get("state")
-                                for a in [*overview.get("activeapps", []), *overview.get("completedapps", [])]}
-    return applications
+    """What each standalone master says of its applications (one request per master, all at once, MASTER_SECONDS
+    in all), by application id; a master that has not answered by then says nothing."""
+    asked = sorted(m for m in masters if (m or "").startswith("spark://"))
+
+    def overview(master: str) -> dict[str, str]:
+        page = StandaloneMaster(master, timeout=MASTER_SECONDS).overview()
+        return {a.get("id"): a.get("state") for a in [*page.get("activeapps", []), *page.get("completedapps", [])]}
+
+    answers = answers_within([functools.partial(overview, master) for master in asked], MASTER_SECONDS,
+                             lambda _index: {})
+    return dict(zip(asked, answers, strict=True))
 
 
 def own_savepoint(settings: Settings, job: Job) -> str | None:

@@ -11,13 +11,13 @@ Nothing here imports pyspark.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,9 +26,10 @@ from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, SparkpointError, StorageError
 from sparkpoint.jobs.registry import Job, JobView, LiveQuery, Registry, describe_job, reported_status, state_of
 from sparkpoint.savepoints import catalog, horizon
-from sparkpoint.times import parse_iso
+from sparkpoint.times import answers_within, parse_iso
 
 AGENT_SECONDS = 0.5  # per agent, all asked at once: a scrape of any number of jobs takes about this long
+AGENT_MARGIN = 0.25  # past AGENT_SECONDS, the scrape goes on without the agents that have not answered
 JOB_STATES = ("starting", "running", "finished", "failed", "cancelled", "lost")
 STOP_PHASES = ("boundary", "savepoint", "driver_exit")
 
@@ -155,17 +156,28 @@ def _job_metrics(registry: Registry, jobs: list[Job], result: Scrape) -> list[Jo
     """Each job's metrics; its view (the running ones' with their queries) for the horizon."""
     states = [(job, state_of(job)) for job in jobs]
     running = [job for job, state in states if state == "running"]
-    with ThreadPoolExecutor(max_workers=max(1, min(64, len(running)))) as pool:
-        answers = pool.map(lambda job: reported_status(registry, job, AGENT_SECONDS), running)
-        statuses = dict(zip((job.id for job in running), answers, strict=True))
+    answers = answers_within([functools.partial(reported_status, registry, job, AGENT_SECONDS) for job in running],
+                             AGENT_SECONDS + AGENT_MARGIN, lambda _index: None)
+    statuses = dict(zip((job.id for job in running), answers, strict=True))
     views = []
     for job, state in states:
+        if state == "running" and statuses.get(job.id) is None:
+            _token_problem(registry, job, result)
         try:
             views.append(_one_job(job, state, statuses.get(job.id), result))
         except Exception as exc:  # noqa: BLE001 - a record or report of a shape no sparkpoint wrote: one error, not the scrape
             result.failed("job_record", f"job {job.id}: its record or its agent's report is malformed "
                                         f"({type(exc).__name__}: {exc})")
     return views
+
+
+def _token_problem(registry: Registry, job: Job, result: Scrape) -> None:
+    """An agent that did not answer may have been asked without its token: a token that cannot be read is the
+    job's record at fault, counted as such, not an agent down."""
+    try:
+        registry.token(job)
+    except SparkpointError as exc:
+        result.failed("job_record", f"job {job.id}: {exc}")
 
 
 def _one_job(job: Job, state: str, status: dict | None, result: Scrape) -> JobView:
@@ -276,11 +288,15 @@ def _horizon_ms(source: horizon.SourceHorizon) -> float | None:
 class _Collector:
     """A prometheus_client collector that scrapes the home each time it is collected. Collections that ask while
     a scrape runs wait for the next one to start and share it: scrapers at once cost one scrape at a time (the
-    agents and masters it asks are asked once), and none is answered with a scrape older than its question."""
+    agents and masters it asks are asked once), and none is answered with a scrape that started before its
+    question (a scrape that failed is no answer: the next asker scrapes again). ``scraped`` hears of each scrape
+    once, however many share it."""
 
-    def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, settings: Settings, scraped: Callable[[Scrape], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.settings = settings
         self.last: Scrape | None = None
+        self._scraped = scraped
         self._clock = clock
         self._lock = threading.Lock()
         self._last_started = -math.inf
@@ -289,17 +305,20 @@ class _Collector:
         asked = self._clock()
         with self._lock:
             if self.last is None or self._last_started < asked:
-                self._last_started = self._clock()
-                self.last = scrape(self.settings, self._clock)
+                started = self._clock()
+                fresh = scrape(self.settings, self._clock)
+                self.last, self._last_started = fresh, started
+                if self._scraped is not None:
+                    self._scraped(fresh)
             return self.last.families()
 
 
-def registry_of(settings: Settings):
-    """A prometheus_client registry whose every collection is a fresh scrape of the home."""
+def registry_of(settings: Settings, scraped: Callable[[Scrape], None] | None = None):
+    """A prometheus_client registry whose every collection is a fresh scrape of the home (see _Collector)."""
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry(auto_describe=False)
-    collector = _Collector(settings)
+    collector = _Collector(settings, scraped)
     registry.register(collector)
     return registry, collector
 
@@ -316,13 +335,17 @@ def exposition(settings: Settings, openmetrics: bool = False) -> tuple[bytes, Sc
 
 
 def textfile_target(path: str) -> Path:
-    """Where the metrics file ``path`` is written: the file itself, or the file a link there names (the link
-    stays). Refused, before anything is written, when it names something other than a regular file: the rename
-    that replaces the file would replace a device (/dev/null, run as root) or a FIFO with it."""
-    target = Path(os.path.realpath(path))
+    """The metrics file ``path``, checked before anything is written to it: it is replaced (the path itself: a
+    link there is replaced by the file, and never written through, so a link planted in a shared directory
+    cannot lead a root cron job to another file). Refused when what is there, or what a link there names, is not
+    a regular file (the rename would put a regular file in place of /dev/null or a FIFO, where a file was not
+    meant), or when its directory does not exist."""
+    target = Path(path)
+    if not target.parent.is_dir():
+        raise BadArgumentError(f"--metrics-file {path}: the directory {target.parent} does not exist")
     try:
-        mode = target.stat().st_mode
-    except FileNotFoundError:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:  # none yet, or a link to nothing: the link is replaced
         return target
     except OSError as exc:
         raise StorageError(f"cannot write the metrics file {path}: {exc.strerror or exc}") from None

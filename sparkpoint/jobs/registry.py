@@ -8,11 +8,12 @@ States: ``starting`` (launched, agent not up yet), ``running``, ``finished``, ``
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
 import secrets
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
@@ -42,7 +43,7 @@ from sparkpoint.errors import (
 from sparkpoint.jobs.protocol import read_agent_record
 from sparkpoint.lookup import by_id, the_one
 from sparkpoint.results import WHEN_SET, Result
-from sparkpoint.times import iso
+from sparkpoint.times import answers_within, iso
 
 if TYPE_CHECKING:  # a stop's result names the job it stopped: the type only, not a cycle at import
     from sparkpoint.jobs.stop import Stopped
@@ -385,16 +386,13 @@ def _ask_masters(jobs: list[Job]) -> None:
     """Each cluster-mode job's driver as its master says, all asked at once and DRIVER_STATUS_SECONDS in all: a
     master that has not answered by then is unreachable for this look (its jobs show lost), however many of
     its jobs there are."""
-    if not jobs:
-        return
-    pool = ThreadPoolExecutor(max_workers=min(64, len(jobs)))
-    asked = {pool.submit(driver_status, job): job for job in jobs}
-    done, _ = wait(asked, timeout=DRIVER_STATUS_SECONDS)
-    pool.shutdown(wait=False, cancel_futures=True)  # a late answer is not waited for; its thread ends on its timeout
-    for future, job in asked.items():
-        job.driver = future.result() if future in done else {
-            "driverState": "UNKNOWN", "unreachable": True,
-            "message": f"the master {job.master} did not answer within {DRIVER_STATUS_SECONDS:g} s"}
+    def late(index: int) -> dict[str, Any]:
+        return {"driverState": "UNKNOWN", "unreachable": True,
+                "message": f"the master {jobs[index].master} did not answer within {DRIVER_STATUS_SECONDS:g} s"}
+
+    answers = answers_within([functools.partial(driver_status, job) for job in jobs], DRIVER_STATUS_SECONDS, late)
+    for job, answer in zip(jobs, answers, strict=True):
+        job.driver = answer
 
 
 def spark_version_of(job: Job) -> str | None:

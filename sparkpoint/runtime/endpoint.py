@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from sparkpoint.runtime.agent import Agent
 
 MAX_BODY = 64 * 1024
-MAX_CONNECTIONS = 32  # each holds a thread: beyond this, a connection is closed at once
+MAX_CONNECTIONS = 32  # each holds a thread: beyond this, the oldest still to send its request is closed
 REQUEST_SECONDS = 10.0  # for a connection to send its request (an idle one holds its thread until then)
 
 

@@ -50,6 +50,7 @@ from sparkpoint.spark.checkpoint_files import VanishedError
 from sparkpoint.spark.sources import FILE, KAFKA, OTHER, RATE, RATE_MICRO_BATCH, kafka_offsets, kind_of
 
 ACTIVE = ("starting", "running")  # the job states whose checkpoints count (jobs.registry.ACTIVE_STATES)
+UNREADABLE = "malformed"  # the state of a job whose record cannot be read (jobs.listing.MALFORMED)
 ATTEMPTS = 3  # reads of a live checkpoint that Spark's cleanup raced
 
 
@@ -404,8 +405,11 @@ def _load(entries: list[catalog.Entry], job: str | None, jobs: Iterable[Any], st
             warnings.append(f"savepoint {entry.id} is invalid and not counted: {entry.problem}")
         elif entry.status == "complete":
             saved.append(_load_savepoint(entry, storage_options, warnings))
+    jobs = list(jobs)
     live = [_load_job(j, storage_options, warnings) for j in jobs
             if j.state in ACTIVE and (job is None or job in (j.name, j.id))]
+    warnings += [f"job {j.id} is not counted: its record cannot be read ({j.error}); if it runs, its checkpoints "
+                 "may need older input than this says" for j in jobs if j.state == UNREADABLE and job in (None, j.id)]
     return [s for s in saved if s], [j for j in live if j]
 
 

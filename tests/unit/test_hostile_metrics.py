@@ -231,12 +231,22 @@ def test_a_metrics_file_that_is_not_a_regular_file_is_refused_and_left_as_it_is(
                                                                 + (["null"] if len(targets) == 4 else []))
 
 
-def test_a_link_to_the_metrics_file_is_kept_and_its_file_replaced(capsys, tmp_path, home):
-    (tmp_path / "real.prom").write_text("old\n")
-    (tmp_path / "link.prom").symlink_to(tmp_path / "real.prom")
-    code, _, err = one_line(capsys, "--home", home, "metrics", "--metrics-file", tmp_path / "link.prom")
-    assert code == 0, err
-    assert (tmp_path / "link.prom").is_symlink() and "sparkpoint_scrape_errors" in (tmp_path / "real.prom").read_text()
+def test_a_link_at_the_metrics_file_is_replaced_never_written_through(capsys, tmp_path, home):
+    """A link planted in a shared (sticky) directory must not lead a root cron job to overwrite, or create, the
+    file it names (review of issue 32: the file it named was replaced)."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    victim.chmod(0o600)
+    (tmp_path / "planted.prom").symlink_to(victim)
+    (tmp_path / "dangling.prom").symlink_to(tmp_path / "elsewhere" / "made-by-root")
+    for link in ("planted.prom", "dangling.prom"):
+        code, _, err = one_line(capsys, "--home", home, "metrics", "--metrics-file", tmp_path / link)
+        assert code == 0, err
+        assert not (tmp_path / link).is_symlink() and "sparkpoint_scrape_errors" in (tmp_path / link).read_text()
+    assert victim.read_text() == "precious\n" and stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert not (tmp_path / "elsewhere").exists()
+    code, _, err = one_line(capsys, "--home", home, "metrics", "--metrics-file", tmp_path / "nope" / "x.prom")
+    assert code == 2 and "does not exist" in err
 
 
 def test_the_metrics_file_is_0644_whatever_the_umask(tmp_path, home):
@@ -325,7 +335,7 @@ def test_serve_speaks_http_as_a_scraper_expects(tmp_path, home):
     (port,) = free_ports(1)
     server, token, said = started(home, f"[::1]:{port}")  # IPv6
     try:
-        assert f"http://::1:{port}/metrics" in said[-1] or f"http://[::1]:{port}/metrics" in said[-1]
+        assert f"http://[::1]:{port}/metrics" in said[-1]
         url = f"http://[::1]:{port}/metrics"
         assert requests.get(url, headers={"Authorization": f"bearer {token}"}, timeout=10).status_code == 200
         assert requests.get(url, headers={"Authorization": f"BEARER  {token}"}, timeout=10).status_code == 200
@@ -413,3 +423,198 @@ def test_a_scrape_over_forty_cluster_jobs_with_a_hung_master_takes_under_three_s
         wait_for(lambda: len(hanging.held) >= 40, timeout=10, what="every driver to have been asked")
     finally:
         hanging.close()
+
+
+# --- found by the review of the fix ------------------------------------------------------------------------
+
+class TricklingServer:
+    """Answers every connection at once with headers, then a byte of its body every ``every`` seconds, for at most
+    ``seconds``: a master or agent that holds its caller with a reply that never ends."""
+
+    def __init__(self, every: float = 0.3, seconds: float = 60.0):
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
+        self.every, self.seconds, self.stopping = every, seconds, threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.stopping.is_set():
+            try:
+                connection = self.socket.accept()[0]
+            except OSError:
+                return
+            threading.Thread(target=self._trickle, args=(connection,), daemon=True).start()
+
+    def _trickle(self, connection):
+        ends = time.monotonic() + self.seconds
+        with contextlib.suppress(OSError), connection:
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+            while not self.stopping.wait(self.every) and time.monotonic() < ends:
+                connection.sendall(b" ")
+
+    def close(self):
+        self.stopping.set()
+        self.socket.close()
+
+
+def test_a_master_or_agent_that_trickles_its_reply_holds_nothing(tmp_path, home, monkeypatch):
+    trickler = TricklingServer()
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text(f"spark.master.rest.port {trickler.port}\n"
+                                               f"spark.master.ui.port {trickler.port}\n")
+    registry = Registry(str(home))
+    try:
+        for index in range(20):
+            job = new_job(registry, f"cluster{index:02d}")
+            job.master, job.submission_id = f"spark://127.0.0.1:{7001 + index % 4}", f"driver-{index:04d}"
+            registry.save(job)
+        running(registry, "trickled", trickler.port)  # its agent trickles too
+        env = {**os.environ, "SPARK_CONF_DIR": str(conf)}
+        for args in (["metrics"], ["list", "--all"], ["horizon"]):
+            began = time.monotonic()
+            code, _, err = cli(home, *args, env=env, timeout=30)
+            took = time.monotonic() - began
+            assert code == 0 and took < 12, (args, took, err)  # a process start and 2 s asked, not 60 s trickled
+    finally:
+        trickler.close()
+
+
+def test_a_string_no_encoder_takes_is_a_malformed_record(capsys, home):
+    registry = Registry(str(home))
+    job = new_job(registry, "odd")
+    path = Path(job.directory) / "job.json"
+    path.write_text(path.read_text().replace('"name": "odd"', '"name": "\\ud800"'))
+    data, scrape = metrics.exposition(Settings(home=str(home)))
+    assert errors_of(samples(data.decode()))["job_record"] == 1 and "lone surrogate" in scrape.problems[0]
+    code, out, _ = one_line(capsys, "--home", home, "list", "--all", "-o", "json")
+    assert code == 0 and json.loads(out)[0]["state"] == "malformed"
+
+
+def test_a_record_larger_than_any_sparkpoint_writes_is_malformed(home):
+    registry = Registry(str(home))
+    job = new_job(registry, "big")
+    (Path(job.directory) / "job.json").write_text("[" + ",".join(["0"] * 5_000_000) + "]")  # about 10 MB
+    _data, scrape = metrics.exposition(Settings(home=str(home)))
+    assert "is larger than 8388608 bytes" in scrape.problems[0]
+
+
+def test_a_job_json_linked_to_nothing_is_malformed_not_missing(capsys, home):
+    registry = Registry(str(home))
+    job = new_job(registry, "dangling")
+    (Path(job.directory) / "job.json").unlink()
+    (Path(job.directory) / "job.json").symlink_to("/nonexistent/job.json")
+    _data, scrape = metrics.exposition(Settings(home=str(home)))
+    assert "is a link to nothing" in scrape.problems[0]
+    code, _, err = one_line(capsys, "--home", home, "savepoint", job.id)
+    assert code == 15 and "is a link to nothing" in err
+
+
+def test_a_fifo_in_a_record_s_place_is_never_opened(home):
+    """Opening a FIFO for reading wakes a writer blocked on it: a record that is not a file is refused unopened."""
+    registry = Registry(str(home))
+    job = new_job(registry, "fifo")
+    fifo = Path(job.directory) / "job.json"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    woken = threading.Event()
+
+    def writer():
+        with open(fifo, "w"):  # blocks until a reader opens it
+            woken.set()
+
+    threading.Thread(target=writer, daemon=True).start()
+    time.sleep(0.2)
+    metrics.exposition(Settings(home=str(home)))
+    assert not woken.wait(0.5)
+    os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # let the writer go
+    assert woken.wait(5)
+
+
+def test_a_cluster_directory_with_a_fifo_is_answered_at_once(capsys, tmp_path):
+    cluster = tmp_path / "cluster"
+    (cluster / "pids").mkdir(parents=True)
+    os.mkfifo(cluster / "pids" / "master.pid")
+    (cluster / "conf").mkdir()
+    os.mkfifo(cluster / "conf" / "spark-defaults.conf")
+    code, _, err = one_line(capsys, "cluster", "status", "--dir", cluster, "--master-port", closed_port(),
+                            "--master-ui-port", closed_port())
+    assert code == 3 and "is not a regular file (a FIFO)" in err
+
+
+def test_a_failed_scrape_is_no_answer_to_those_who_waited_for_it(home, monkeypatch):
+    """Three scrapers at 0, 0.05 and 0.1 s: the first runs scrape 1; the second, behind it, runs scrape 2, which
+    fails; the third asked before scrape 2 started but after scrape 1 did, so neither answers it: it scrapes
+    anew (it was answered with scrape 1)."""
+    real, calls = metrics.scrape, []
+
+    def flaky(settings, clock=time.monotonic):
+        calls.append(clock())
+        time.sleep(0.3)
+        if len(calls) == 2:
+            raise RuntimeError("a scrape that failed")
+        return real(settings, clock)
+
+    monkeypatch.setattr(metrics, "scrape", flaky)
+    registry, _collector = metrics.registry_of(Settings(home=str(home)))
+    from prometheus_client import generate_latest
+
+    outcomes = {}
+
+    def ask(delay):
+        time.sleep(delay)
+        try:
+            generate_latest(registry)
+            outcomes[delay] = "ok"
+        except RuntimeError:
+            outcomes[delay] = "failed"
+
+    threads = [threading.Thread(target=ask, args=(delay,)) for delay in (0.0, 0.05, 0.1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(calls) == 3 and outcomes == {0.0: "ok", 0.05: "failed", 0.1: "ok"}, (outcomes, calls)
+
+
+def test_an_unreadable_token_of_a_running_job_is_counted(home):
+    registry = Registry(str(home))
+    job = running(registry, "tokenless", closed_port())
+    (Path(job.directory) / "token").unlink()
+    os.mkfifo(Path(job.directory) / "token")
+    _data, scrape = metrics.exposition(Settings(home=str(home)))
+    assert scrape.errors["job_record"] == 1 and "token" in scrape.problems[0] and "FIFO" in scrape.problems[0]
+
+
+def test_the_horizon_says_a_job_it_cannot_read_is_not_counted(capsys, home):
+    registry = Registry(str(home))
+    job = new_job(registry, "unreadable")
+    (Path(job.directory) / "job.json").write_text("{")
+    code, _, err = one_line(capsys, "--home", home, "horizon")
+    assert code == 0 and f"job {job.id} is not counted: its record cannot be read" in err
+    code, _, err = one_line(capsys, "--home", home, "prune", "--keep-last", "1", "--dry-run")
+    assert code == 0 and f"job {job.id} is not counted" in err
+
+
+@pytest.mark.parametrize("address", ["[::1]]:9464", "::1:9464", "a:b:9464", "9464:", "[::1]:70000"])
+def test_an_address_of_another_shape_is_refused(capsys, home, address):
+    code, _, err = one_line(capsys, "--home", home, "metrics", "--serve", address)
+    assert code == 2 and "[HOST:]PORT" in err
+
+
+def test_a_head_request_gets_405_without_a_body(home):
+    (port,) = free_ports(1)
+    server, token, said = started(home, f"[::1]:{port}")
+    try:
+        assert f"http://[::1]:{port}/metrics" in said[-1]
+        with socket.create_connection(("::1", port), timeout=10) as connection:
+            connection.sendall(b"HEAD /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token.encode()
+                               + b"\r\n\r\n")
+            reply = b""
+            while chunk := connection.recv(4096):
+                reply += chunk
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.0 405") and b"Allow: GET" in head and body == b""
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

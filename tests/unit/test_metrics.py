@@ -240,8 +240,9 @@ def test_a_fifo_in_place_of_a_record_is_reported_not_waited_on(tmp_path):
     found = samples(out)
     assert found[("sparkpoint_scrape_errors", (("what", "savepoint_record"),))] == 1
     assert "savepoints.json is not a regular file (a FIFO)" in err
-    # job.json and agent.json as FIFOs: each counted and said, never a job silently gone (issue 32)
-    assert found[("sparkpoint_scrape_errors", (("what", "job_record"),))] == 2
+    # job.json, agent.json and a running job's token as FIFOs: each counted and said, never a job silently gone
+    assert found[("sparkpoint_scrape_errors", (("what", "job_record"),))] == 3
+    assert f"{jobs['token'].id}/token is not a regular file (a FIFO)" in err
     assert f"{broken.id}/job.json is not a regular file (a FIFO)" in err
     assert f"{jobs['agent.json'].id}/agent.json is not a regular file (a FIFO)" in err
     assert states(found, jobs["agent.json"])["lost"] == 1  # an agent record that is not one says nothing

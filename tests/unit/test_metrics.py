@@ -306,14 +306,21 @@ def test_a_failed_savepoint_still_writes_the_metrics_file(tmp_path):
     assert of_job(found, job)["sparkpoint_job_savepoint_failures_total"] == 1
     assert registry.load(job.id).savepoints.last_failure["exit_code"] == 12
     code, _, err = cli(home, "metrics", "--metrics-file", str(tmp_path / "no-such-dir" / "x.prom"))
-    assert code == 4 and "does not exist" in err
+    assert code == 2 and "does not exist" in err
     code, _, err = cli(home, "savepoint", job.id, "--detached", "--metrics-file", str(target))
     assert code == 2 and "not with --detached" in err
-    # A savepoint that worked keeps its exit status when the metrics file cannot be written: a warning says so.
+    # A metrics file that cannot be written in a directory that does not exist is refused before the savepoint.
     checkpoint = hdfs_checkpoint(tmp_path / "ckpt" / "posts", committed=2)
     code, _, err = cli(home, "savepoint", "--from-checkpoint", str(checkpoint), "--metrics-file",
                        str(tmp_path / "no-such-dir" / "x.prom"))
-    assert code == 0 and "sparkpoint: warning: the metrics file" in err and "does not exist" in err
+    assert code == 2 and "does not exist" in err and not (home / "savepoints").exists()
+    # A savepoint that worked keeps its exit status when the metrics file then cannot be written (a directory it
+    # may not write; root is made subject to modes): a warning says so.
+    (tmp_path / "read-only").mkdir(mode=0o555)
+    no_dac = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+    code, _, err = cli(home, "savepoint", "--from-checkpoint", str(checkpoint), "--metrics-file",
+                       str(tmp_path / "read-only" / "x.prom"), prefix=no_dac)
+    assert code == 0 and "sparkpoint: warning: the metrics file" in err and "was not written" in err, err
     gone = running(registry, "gone", closed_port())  # its driver lives, its agent does not answer
     code, _, err = cli(home, "stop", gone.id, "--metrics-file", str(target))
     assert code == 12, err

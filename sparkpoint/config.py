@@ -36,6 +36,9 @@ class Settings:
     savepoints: str = "{home}/savepoints"
     # Options for the fsspec file system of remote paths (endpoint, credentials).
     storage_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # The Kafka client that asks a broker whether a savepoint's input is still in the log (kafka-python's option
+    # names): bootstrap_servers, and what the connection needs (security_protocol, sasl_*, ssl_*).
+    kafka: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def savepoints_dir(self) -> str:
         location = self.savepoints.replace("{home}", self.home_url())
@@ -72,6 +75,7 @@ def local_home(home: str) -> str:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+FILE_ONLY = ("storage_options", "kafka")  # set in the file only: no environment variable carries a mapping
 
 
 def _coerce(key: str, value: Any, origin: str) -> Any:
@@ -138,7 +142,7 @@ def load_settings(
 
     for key in _FIELDS:
         env_name = f"SPARKPOINT_{key.upper()}"
-        if key != "storage_options" and environ.get(env_name):
+        if key not in FILE_ONLY and environ.get(env_name):
             values[key] = _coerce(key, environ[env_name], env_name)
 
     for key, value in (overrides or {}).items():

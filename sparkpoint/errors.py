@@ -103,7 +103,7 @@ class JobFailedError(SparkpointError):
 
 
 class UnreachableError(SparkpointError):
-    """A standalone master does not answer (down, wrong address or port)."""
+    """A standalone master or a Kafka broker does not answer (down, wrong address or port)."""
 
     exit_code = 14
 
@@ -135,6 +135,14 @@ class SinkRollbackRefusedError(SparkpointError):
     before anything is moved."""
 
     exit_code = 18
+
+
+class InputGoneError(SparkpointError):
+    """Input a savepoint needs is no longer there: a Kafka topic's retention deleted records it has not read, or
+    the topic or a partition was deleted or recreated. `check`, `run -s` refuse it before any Spark starts,
+    unless --allow-data-loss (then what is lost is said)."""
+
+    exit_code = 20
 
 
 class StopInterruptedError(SparkpointError):

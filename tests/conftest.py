@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +32,18 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    """A single-node KRaft broker on 127.0.0.1 (scripts/local_kafka.py), started by the first test that asks for
+    it, once per run, and stopped at the end."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import local_kafka
+
+    broker = local_kafka.Broker(tmp_path_factory.mktemp("kafka")).start()
+    yield broker
+    broker.stop()
 
 
 @pytest.fixture

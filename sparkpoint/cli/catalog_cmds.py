@@ -13,6 +13,7 @@ from sparkpoint.times import iso
 if TYPE_CHECKING:  # the core is imported inside each command, so that --help stays fast
     from sparkpoint.savepoints.catalog import Entry, Node, Pruned
     from sparkpoint.savepoints.horizon import Horizon, SourceHorizon
+    from sparkpoint.savepoints.restorability import InputCheck
 
 @click.command("savepoints")
 @click.option("--job", type=PATH_PART, help="Only this job's savepoints.")
@@ -26,7 +27,8 @@ def savepoints_cmd(app, job, directory, tree, output):
     from sparkpoint.savepoints import catalog
 
     settings = app.settings
-    entries = catalog.scan(directory or settings.savepoints_dir(), settings.storage_options)
+    entries = catalog.check_inputs(catalog.scan(directory or settings.savepoints_dir(), settings.storage_options),
+                                   settings.kafka)
     if tree:
         roots = catalog.lineage(entries)
         emit(output, [r for r in roots if job is None or _has_job(r, job)], _render_tree)
@@ -71,16 +73,29 @@ def _render_list(entries: list[Entry]) -> None:
     if not entries:
         click.echo("No savepoints.", err=True)
         return
-    table = Table("job", "created", "queries @ batch", "size", "spark", "status")
+    kafka = any(entry.input is not None for entry in entries)
+    table = Table("job", "created", "queries @ batch", "size", "spark", "status", *(("input",) if kafka else ()))
     # Ids are what operators copy into the next command: never truncate them.
     table.add_column("id", overflow="fold")
     for entry in entries:
         queries = ", ".join(f"{q['name']}@{q['batch_id']}" for q in entry.queries) or "-"
         status = (text(entry.status) if entry.status == "complete"
                   else text(f"{entry.status}: {entry.problem}", "red"))
+        said = [_input_said(entry.input)] if kafka else []
         table.add_row(text(entry.job or "-"), text(entry.created_at or "-"), text(queries), human_bytes(entry.bytes),
-                      text(entry.spark_version or "-"), status, text(entry.id))
+                      text(entry.spark_version or "-"), status, *said, text(entry.id))
     make_console().print(table)
+    for entry in entries:
+        if entry.input is not None and entry.input.status != "restorable":
+            echo(f"{entry.id}: {entry.input.summary() if entry.input.gaps else entry.input.unknown}")
+
+
+def _input_said(checked: InputCheck | None):
+    """A savepoint's input, in a word: all in the log (restorable), part gone (unrestorable), or not known."""
+    if checked is None:
+        return text("-")
+    lost = f" ({checked.lost} lost)" if checked.status == "unrestorable" and checked.lost is not None else ""
+    return text(checked.status + lost, "red" if checked.status == "unrestorable" else "")
 
 
 @click.command("prune")

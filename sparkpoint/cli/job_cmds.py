@@ -21,6 +21,9 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
 @click.option("--name", type=PATH_PART, help="Job name [default: the application's file name].")
 @click.option("-s", "--from-savepoint", "from_savepoint", metavar="SAVEPOINT", help="Restore from this savepoint.")
 @click.option("--allow-non-restored-state", is_flag=True, help="Start even if saved state has no query to take it.")
+@click.option("--allow-data-loss", is_flag=True,
+              help="With -s: restore a savepoint whose Kafka input is partly gone from the log (retention, a topic "
+                   "made again), saying what is lost, instead of refusing it (exit 20).")
 @click.option("--fork", is_flag=True, help="With -s: new query ids (a second variant from one savepoint, an A/B "
                                            "test, is then a query of its own to sinks that key on the query id).")
 @click.option("--partitions", type=click.IntRange(min=1), metavar="N",
@@ -66,7 +69,8 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, required=True,
                 metavar="[SPARK_SUBMIT_OPTIONS] APP.py [APP_ARGS]")
 @pass_app
-def run_cmd(app, name, from_savepoint, fork, partitions, allow_non_restored_state, claim_mode, restore_grace, replace,
+def run_cmd(app, name, from_savepoint, fork, partitions, allow_non_restored_state, allow_data_loss, claim_mode,
+            restore_grace, replace,
             savepoint_path, stop_timeout, probation, rollback_to, healthy_when, rollback_sink, no_rollback, no_check,
             master, deploy_mode, confs, detach, spark_home, output, args):
     """Run a streaming application under spark-submit as a managed job.
@@ -96,20 +100,23 @@ def run_cmd(app, name, from_savepoint, fork, partitions, allow_non_restored_stat
     request = run.RunRequest(
         app=application, app_args=app_args, submit_args=submit_args, name=name, master=master,
         confs=list(confs), detach=detach, savepoint=from_savepoint, fork=fork, partitions=partitions,
-        allow_non_restored_state=allow_non_restored_state,
+        allow_non_restored_state=allow_non_restored_state, allow_data_loss=allow_data_loss,
         claim=claim_mode == "claim", restore_grace=restore_grace, replace=replace, savepoint_path=savepoint_path,
         stop_timeout=stop_timeout, deploy_mode=deploy_mode, check=not no_check,
         probation=None if no_rollback else probation, rollback_to=rollback_to, healthy_when=list(healthy_when),
         rollback_sink=rollback_sink, spark_home=spark_home,
     )
-    job = run.run_job(app.settings, request, progress=app.progress(),
-                      warn=lambda message: echo(f"sparkpoint: warning: {message}", err=True))
+    job = run.run_job(app.settings, request, progress=app.progress(), warn=_warn)
     emit(output, job, _render_job)
     if job.rolled_back:
         from sparkpoint.errors import JobFailedError
 
         raise JobFailedError(f"job {job.id} failed on probation ({job.rollback['error']}); rolled back: "
                              f"{job.rolled_back.id} runs the version before it from {job.rollback['savepoint']}")
+
+
+def _warn(message: str) -> None:
+    echo(f"sparkpoint: warning: {message}", err=True)
 
 
 def own_options(command: click.Command) -> frozenset[str]:
@@ -150,6 +157,9 @@ def _render_job(job: JobView) -> None:
               help="The savepoint the application would restore from.")
 @click.option("--allow-non-restored-state", is_flag=True, help="A saved query the application does not start is "
                                                              "not a problem (as for run).")
+@click.option("--allow-data-loss", is_flag=True,
+              help="Check a savepoint whose Kafka input is partly gone from the log, saying what is lost, instead "
+                   "of refusing it (exit 20; as for run).")
 @click.option("--restore-grace", type=Seconds(min=1), default=60.0, show_default=True,
               help="Seconds after the application starts for every saved query to start.")
 @click.option("--timeout", type=Seconds(min=1), default=300.0, show_default=True,
@@ -162,7 +172,8 @@ def _render_job(job: JobView) -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, required=True,
                 metavar="[SPARK_SUBMIT_OPTIONS] APP.py [APP_ARGS]")
 @pass_app
-def check_cmd(app, saved, allow_non_restored_state, restore_grace, timeout, confs, spark_home, output, args):
+def check_cmd(app, saved, allow_non_restored_state, allow_data_loss, restore_grace, timeout, confs, spark_home, output,
+              args):
     """Will this application restore from this savepoint? Answered before any downtime.
 
     The application runs against a throwaway restore of the savepoint, with every sink replaced by
@@ -179,8 +190,9 @@ def check_cmd(app, saved, allow_non_restored_state, restore_grace, timeout, conf
     submit_args, application, app_args = split_arguments(list(args), CHECK_OPTIONS)
     request = check.CheckRequest(app=application, app_args=app_args, submit_args=submit_args,
                                  confs=list(confs), allow_non_restored_state=allow_non_restored_state,
-                                 restore_grace=restore_grace, timeout=timeout, spark_home=spark_home)
-    checked = check.check_upgrade(app.settings, saved, request, progress=app.progress())
+                                 allow_data_loss=allow_data_loss, restore_grace=restore_grace, timeout=timeout,
+                                 spark_home=spark_home)
+    checked = check.check_savepoint(app.settings, saved, request, _warn, progress=app.progress())
     emit(output, checked, _render_checked)
     if not checked.compatible:
         raise IncompatibleUpgradeError(f"{application} will not restore from {saved.manifest['id']}: "

@@ -174,7 +174,7 @@ def inspect_cmd(app, loaded, with_state, limit, output):
     """Show a savepoint: its cut, source offsets, operators and sizes, optionally the state rows."""
     from sparkpoint.savepoints.inspect import inspect
 
-    emit(output, inspect(loaded, limit if with_state else None), _render_inspected)
+    emit(output, inspect(loaded, limit if with_state else None, app.settings.kafka), _render_inspected)
 
 
 def _render_inspected(inspected: Inspected) -> None:
@@ -189,6 +189,14 @@ def _render_inspected(inspected: Inspected) -> None:
     console.print(text(f"written by Spark {manifest.get('spark_version') or 'unknown (a plain checkpoint)'}"))
     if manifest.get("restored_from"):
         console.print(text(f"restored from: {manifest['restored_from']}"))
+    if inspected.input is not None:
+        checked = inspected.input
+        said = {"restorable": "every record it reads next is in the log", "unknown": checked.unknown,
+                "unrestorable": checked.summary()}[checked.status]
+        console.print(text(f"input ({checked.broker or 'no broker'}): {checked.status}: {said}"), highlight=False)
+        for new in checked.new_partitions:
+            console.print(text(f"  {new.topic}[{new.partition}] is new since: query {new.query} reads it from its "
+                               "earliest offset"), highlight=False)
     for q in inspected.queries:
         planned = f" (batch {q['planned_batch_id']} planned)" if q.get("planned_batch_id") is not None else ""
         console.print()

@@ -24,7 +24,7 @@ from sparkpoint.adapters.transfer import NullProgress, Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import NotFoundError, SparkFailureError, SparkpointError
 from sparkpoint.jobs.protocol import CHECK_REPORT, CHECK_REQUEST, START_CHECK_DIR, answer_outcome, read_outcome
-from sparkpoint.savepoints import compat, migration
+from sparkpoint.savepoints import compat, migration, restorability
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.times import poll_until
 
@@ -41,6 +41,8 @@ class Launch:
     master: str = "local[2]"
     confs: list[str] = field(default_factory=list)
     allow_non_restored_state: bool = False
+    # A savepoint whose Kafka input is partly gone from the log is restored anyway (what is lost is said).
+    allow_data_loss: bool = False
     restore_grace: float = 60.0  # seconds, once the application runs, for every saved query to start
     spark_home: str | None = None  # --spark-home: else $SPARK_HOME, else this environment's pyspark
 
@@ -54,6 +56,14 @@ class CheckRequest(Launch):
 CHECK_MASTER = "local[2]"
 # What a check needs besides the application's own waits: the JVM's start-up, the report.
 MARGIN = 60.0
+
+
+def check_savepoint(settings: Settings, saved: Savepoint, request: CheckRequest, warn: Callable[[str], None],
+                    progress: Progress | None = None) -> compat.Checked:
+    """`sparkpoint check`: is the savepoint's input still there (refused before any Spark starts if not,
+    InputGoneError), then will the application restore from it (check_upgrade)."""
+    restorability.require_input(saved, settings.kafka, request.allow_data_loss, warn)
+    return check_upgrade(settings, saved, request, progress)
 
 
 def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, progress: Progress | None = None,

@@ -41,7 +41,7 @@ from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, client_for, describe_job, state_of
 from sparkpoint.jobs.rollback import HealthCondition, Probation, parse_condition, watch_probation
 from sparkpoint.jobs.replace import HandoverFailedError, take_over
-from sparkpoint.savepoints import catalog
+from sparkpoint.savepoints import catalog, restorability
 from sparkpoint.savepoints.migration import Move
 from sparkpoint.savepoints.rescale import needs_rescale, rescale
 from sparkpoint.savepoints.restore import restore
@@ -123,6 +123,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
         client_for(registry, replaced).status()  # exit 12 now, before a driver starts, if it does not run
     elif request.savepoint:
         saved = catalog.load(settings, request.savepoint)
+        restorability.require_input(saved, settings.kafka, request.allow_data_loss, warn)
     if request.rollback_to:
         way_back = replace(_way_back(settings, registry, request.rollback_to, saved),
                            rollback_sink=request.rollback_sink)

@@ -15,8 +15,8 @@ import json
 import re
 import socket
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sparkpoint.adapters.processes import pid_alive
@@ -28,6 +28,7 @@ from sparkpoint.errors import BadArgumentError, NotFoundError, SparkpointError
 from sparkpoint.results import Result
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints import savepoint as sp
+from sparkpoint.savepoints.restorability import InputCheck, check_reads, kafka_reads
 from sparkpoint.times import iso, parse_iso
 
 _DURATION = re.compile(r"(\d+)\s*(w|d|h|m|s)")
@@ -71,6 +72,8 @@ class Entry:
     parent: str | None = None
     origin: dict[str, Any] | None = None
     spark_version: str | None = None  # the Spark that wrote the state (the manifest's), when known
+    reads: list[Any] = field(default_factory=list, repr=False)  # its Kafka sources' offsets (restorability)
+    input: InputCheck | None = None  # whether its Kafka input is still in the log, once asked (check_inputs)
 
     @property
     def created_at(self) -> str | None:
@@ -89,7 +92,14 @@ class Entry:
             "parent": self.parent,
             "origin": self.origin,
             "spark_version": self.spark_version,
+            "input": self.input.to_json() if self.input is not None else None,
         }
+
+
+def check_inputs(entries: list[Entry], kafka: Mapping[str, Any]) -> list[Entry]:
+    """The entries, each that reads Kafka with ``input`` said (one round trip to the broker for all of them)."""
+    checked = check_reads({entry.id: entry.reads for entry in entries if entry.reads}, kafka)
+    return [replace(entry, input=checked.get(entry.id)) for entry in entries]
 
 
 def scan(directory: str, storage_options: dict | None = None) -> list[Entry]:
@@ -174,6 +184,7 @@ def _classify(storage: Storage, path: str) -> Entry | None:
             parent=basename(data["restored_from"]) if data["restored_from"] else None,
             origin=data["origin"],
             spark_version=data.get("spark_version"),
+            reads=kafka_reads(savepoint),
         )
     for marker in (mf.IN_PROGRESS, mf.DISPOSING):
         if marker in names:

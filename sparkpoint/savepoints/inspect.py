@@ -7,10 +7,12 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sparkpoint.results import WHEN_SET, Result
+from sparkpoint.savepoints.restorability import InputCheck, check_input
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.spark import state_rows
@@ -37,6 +39,7 @@ class Inspected(Result):
     path: str
     manifest: dict[str, Any]
     state: list[StoreRows] | None = field(default=None, metadata=WHEN_SET)
+    input: InputCheck | None = field(default=None, metadata=WHEN_SET)  # a savepoint that reads Kafka: is it there
 
     @property
     def queries(self) -> list[dict[str, Any]]:
@@ -46,13 +49,17 @@ class Inspected(Result):
     def to_json(self) -> dict[str, Any]:
         shown = {k: v for k, v in self.manifest.items() if k != "queries"}
         shown |= {"path": self.path, "queries": self.queries}
+        if self.input is not None:
+            shown["input"] = self.input.to_json()
         return shown if self.state is None else {**shown, "state": [store.to_json() for store in self.state]}
 
 
-def inspect(savepoint: Savepoint, state_limit: int | None = None) -> Inspected:
-    """The savepoint's manifest; with ``state_limit``, every store's row count and first rows too."""
+def inspect(savepoint: Savepoint, state_limit: int | None = None, kafka: Mapping[str, Any] | None = None) -> Inspected:
+    """The savepoint's manifest; whether its Kafka input is still in the log (asked of the broker ``kafka``
+    names); with ``state_limit``, every store's row count and first rows too."""
     state = _state_rows(savepoint, state_limit) if state_limit is not None else None
-    return Inspected(path=savepoint.path, manifest=savepoint.manifest, state=state)
+    checked = check_input([savepoint], kafka or {})[savepoint.path]
+    return Inspected(path=savepoint.path, manifest=savepoint.manifest, state=state, input=checked)
 
 
 def _state_rows(savepoint: Savepoint, limit: int) -> list[StoreRows]:

@@ -476,11 +476,19 @@ def test_every_command_example_in_the_docs_parses_against_the_cli():
 def test_the_configuration_table_is_the_settings():
     import dataclasses
 
-    from sparkpoint.config import Settings
+    from sparkpoint.config import FILE_ONLY, Settings
 
     rows = re.findall(r"^\| `([a-z_]+)` \| `([^`]*)` \| ([^|]+) \|", page("reference/configuration.md"), re.M)
     defaults = {field.name: field.default if field.default is not dataclasses.MISSING else field.default_factory()
                 for field in dataclasses.fields(Settings)}
     assert {key: default for key, default, _ in rows} == {key: str(value) for key, value in defaults.items()}
     assert {key: env.strip() for key, _, env in rows} == {
-        key: "-" if key == "storage_options" else f"`SPARKPOINT_{key.upper()}`" for key in defaults}
+        key: "-" if key in FILE_ONLY else f"`SPARKPOINT_{key.upper()}`" for key in defaults}
+
+
+def test_the_layout_names_every_module():
+    """docs/internals/layout.md names every module of the package: a new one is placed in its room there."""
+    layout = (ROOT / "docs" / "internals" / "layout.md").read_text()
+    modules = sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "sparkpoint").rglob("*.py")
+                     if path.name != "__init__.py")
+    assert [m for m in modules if not re.search(rf"\b{re.escape(Path(m).stem)}\b", layout)] == []

@@ -101,7 +101,7 @@ def test_every_import_of_a_sparkpoint_name_resolves():
     assert missing == []
 
 
-def test_click_stays_in_the_cli_and_pyspark_in_the_driver_side():
+def test_click_stays_in_the_cli_pyspark_in_the_driver_side_and_the_kafka_client_in_its_adapter():
     misplaced = []
     for module, imported, line in imports():
         top = imported.split(".")[0]
@@ -109,4 +109,7 @@ def test_click_stays_in_the_cli_and_pyspark_in_the_driver_side():
             misplaced.append(f"{module}:{line} imports click")
         if top in ("pyspark", "py4j") and room(module) != "runtime" and module != "sparkpoint.spark.state_rows":
             misplaced.append(f"{module}:{line} imports {imported}")
+        if top == "kafka" and module != "sparkpoint.adapters.kafka_log":
+            misplaced.append(f"{module}:{line} imports {imported}")
     assert misplaced == []
+    assert ("sparkpoint.adapters.kafka_log", "kafka.admin") in {(m, i) for m, i, _ in imports()}  # seen, lazily

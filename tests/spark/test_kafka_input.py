@@ -1,0 +1,126 @@
+"""A savepoint of a Kafka-source job against a real broker (issue 33, part): whether the input it needs is still
+in the log, as `savepoints`, `inspect`, `check` and `run -s` see it. The job is a real Spark job reading the topic
+through Spark's Kafka connector; retention is made to overtake the savepoint with DeleteRecords, as
+`kafka-delete-records` does; the topic is made again; the broker is unreachable. Nothing is mocked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from clitools import cli, closed_port
+
+pytestmark = pytest.mark.spark
+
+APPS = Path(__file__).parent / "apps"
+TOPIC = "clicks"
+
+
+def admin(broker):
+    from kafka.admin import KafkaAdminClient
+
+    return KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10000)
+
+
+def produce(broker, topic: str, count: int, start: int = 0, partitions: int = 3) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    for index in range(start, start + count):
+        producer.send(topic, key=f"k{index % 7}".encode(), value=b"x", partition=index % partitions)
+    producer.flush()
+    producer.close()
+
+
+def drained_checkpoint(broker, root: Path) -> Path:
+    """The checkpoint of the job after it read all the topic holds (spark-submit with the connector's jars)."""
+    import local_kafka  # conftest's kafka_broker put scripts/ on the path
+
+    submit = Path(sys.executable).parent / "spark-submit"
+    confs = {"spark.sql.streaming.checkpointLocation": str(root), "spark.ui.enabled": "false",
+             "spark.sql.shuffle.partitions": "2"}
+    done = subprocess.run([str(submit), "--master", "local[2]", "--jars", ",".join(local_kafka.connector_jars("4.3")),
+                           *[arg for key, value in confs.items() for arg in ("--conf", f"{key}={value}")],
+                           str(APPS / "topic_counts.py"), broker.bootstrap, TOPIC],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "SPARKPOINT_TEST_DRAIN": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return root / "counts"
+
+
+def test_a_savepoint_whose_input_retention_deleted_is_refused_with_what_is_lost(kafka_broker, tmp_path):
+    from kafka import TopicPartition
+
+    client = admin(kafka_broker)
+    client.create_topics({TOPIC: {"num_partitions": 3, "replication_factor": 1}}, wait_for_metadata=True)
+    produce(kafka_broker, TOPIC, 300)  # 100 a partition
+    checkpoint = drained_checkpoint(kafka_broker, tmp_path / "checkpoints")
+    config = tmp_path / "sparkpoint.yaml"
+    config.write_text(json.dumps({"kafka": {"bootstrap_servers": kafka_broker.bootstrap}}))
+    home = tmp_path / "home"
+
+    def sparkpoint(*args, config_file=config):
+        return cli(home, "--config", str(config_file), *args, timeout=120)
+
+    code, out, err = sparkpoint("savepoint", "--from-checkpoint", str(checkpoint), "--job", "clicks", "-o", "json")
+    assert code == 0, err
+    savepoint = json.loads(out)["path"]
+    produce(kafka_broker, TOPIC, 60, start=300)  # the job's input goes on after the savepoint
+
+    code, out, err = sparkpoint("savepoints", "-o", "json")
+    (entry,) = json.loads(out)
+    assert code == 0 and entry["input"]["status"] == "restorable" and entry["input"]["gaps"] == [], err
+    code, out, _ = sparkpoint("inspect", savepoint, "-o", "json")
+    assert json.loads(out)["input"]["status"] == "restorable"
+
+    # Retention overtakes the savepoint on one partition: 100 read, 120 there, the log now starts at 110.
+    client.delete_records({TopicPartition(TOPIC, 1): 110})
+    code, out, err = sparkpoint("savepoints", "-o", "json")
+    (entry,) = json.loads(out)
+    assert entry["input"]["status"] == "unrestorable"
+    assert entry["input"]["gaps"] == [{"query": "counts", "topic": TOPIC, "partition": 1, "needed": 100, "first": 110,
+                                       "lost": 10, "reason": "retention"}]
+    code, out, err = sparkpoint("savepoints")
+    assert code == 0 and "unrestorable (10 lost)" in out and "clicks[1] from offset 100: the log starts at 110" in out
+
+    app = str(APPS / "topic_counts.py")
+    began = time.monotonic()
+    for command in (["check", "-s", savepoint, app], ["run", "--name", "clicks", "-s", savepoint, app]):
+        code, out, err = sparkpoint(*command)
+        assert code == 20 and err.count("\n") == 1, (command, err)
+        assert "10 record(s) it has not read are gone" in err and "--allow-data-loss" in err
+    assert time.monotonic() - began < 30  # refused before any Spark starts
+    code, out, err = sparkpoint("list", "--all", "-o", "json")
+    assert json.loads(out) == []  # nothing was started
+
+    # --allow-data-loss lets it past, saying what is lost (here to the next refusal: no such application).
+    code, out, err = sparkpoint("check", "--allow-data-loss", "-s", savepoint, str(tmp_path / "none.py"))
+    assert code == 4 and "--allow-data-loss: savepoint" in err and "10 record(s)" in err
+
+    # The topic deleted and made again: the savepoint's offsets lie past the new log's end.
+    client.delete_topics([TOPIC])
+    deadline = time.monotonic() + 30
+    while TOPIC in client.list_topics() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    client.create_topics({TOPIC: {"num_partitions": 2, "replication_factor": 1}}, wait_for_metadata=True)
+    produce(kafka_broker, TOPIC, 2, partitions=2)  # a record in each of its two partitions (the third is gone)
+    code, out, err = sparkpoint("inspect", savepoint, "-o", "json")
+    gaps = {(gap["partition"], gap["reason"]) for gap in json.loads(out)["input"]["gaps"]}
+    assert gaps == {(0, "recreated"), (1, "recreated"), (2, "partition_gone")}, out
+    code, _, err = sparkpoint("check", "-s", savepoint, app)
+    assert code == 20 and "was deleted and made again" in err and "no longer exists" in err
+
+    # A broker that does not answer: one line within the bound, and the catalog still lists.
+    down = tmp_path / "down.yaml"
+    down.write_text(json.dumps({"kafka": {"bootstrap_servers": f"127.0.0.1:{closed_port()}"}}))
+    began = time.monotonic()
+    code, _, err = sparkpoint("check", "-s", savepoint, app, config_file=down)
+    assert code == 14 and err.count("\n") == 1 and "does not answer" in err, err
+    code, out, err = sparkpoint("savepoints", "-o", "json", config_file=down)
+    assert code == 0 and json.loads(out)[0]["input"]["status"] == "unknown"
+    assert time.monotonic() - began < 40
+    client.close()

@@ -2,20 +2,22 @@
 the offset its next record will get.
 
 Through kafka-python (the ``kafka`` extra), imported here only and only when asked: every other command works
-where no Kafka client is installed. Any number of topics costs one round trip of each kind: one metadata
-request, then one ListOffsets request per partition leader for the earliest offsets and one for the latest.
-A broker that does not answer is a bounded wait (``timeout`` seconds in all), then an UnreachableError.
-``client_config`` carries what the connection needs besides the address (security_protocol, sasl_*, ssl_*):
-from the user's configuration or environment, never from a savepoint, and never logged.
+where no Kafka client is installed. Any number of topics costs the same few requests: metadata, then a
+ListOffsets request per partition leader for the earliest offsets and one for the latest. ``timeout`` bounds
+each request; the caller bounds the whole (a node that accepts connections and never answers costs the client
+its own connection timeout: see restorability.check_reads). ``client_config`` carries what the connection needs
+besides the address (security_protocol, sasl_*, ssl_*): from the user's configuration file, never from a
+savepoint; the client's own debug log, which prints its options, is kept quiet.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sparkpoint.errors import EnvironmentSetupError, UnreachableError
+from sparkpoint.errors import ConfigError, EnvironmentSetupError, UnreachableError
 
 BROKER_SECONDS = 5.0
 _UNKNOWN_TOPIC = 3  # UNKNOWN_TOPIC_OR_PARTITION, Kafka's error code
@@ -23,10 +25,10 @@ _UNKNOWN_TOPIC = 3  # UNKNOWN_TOPIC_OR_PARTITION, Kafka's error code
 
 @dataclass(frozen=True)
 class LogBounds:
-    """One partition's log: ``first``, the oldest offset still kept; ``next``, the offset of the next record."""
+    """One partition's log: ``first``, the oldest offset still kept; ``end``, the offset of its next record."""
 
     first: int
-    next: int
+    end: int
 
 
 def log_bounds(bootstrap: str, topics: Collection[str], client_config: Mapping[str, Any] | None = None,
@@ -35,14 +37,18 @@ def log_bounds(bootstrap: str, topics: Collection[str], client_config: Mapping[s
     try:
         from kafka import TopicPartition
         from kafka.admin import KafkaAdminClient, OffsetSpec
-        from kafka.errors import KafkaError
+        from kafka.errors import KafkaConfigurationError, KafkaError
     except ImportError:
         raise EnvironmentSetupError("asking a Kafka broker needs its client: pip install 'sparkpoint[kafka]'") from None
+    logging.getLogger("kafka").setLevel(max(logging.INFO, logging.getLogger("kafka").getEffectiveLevel()))
     millis = int(timeout * 1000)
     try:
         admin = KafkaAdminClient(**{**(client_config or {}), "bootstrap_servers": bootstrap,
                                     "request_timeout_ms": millis, "bootstrap_timeout_ms": millis,
                                     "client_id": "sparkpoint"})
+    except (KafkaConfigurationError, TypeError, ValueError) as exc:  # a key or value the client does not take
+        raise ConfigError(f"the configuration's kafka settings are not the client's: {type(exc).__name__}: "
+                          f"{str(exc)[:200]} (kafka-python's option names)") from None
     except KafkaError as exc:
         raise UnreachableError(f"the Kafka broker {bootstrap} does not answer within {timeout:g} s "
                                f"({type(exc).__name__}): is it up, and is that its address?") from None

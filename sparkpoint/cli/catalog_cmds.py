@@ -87,7 +87,7 @@ def _render_list(entries: list[Entry]) -> None:
     make_console().print(table)
     for entry in entries:
         if entry.input is not None and entry.input.status != "restorable":
-            echo(f"{entry.id}: {entry.input.summary() if entry.input.gaps else entry.input.unknown}")
+            echo(f"{entry.id}: {entry.input.summary() if entry.input.gaps else entry.input.why}")
 
 
 def _input_said(checked: InputCheck | None):
@@ -103,21 +103,26 @@ def _input_said(checked: InputCheck | None):
 @click.option("--max-age", metavar="DURATION", help="Delete savepoints older than this (e.g. 7d, 12h, 1d12h).")
 @click.option("--job", type=PATH_PART, help="Only this job's savepoints.")
 @click.option("--dir", "directory", metavar="DIR", help="A savepoints directory [default: the home's].")
+@click.option("--unrestorable", is_flag=True,
+              help="Also delete the savepoints whose Kafka input is partly gone from the log (as `savepoints` "
+                   "shows them: unrestorable); nothing is deleted when the broker cannot tell.")
 @click.option("--dry-run", is_flag=True, help="Show what would be deleted; delete nothing.")
 @output_option
 @pass_app
-def prune_cmd(app, keep_last, max_age, job, directory, dry_run, output):
+def prune_cmd(app, keep_last, max_age, job, directory, unrestorable, dry_run, output):
     """Delete old savepoints by retention, and leftovers of interrupted ones.
 
     With both limits, a savepoint goes only when it is beyond the newest N of its job AND older
-    than DURATION. Savepoints whose creation or disposal was interrupted are removed too; one
+    than DURATION. --unrestorable also deletes those whose Kafka input is partly gone from the log.
+    Savepoints whose creation or disposal was interrupted are removed too; one
     still being written (its process alive) is left alone.
     """
     from sparkpoint.savepoints import catalog, horizon
 
     settings = app.settings
     result = catalog.prune(directory or settings.savepoints_dir(), **_retention(keep_last, max_age), job=job,
-                           dry_run=dry_run, storage_options=settings.storage_options)
+                           dry_run=dry_run, storage_options=settings.storage_options,
+                           unrestorable_of=settings.kafka if unrestorable else None)
     if dry_run:
         result = horizon.preview(result, job=job, jobs=_running_jobs(settings),
                                  storage_options=settings.storage_options)

@@ -191,12 +191,12 @@ def _render_inspected(inspected: Inspected) -> None:
         console.print(text(f"restored from: {manifest['restored_from']}"))
     if inspected.input is not None:
         checked = inspected.input
-        said = {"restorable": "every record it reads next is in the log", "unknown": checked.unknown,
+        said = {"restorable": "every record it reads next is in the log", "unknown": checked.why,
                 "unrestorable": checked.summary()}[checked.status]
         console.print(text(f"input ({checked.broker or 'no broker'}): {checked.status}: {said}"), highlight=False)
         for new in checked.new_partitions:
-            console.print(text(f"  {new.topic}[{new.partition}] is new since: query {new.query} reads it from its "
-                               "earliest offset"), highlight=False)
+            console.print(text(f"  {new.topic}[{new.partition}] is new since: a query that subscribes to the topic "
+                               f"({new.query}) reads it from offset 0"), highlight=False)
     for q in inspected.queries:
         planned = f" (batch {q['planned_batch_id']} planned)" if q.get("planned_batch_id") is not None else ""
         console.print()

@@ -26,10 +26,12 @@ from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, SparkpointError, StorageError
 from sparkpoint.jobs.registry import Job, JobView, LiveQuery, Registry, describe_job, reported_status, state_of
 from sparkpoint.savepoints import catalog, horizon
+from sparkpoint.savepoints.restorability import RESTORABLE, UNKNOWN, check_reads
 from sparkpoint.times import answers_within, parse_iso
 
 AGENT_SECONDS = 0.5  # per agent, all asked at once: a scrape of any number of jobs takes about this long
 AGENT_MARGIN = 0.25  # past AGENT_SECONDS, the scrape goes on without the agents that have not answered
+INPUT_SECONDS = 1.0  # for the Kafka broker to say whether the newest savepoints' input is still in the log
 JOB_STATES = ("starting", "running", "finished", "failed", "cancelled", "lost")
 STOP_PHASES = ("boundary", "savepoint", "driver_exit")
 
@@ -88,17 +90,23 @@ CATALOG_SAVEPOINTS = _gauge("sparkpoint_catalog_savepoints", ("name", "status"),
 CATALOG_BYTES = _gauge("sparkpoint_catalog_bytes", ("name",), "The size of those complete savepoints.")
 CATALOG_NEWEST = _gauge("sparkpoint_catalog_newest_savepoint_timestamp_seconds", ("name",),
                         "When the newest complete savepoint under a job name was taken.")
+CATALOG_NEWEST_INPUT = _gauge("sparkpoint_catalog_newest_savepoint_input_restorable", ("name",),
+                              "1 if every record the newest complete savepoint under a job name reads next is still "
+                              "in Kafka's log, 0 if part is gone; none when it reads no topic or the broker cannot "
+                              "tell.")
 HORIZON = _gauge("sparkpoint_horizon_timestamp_seconds", ("kind", "source"),
                  "The oldest input a kept savepoint or a running job still needs, per source, where it has a time "
                  "(a file source's oldest needed file, as logged; a rate source's oldest row).")
 SCRAPE_ERRORS = _gauge("sparkpoint_scrape_errors", ("what",),
-                       "What this scrape could not read: job_record, savepoint_record, catalog, horizon.")
+                       "What this scrape could not read: job_record, savepoint_record, catalog, horizon, input (the "
+                       "Kafka broker did not tell).")
 SCRAPE_DURATION = _gauge("sparkpoint_scrape_duration_seconds", (), "How long this scrape took.")
 METRICS = (JOB_STATE, AGENT_UP, LAST_SAVEPOINT, LAST_SAVEPOINT_DURATION, LAST_SAVEPOINT_BYTES, LAST_FAILURE,
            SAVEPOINTS, SAVEPOINT_FAILURES, LAST_STOP, LAST_STOP_PHASE, LAST_STOP_AT_BOUNDARY, RESTORES, ROLLBACKS,
            QUERY_BATCH, QUERY_INPUT_RATE, QUERY_PROCESSING_RATE, QUERY_STATE_ROWS, QUERY_STATE_BYTES,
-           CATALOG_SAVEPOINTS, CATALOG_BYTES, CATALOG_NEWEST, HORIZON, SCRAPE_ERRORS, SCRAPE_DURATION)
-SCRAPE_ERROR_KINDS = ("job_record", "savepoint_record", "catalog", "horizon")
+           CATALOG_SAVEPOINTS, CATALOG_BYTES, CATALOG_NEWEST, CATALOG_NEWEST_INPUT, HORIZON, SCRAPE_ERRORS,
+           SCRAPE_DURATION)
+SCRAPE_ERROR_KINDS = ("job_record", "savepoint_record", "catalog", "horizon", "input")
 
 
 @dataclass
@@ -254,6 +262,7 @@ def _catalog_metrics(settings: Settings, views: list[JobView], result: Scrape) -
         result.add(CATALOG_BYTES, (name,), sum(e.bytes for e in complete))
         result.add(CATALOG_NEWEST, (name,), max((e.created for e in complete if e.created is not None),
                                                  default=None))
+    _input_metrics(settings, by_name, result)
     try:
         held = horizon.of(directory, entries, jobs=views, storage_options=settings.storage_options)
     except SparkpointError as exc:
@@ -261,6 +270,28 @@ def _catalog_metrics(settings: Settings, views: list[JobView], result: Scrape) -
         return
     for source in held.sources:
         result.add(HORIZON, (source.kind, source.source), _horizon_ms(source))
+
+
+def _input_metrics(settings: Settings, by_name: dict[str, list[catalog.Entry]], result: Scrape) -> None:
+    """Whether each job name's newest complete savepoint still has its Kafka input: the broker asked once for
+    all, within INPUT_SECONDS (and restorability's margin) whatever it does."""
+    newest = {name: next((e for e in kept if e.status == "complete"), None) for name, kept in by_name.items()}
+    reads = {name: entry.reads for name, entry in newest.items() if entry is not None and entry.reads}
+    if not reads:
+        return
+    try:
+        checked = check_reads(reads, settings.kafka, timeout=INPUT_SECONDS)
+    except SparkpointError as exc:  # the kafka settings refused by the client, or no client installed
+        result.failed("input", f"whether the newest savepoints' input is still in Kafka's log is unknown: {exc}")
+        return
+    for name in reads:
+        said = checked[name]
+        if said.status == UNKNOWN:
+            if said.broker is not None:
+                result.failed("input", f"whether the input of {newest[name].id} is still in Kafka's log is unknown: "
+                                       f"{said.why}")
+            continue
+        result.add(CATALOG_NEWEST_INPUT, (name,), 1 if said.status == RESTORABLE else 0)
 
 
 def _catalog_name(entry: catalog.Entry, directory: str) -> str:

@@ -123,7 +123,8 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
         client_for(registry, replaced).status()  # exit 12 now, before a driver starts, if it does not run
     elif request.savepoint:
         saved = catalog.load(settings, request.savepoint)
-        restorability.require_input(saved, settings.kafka, request.allow_data_loss, warn)
+        if rollback_of is None:  # a rollback restarts the version that ran, come what may: a refusal ends both
+            restorability.require_input(saved, settings.kafka, request.allow_data_loss, warn)
     if request.rollback_to:
         way_back = replace(_way_back(settings, registry, request.rollback_to, saved),
                            rollback_sink=request.rollback_sink)

@@ -15,7 +15,7 @@ import json
 import re
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -24,11 +24,18 @@ from sparkpoint.adapters.storage import Storage, basename, join, storage_for, tr
 from sparkpoint.config import Settings
 from sparkpoint.lookup import by_id, the_one
 from sparkpoint.paths import is_url
-from sparkpoint.errors import BadArgumentError, NotFoundError, SparkpointError
+from sparkpoint.errors import BadArgumentError, NotFoundError, SparkpointError, UnreachableError
 from sparkpoint.results import Result
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints import savepoint as sp
-from sparkpoint.savepoints.restorability import InputCheck, check_reads, kafka_reads
+from sparkpoint.savepoints.restorability import (
+    UNKNOWN,
+    UNRESTORABLE,
+    InputCheck,
+    KafkaRead,
+    check_reads,
+    kafka_reads,
+)
 from sparkpoint.times import iso, parse_iso
 
 _DURATION = re.compile(r"(\d+)\s*(w|d|h|m|s)")
@@ -72,7 +79,7 @@ class Entry:
     parent: str | None = None
     origin: dict[str, Any] | None = None
     spark_version: str | None = None  # the Spark that wrote the state (the manifest's), when known
-    reads: list[Any] = field(default_factory=list, repr=False)  # its Kafka sources' offsets (restorability)
+    reads: list[KafkaRead] = field(default_factory=list, repr=False)  # its Kafka sources' offsets
     input: InputCheck | None = None  # whether its Kafka input is still in the log, once asked (check_inputs)
 
     @property
@@ -98,8 +105,8 @@ class Entry:
 
 def check_inputs(entries: list[Entry], kafka: Mapping[str, Any]) -> list[Entry]:
     """The entries, each that reads Kafka with ``input`` said (one round trip to the broker for all of them)."""
-    checked = check_reads({entry.id: entry.reads for entry in entries if entry.reads}, kafka)
-    return [replace(entry, input=checked.get(entry.id)) for entry in entries]
+    checked = check_reads({entry.path: entry.reads for entry in entries if entry.reads}, kafka)
+    return [replace(entry, input=checked.get(entry.path)) for entry in entries]
 
 
 def scan(directory: str, storage_options: dict | None = None) -> list[Entry]:
@@ -231,11 +238,13 @@ def prune_plan(
     max_age: float | None,
     job: str | None,
     now: float,
+    unrestorable: Collection[str] | None = None,
 ) -> tuple[list[Entry], list[Entry]]:
     """(to delete, to keep). A complete savepoint is deleted only when it is outside the newest
-    ``keep_last`` of its job AND (when given) older than ``max_age``: both limits protect."""
-    if keep_last is None and max_age is None:
-        raise BadArgumentError("prune needs --keep-last N and/or --max-age DURATION")
+    ``keep_last`` of its job AND (when given) older than ``max_age``: both limits protect; or when its path is
+    among ``unrestorable`` (--unrestorable: its Kafka input is known to be partly gone)."""
+    if keep_last is None and max_age is None and unrestorable is None:
+        raise BadArgumentError("prune needs --keep-last N, --max-age DURATION or --unrestorable")
     if keep_last is not None and keep_last < 0:
         raise BadArgumentError("--keep-last must be zero or more")
     delete: list[Entry] = []
@@ -251,9 +260,10 @@ def prune_plan(
             keep.append(entry)
             continue
         rank[entry.job] = rank.get(entry.job, 0) + 1
-        beyond_count = keep_last is None or rank[entry.job] > keep_last
-        too_old = max_age is None or (entry.created is not None and now - entry.created > max_age)
-        (delete if beyond_count and too_old else keep).append(entry)
+        retired = (keep_last is not None or max_age is not None) and (
+            (keep_last is None or rank[entry.job] > keep_last)
+            and (max_age is None or (entry.created is not None and now - entry.created > max_age)))
+        (delete if retired or entry.path in (unrestorable or ()) else keep).append(entry)
     return delete, keep
 
 
@@ -274,10 +284,15 @@ def prune(
     job: str | None = None,
     dry_run: bool = False,
     storage_options: dict | None = None,
+    unrestorable_of: Mapping[str, Any] | None = None,
     clock: Callable[[], float] = time.time,
 ) -> Pruned:
+    """Delete what prune_plan says; with ``unrestorable_of`` (the configuration's kafka settings), the complete
+    savepoints whose Kafka input the broker says is partly gone too. A broker that cannot tell deletes nothing
+    (UnreachableError): a savepoint whose input is unknown is not one that is gone."""
     entries = scan(directory, storage_options)
-    delete, keep = prune_plan(entries, keep_last, max_age, job, clock())
+    unrestorable = None if unrestorable_of is None else _unrestorable(entries, unrestorable_of)
+    delete, keep = prune_plan(entries, keep_last, max_age, job, clock(), unrestorable)
     deleted = []
     for entry in delete:
         if not dry_run:
@@ -288,6 +303,16 @@ def prune(
         deleted.append(entry)
     return Pruned(directory=directory, dry_run=dry_run, deleted=deleted, kept=keep,
                   freed_bytes=sum(e.bytes for e in deleted))
+
+
+def _unrestorable(entries: list[Entry], kafka: Mapping[str, Any]) -> set[str]:
+    """The paths of the complete savepoints whose Kafka input is partly gone."""
+    checked = check_inputs(entries, kafka)
+    unknown = [entry for entry in checked if entry.input is not None and entry.input.status == UNKNOWN]
+    if unknown:
+        raise UnreachableError(f"prune --unrestorable: whether the input of {unknown[0].id} is still in the log "
+                               f"cannot be told ({unknown[0].input.why}), so nothing was deleted")
+    return {entry.path for entry in checked if entry.input is not None and entry.input.status == UNRESTORABLE}
 
 
 def keep_newest(settings: Settings, job: str, keep_last: int) -> list[Entry]:

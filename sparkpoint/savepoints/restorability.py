@@ -1,20 +1,25 @@
 """Is a savepoint's input still there? A savepoint resumes each Kafka source at the offsets of its cut; a restore
 can only be exact if every record from there on is still in the topic's log. Retention deletes old records
-whether a savepoint still needs them or not, and Spark, restored past them, either fails its first batch or
-(failOnDataLoss=false) skips them without a word. This is the one place that asks, for `check`, `run -s`,
-`inspect` and `savepoints`.
+whether a savepoint still needs them or not, and Spark restored past them fails its first batch (the default,
+failOnDataLoss=true) or skips them with only a warning in its log (failOnDataLoss=false). This is the one
+place that asks, for `check`, `run -s`, `inspect`, `savepoints`, `prune --unrestorable` and `metrics`.
 
-For each partition a savepoint reads: the offset it reads next (``needed``) against the log's bounds now
-(``first``, the oldest record kept; ``next``, the offset of the next record):
-- ``needed < first``: retention deleted ``first - needed`` records it has not read;
-- ``needed > next``: the log is shorter than the savepoint has read: the topic was deleted and made again (or
-  truncated); what it would read is not the input it read before;
-- the topic, or the partition, is gone.
-A partition the topic has now and the savepoint never read is reported: Spark reads it from its earliest offset.
+For each partition a savepoint reads, the offset it reads next (``needed``) and, for a batch planned but not
+committed at the cut (replayed first on restore), the offset that batch ends at, against the log's bounds now
+(``first``, the oldest offset kept; ``end``, the offset of the next record):
+- ``needed < first``: retention deleted ``first - needed`` offsets it has not read (records, and transaction
+  markers where the topic has transactions);
+- ``needed > end``, or the planned batch ends past ``end``: the log is shorter than what the savepoint has read
+  or planned: the topic was deleted and made again, or truncated;
+- the topic, or the partition, is gone;
+- a partition the topic has now and the savepoint never read, whose log no longer starts at 0: a query that
+  subscribes to the topic reads a new partition from offset 0 (Spark's rule for added partitions), and those
+  records are gone. (A query that `assign`s partitions does not read it; the offsets cannot tell which.)
 
 The broker is the one ``kafka.bootstrap_servers`` names in the configuration, with the client options given
-there (secrets included: they are never written to a savepoint). All the savepoints asked about at once cost
-one round trip to it, whatever their number.
+there (secrets included: never written to a savepoint); every savepoint reads its topics from that one cluster.
+All the savepoints asked about at once cost a fixed number of requests to it, whatever their number, and the
+answer is waited for BROKER_SECONDS at most.
 """
 
 from __future__ import annotations
@@ -23,13 +28,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkpoint.errors import InputGoneError, SparkpointError, UnreachableError
+from sparkpoint.adapters.kafka_log import BROKER_SECONDS, LogBounds, log_bounds
+from sparkpoint.errors import InputGoneError, UnreachableError
 from sparkpoint.results import WHEN_SET, Result
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.spark.sources import kafka_offsets
+from sparkpoint.times import answers_within
 
 RESTORABLE, UNRESTORABLE, UNKNOWN = "restorable", "unrestorable", "unknown"
-BROKER_SECONDS = 5.0
+ASK_MARGIN = 0.5  # past the client's own timeouts, the answer is no longer waited for (see log_bounds)
 
 
 @dataclass(frozen=True)
@@ -37,21 +44,25 @@ class Gap(Result):
     """A partition whose records the savepoint needs are not all in the log."""
 
     query: str
+    source: int  # the source's place in the query (its offsets' index)
     topic: str
     partition: int
-    needed: int  # the offset the savepoint reads next
+    needed: int  # the offset the savepoint reads next (0 for a partition new since it)
     first: int | None  # the log's oldest offset now; null when the topic or partition is gone
-    lost: int | None  # records it has not read that are gone; null when unknown (the topic made again, or gone)
-    reason: str  # retention | recreated | topic_gone | partition_gone
+    end: int | None  # the offset of the log's next record now; null likewise
+    lost: int | None  # offsets it has not read that are gone; null when unknown (the topic made again, or gone)
+    reason: str  # retention | new_partition_trimmed | recreated | topic_gone | partition_gone
 
     def line(self) -> str:
         where = f"{self.topic}[{self.partition}]"
         if self.reason == "retention":
-            return (f"{where} from offset {self.needed}: the log starts at {self.first}, "
-                    f"{self.lost} record(s) gone")
+            return f"{where} from offset {self.needed}: the log starts at {self.first}, {self.lost} gone"
+        if self.reason == "new_partition_trimmed":
+            return (f"{where}, new since the savepoint, is read from offset 0 by a query that subscribes to the "
+                    f"topic: the log starts at {self.first}, {self.lost} gone")
         if self.reason == "recreated":
-            return (f"{where} from offset {self.needed}: the log ends before it (at {self.first}..): the topic "
-                    "was deleted and made again, or truncated")
+            return (f"{where} from offset {self.needed}: the log ends at {self.end}, before what the savepoint read "
+                    "or planned: the topic was deleted and made again, or truncated")
         return f"{where}: the {'topic' if self.reason == 'topic_gone' else 'partition'} no longer exists"
 
 
@@ -59,7 +70,7 @@ class Gap(Result):
 class NewPartition(Result):
     query: str
     topic: str
-    partition: int  # Spark reads it from its earliest offset
+    partition: int  # a query subscribed to the topic reads it from offset 0, all of it still in the log
 
 
 @dataclass(frozen=True)
@@ -70,11 +81,11 @@ class InputCheck(Result):
     broker: str | None  # the bootstrap servers asked
     gaps: list[Gap]
     new_partitions: list[NewPartition]
-    unknown: str | None = field(default=None, metadata=WHEN_SET)  # why it could not be told
+    why: str | None = field(default=None, metadata=WHEN_SET)  # why the status is unknown
 
     @property
     def lost(self) -> int | None:
-        """Records gone in all; None when some gap's count is unknown."""
+        """Offsets gone in all; None when some gap's count is unknown."""
         counts = [gap.lost for gap in self.gaps]
         return None if None in counts else sum(counts)
 
@@ -85,77 +96,111 @@ class InputCheck(Result):
 
 
 @dataclass(frozen=True)
-class _Read:
+class KafkaRead:
+    """What one Kafka source of a savepoint's query reads next, on one topic."""
+
     query: str
+    source: int
     topic: str
     partitions: dict[int, int]  # partition → the offset read next
+    planned_end: dict[int, int]  # partition → where the batch planned at the cut ends ({} when none is)
 
 
-def kafka_reads(savepoint: Savepoint) -> list[_Read]:
-    """What a savepoint's Kafka sources read next, per query and topic."""
-    return [_Read(query["name"], topic, partitions)
-            for query in savepoint.queries for offset in query["offsets"]
-            for topic, partitions in kafka_offsets(offset).items()]
+def kafka_reads(savepoint: Savepoint) -> list[KafkaRead]:
+    """What a savepoint's Kafka sources read next, per query, source and topic."""
+    reads = []
+    for query in savepoint.queries:
+        planned = query.get("planned_offsets") or []
+        for index, offset in enumerate(query["offsets"]):
+            ends = kafka_offsets(planned[index]) if index < len(planned) else {}
+            reads += [KafkaRead(query["name"], index, topic, partitions, ends.get(topic, {}))
+                      for topic, partitions in kafka_offsets(offset).items()]
+    return reads
 
 
 def check_input(savepoints: Iterable[Savepoint], kafka: Mapping[str, Any],
-                ask: Callable[..., dict] | None = None,
-                timeout: float = BROKER_SECONDS) -> dict[str, InputCheck | None]:
-    """Per savepoint (by path): its input check, or None when it reads no Kafka topic. One round trip to the
-    broker for them all. A broker that does not answer, or none configured, makes each check ``unknown``."""
-    return check_reads({savepoint.path: kafka_reads(savepoint) for savepoint in savepoints}, kafka, ask, timeout)
+                ask: Callable[..., dict] = log_bounds) -> dict[str, InputCheck | None]:
+    """Per savepoint (by path): its input check, or None when it reads no Kafka topic."""
+    return check_reads({savepoint.path: kafka_reads(savepoint) for savepoint in savepoints}, kafka, ask)
 
 
-def check_reads(reads: Mapping[str, list[_Read]], kafka: Mapping[str, Any], ask: Callable[..., dict] | None = None,
+def check_reads(reads: Mapping[str, list[KafkaRead]], kafka: Mapping[str, Any], ask: Callable[..., dict] = log_bounds,
                 timeout: float = BROKER_SECONDS) -> dict[str, InputCheck | None]:
-    """check_input of what each savepoint reads (kafka_reads), by any key."""
+    """check_input of what each savepoint reads (kafka_reads), by any key. The broker is asked once for all of
+    them; one that does not answer within ``timeout`` (or none configured) makes each check ``unknown``. A
+    configuration the client refuses, or no client installed, is raised (exit 3, exit 10)."""
     topics = {read.topic for each in reads.values() for read in each}
     if not topics:
         return dict.fromkeys(reads)
     options = dict(kafka)
     broker = options.pop("bootstrap_servers", None)
+    if isinstance(broker, (list, tuple)):  # kafka-python takes a list as well as "host:port,host:port"
+        broker = ",".join(map(str, broker))
     if not broker:
-        return {path: _unknown(None, "no Kafka broker is configured (kafka.bootstrap_servers)") if each else None
-                for path, each in reads.items()}
-    if ask is None:
-        from sparkpoint.adapters.kafka_log import log_bounds as ask
-    try:
-        logs = ask(str(broker), topics, options, timeout)
-    except SparkpointError as exc:
-        return {path: _unknown(str(broker), str(exc)) if each else None for path, each in reads.items()}
-    return {path: _judged(each, logs, str(broker)) if each else None for path, each in reads.items()}
+        return {key: _unknown(None, "no Kafka broker is configured (kafka.bootstrap_servers)") if each else None
+                for key, each in reads.items()}
+    failures: list[BaseException] = []
+
+    def asked() -> dict:
+        try:
+            return ask(str(broker), topics, options, timeout)
+        except BaseException as exc:  # handed to the caller's thread below
+            failures.append(exc)
+            raise
+
+    (logs,) = answers_within([asked], timeout + ASK_MARGIN, lambda _index: None)
+    if logs is None:
+        if failures and not isinstance(failures[0], UnreachableError):
+            raise failures[0]
+        why = str(failures[0]) if failures else f"the Kafka broker {broker} did not answer within {timeout:g} s"
+        return {key: _unknown(str(broker), why) if each else None for key, each in reads.items()}
+    return {key: _judged(each, logs, str(broker)) if each else None for key, each in reads.items()}
 
 
 def _unknown(broker: str | None, why: str) -> InputCheck:
-    return InputCheck(status=UNKNOWN, broker=broker, gaps=[], new_partitions=[], unknown=why)
+    return InputCheck(status=UNKNOWN, broker=broker, gaps=[], new_partitions=[], why=why)
 
 
-def _judged(reads: list[_Read], logs: dict, broker: str) -> InputCheck:
+def _judged(reads: list[KafkaRead], logs: dict[str, dict[int, LogBounds] | None], broker: str) -> InputCheck:
     gaps, new = [], []
     for read in reads:
         log = logs.get(read.topic)
         for partition, needed in sorted(read.partitions.items()):
-            bounds = None if log is None else log.get(partition)
-            if log is None:
-                gaps.append(Gap(read.query, read.topic, partition, needed, None, None, "topic_gone"))
-            elif bounds is None:
-                gaps.append(Gap(read.query, read.topic, partition, needed, None, None, "partition_gone"))
-            elif needed > bounds.next:
-                gaps.append(Gap(read.query, read.topic, partition, needed, bounds.first, None, "recreated"))
-            elif needed < bounds.first:
-                gaps.append(Gap(read.query, read.topic, partition, needed, bounds.first, bounds.first - needed,
-                                "retention"))
-        new += [NewPartition(read.query, read.topic, partition)
-                for partition in sorted(set(log or {}) - set(read.partitions))]
+            gap = _gap(read, partition, needed, log)
+            if gap is not None:
+                gaps.append(gap)
+        for partition in sorted(set(log or {}) - set(read.partitions)):
+            bounds = log[partition]
+            if bounds.first > 0:
+                gaps.append(Gap(read.query, read.source, read.topic, partition, 0, bounds.first, bounds.end,
+                                bounds.first, "new_partition_trimmed"))
+            else:
+                new.append(NewPartition(read.query, read.topic, partition))
     return InputCheck(status=UNRESTORABLE if gaps else RESTORABLE, broker=broker, gaps=gaps, new_partitions=new)
 
 
+def _gap(read: KafkaRead, partition: int, needed: int, log: dict[int, LogBounds] | None) -> Gap | None:
+    def gap(first: int | None, end: int | None, lost: int | None, reason: str) -> Gap:
+        return Gap(read.query, read.source, read.topic, partition, needed, first, end, lost, reason)
+
+    if log is None:
+        return gap(None, None, None, "topic_gone")
+    bounds = log.get(partition)
+    if bounds is None:
+        return gap(None, None, None, "partition_gone")
+    if max(needed, read.planned_end.get(partition, needed)) > bounds.end:
+        return gap(bounds.first, bounds.end, None, "recreated")
+    if needed < bounds.first:
+        return gap(bounds.first, bounds.end, bounds.first - needed, "retention")
+    return None
+
+
 def require_input(savepoint: Savepoint, kafka: Mapping[str, Any], allow_data_loss: bool,
-                  warn: Callable[[str], None], ask: Callable[..., dict] | None = None) -> InputCheck | None:
+                  warn: Callable[[str], None], ask: Callable[..., dict] = log_bounds) -> InputCheck | None:
     """Before a restore starts anything: refuse a savepoint whose input is partly gone (InputGoneError, exit 20),
     or whose broker does not answer (UnreachableError, exit 14), unless ``allow_data_loss``; then say what is
-    lost. A savepoint that reads no Kafka topic passes as it is; one whose broker is not configured is let
-    through with a warning (nothing can be asked)."""
+    lost, and what Spark will do of it. A savepoint that reads no Kafka topic passes as it is; one whose broker
+    is not configured is let through with a warning (nothing can be asked)."""
     checked = check_input([savepoint], kafka, ask)[savepoint.path]
     if checked is None:
         return None
@@ -165,9 +210,9 @@ def require_input(savepoint: Savepoint, kafka: Mapping[str, Any], allow_data_los
             warn(f"savepoint {name} reads Kafka, and whether its input is still in the log was not checked: "
                  "set kafka.bootstrap_servers in the configuration")
         elif allow_data_loss:
-            warn(f"--allow-data-loss: whether the input of {name} is still in the log is unknown: {checked.unknown}")
+            warn(f"--allow-data-loss: whether the input of {name} is still in the log is unknown: {checked.why}")
         else:
-            raise UnreachableError(f"{checked.unknown}; whether the input of savepoint {name} is still in the log "
+            raise UnreachableError(f"{checked.why}; whether the input of savepoint {name} is still in the log "
                                    "cannot be told, so nothing was started (--allow-data-loss restores it "
                                    "unchecked)")
     elif checked.status == UNRESTORABLE:
@@ -175,8 +220,10 @@ def require_input(savepoint: Savepoint, kafka: Mapping[str, Any], allow_data_los
             raise InputGoneError(f"savepoint {name} cannot be restored exactly, so nothing was started: "
                                  f"{checked.summary()} (restore a newer savepoint, or --allow-data-loss to restore "
                                  "it without them)")
-        warn(f"--allow-data-loss: savepoint {name} is restored without what is gone: {checked.summary()}")
+        warn(f"--allow-data-loss: savepoint {name} is restored although {checked.summary()}; Spark skips what is "
+             "gone only where the application reads Kafka with failOnDataLoss=false, and otherwise fails its "
+             "first batch")
     for partition in checked.new_partitions:
-        warn(f"{partition.topic}[{partition.partition}] is new since savepoint {name}: query {partition.query} "
-             "reads it from its earliest offset")
+        warn(f"{partition.topic}[{partition.partition}] is new since savepoint {name}: a query that subscribes to "
+             f"the topic ({partition.query}) reads it from offset 0")
     return checked

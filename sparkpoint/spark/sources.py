@@ -29,7 +29,7 @@ def kind_of(offset: Any) -> str:
         if offset.keys() == {"offset", "timestamp"} and all(_is_int(v) for v in offset.values()):
             return RATE_MICRO_BATCH
         if offset and all(isinstance(partitions, dict) and partitions
-                          and all(is_number(p) and _is_int(o) for p, o in partitions.items())
+                          and all(is_number(p) and _is_int(o) and o >= 0 for p, o in partitions.items())
                           for partitions in offset.values()):
             return KAFKA
     return RATE if _is_int(offset) else OTHER

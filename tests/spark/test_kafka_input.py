@@ -37,6 +37,17 @@ def produce(broker, topic: str, count: int, start: int = 0, partitions: int = 3)
     producer.close()
 
 
+def restorable_metric(sparkpoint) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    code, out, err = sparkpoint("metrics")
+    assert code == 0, err
+    (value,) = [sample.value for family in text_string_to_metric_families(out) for sample in family.samples
+                if sample.name == "sparkpoint_catalog_newest_savepoint_input_restorable"
+                and sample.labels == {"name": "clicks"}]
+    return value
+
+
 def drained_checkpoint(broker, root: Path) -> Path:
     """The checkpoint of the job after it read all the topic holds (spark-submit with the connector's jars)."""
     import local_kafka  # conftest's kafka_broker put scripts/ on the path
@@ -76,16 +87,20 @@ def test_a_savepoint_whose_input_retention_deleted_is_refused_with_what_is_lost(
     assert code == 0 and entry["input"]["status"] == "restorable" and entry["input"]["gaps"] == [], err
     code, out, _ = sparkpoint("inspect", savepoint, "-o", "json")
     assert json.loads(out)["input"]["status"] == "restorable"
+    assert restorable_metric(sparkpoint) == 1
 
     # Retention overtakes the savepoint on one partition: 100 read, 120 there, the log now starts at 110.
     client.delete_records({TopicPartition(TOPIC, 1): 110})
     code, out, err = sparkpoint("savepoints", "-o", "json")
     (entry,) = json.loads(out)
     assert entry["input"]["status"] == "unrestorable"
-    assert entry["input"]["gaps"] == [{"query": "counts", "topic": TOPIC, "partition": 1, "needed": 100, "first": 110,
-                                       "lost": 10, "reason": "retention"}]
+    assert entry["input"]["gaps"] == [{"query": "counts", "source": 0, "topic": TOPIC, "partition": 1, "needed": 100,
+                                       "first": 110, "end": 120, "lost": 10, "reason": "retention"}]
     code, out, err = sparkpoint("savepoints")
     assert code == 0 and "unrestorable (10 lost)" in out and "clicks[1] from offset 100: the log starts at 110" in out
+    assert restorable_metric(sparkpoint) == 0  # the alert's expression fires
+    code, out, err = sparkpoint("prune", "--unrestorable", "--dry-run", "-o", "json")
+    assert code == 0 and [entry["path"] for entry in json.loads(out)["deleted"]] == [savepoint], err
 
     app = str(APPS / "topic_counts.py")
     began = time.monotonic()
@@ -112,15 +127,20 @@ def test_a_savepoint_whose_input_retention_deleted_is_refused_with_what_is_lost(
     gaps = {(gap["partition"], gap["reason"]) for gap in json.loads(out)["input"]["gaps"]}
     assert gaps == {(0, "recreated"), (1, "recreated"), (2, "partition_gone")}, out
     code, _, err = sparkpoint("check", "-s", savepoint, app)
-    assert code == 20 and "was deleted and made again" in err and "no longer exists" in err
+    assert code == 20 and "the log ends at 1, before what the savepoint read" in err and "no longer exists" in err
 
     # A broker that does not answer: one line within the bound, and the catalog still lists.
     down = tmp_path / "down.yaml"
     down.write_text(json.dumps({"kafka": {"bootstrap_servers": f"127.0.0.1:{closed_port()}"}}))
     began = time.monotonic()
     code, _, err = sparkpoint("check", "-s", savepoint, app, config_file=down)
-    assert code == 14 and err.count("\n") == 1 and "does not answer" in err, err
+    # The client's own time-out, or the deadline past it when the machine is slower: either says so.
+    assert code == 14 and err.count("\n") == 1 and "answer within" in err, err
     code, out, err = sparkpoint("savepoints", "-o", "json", config_file=down)
     assert code == 0 and json.loads(out)[0]["input"]["status"] == "unknown"
+    code, _, err = sparkpoint("prune", "--unrestorable", config_file=down)
+    assert code == 14 and "nothing was deleted" in err and Path(savepoint, "manifest.json").exists()
+    code, out, err = sparkpoint("metrics", config_file=down)
+    assert code == 0 and 'sparkpoint_scrape_errors{what="input"} 1.0' in out
     assert time.monotonic() - began < 40
     client.close()

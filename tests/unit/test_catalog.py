@@ -71,6 +71,19 @@ def test_dry_run_deletes_nothing_and_job_filter_limits_scope(populated):
     assert all(os.path.exists(p) for p in made.values())
 
 
+def test_unrestorable_savepoints_go_whatever_the_limits_and_only_they_with_no_limit(populated):
+    """prune --unrestorable: the savepoints the broker says lost input go (by path: a copy elsewhere with the same
+    id is another savepoint); the limits still protect the rest."""
+    directory, made = populated
+    entries = catalog.scan(str(directory))
+    gone = {made[("alarms", 1)]}  # the newest of alarms: no limit saves it
+    delete, keep = catalog.prune_plan(entries, None, None, None, NOW, unrestorable=gone)
+    assert [e.path for e in delete] == [made[("alarms", 1)]] and len(keep) == len(made) - 1
+    delete, _ = catalog.prune_plan(entries, 2, 5 * DAY, None, NOW, unrestorable=gone)
+    assert sorted(e.path for e in delete) == sorted([made[("alarms", 1)], made[("alarms", 10)], made[("alarms", 20)]])
+    assert catalog.prune_plan(entries, None, None, None, NOW, unrestorable=set()) == ([], entries)
+
+
 def test_prune_needs_a_limit(populated):
     with pytest.raises(BadArgumentError, match="keep-last"):
         catalog.prune(str(populated[0]), keep_last=None, max_age=None)

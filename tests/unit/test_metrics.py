@@ -142,7 +142,7 @@ def test_malformed_records_are_counted_not_fatal(tmp_path):
     found = samples(data.decode())
     assert {dict(labels)["what"]: value for (name, labels), value in found.items()
             if name == "sparkpoint_scrape_errors"} == {"job_record": 1, "savepoint_record": 1, "catalog": 0,
-                                                       "horizon": 0}
+                                                       "horizon": 0, "input": 0}
     assert len(scrape.problems) == 2 and "job.json" in scrape.problems[0] and "savepoints.json" in scrape.problems[1]
     assert states(found, fine)["starting"] == 0 and "sparkpoint_job_savepoints_total" in of_job(found, fine)
     assert "sparkpoint_job_savepoints_total" not in of_job(found, unreadable)

@@ -86,8 +86,11 @@ def _render_list(entries: list[Entry]) -> None:
                       text(entry.spark_version or "-"), status, *said, text(entry.id))
     make_console().print(table)
     for entry in entries:
-        if entry.input is not None and entry.input.status != "restorable":
-            echo(f"{entry.id}: {entry.input.summary() if entry.input.gaps else entry.input.why}")
+        if entry.input is not None and entry.input.gaps:
+            echo(f"{entry.id}: {entry.input.summary()}")
+    # Why the input is unknown is the same for every savepoint the broker was asked about: said once.
+    for why in dict.fromkeys(e.input.why for e in entries if e.input is not None and e.input.status == "unknown"):
+        echo(f"input unknown: {why}")
 
 
 def _input_said(checked: InputCheck | None):

@@ -48,27 +48,21 @@ def answers_within(calls: Sequence[Callable[[], T]], seconds: float, late: Calla
     that trickles its reply keeps no caller waiting and no process from exiting (a pool's threads are joined
     at exit), and ends on its own once its peer does."""
     answers: dict[int, T] = {}
+    pending = [len(calls)]
     done = threading.Condition()
 
     def run(index: int, call: Callable[[], T]) -> None:
         try:
-            answer = call()
+            answers[index] = call()
         except Exception:  # noqa: BLE001 - a call that failed is one that did not answer
-            return
+            pass
         finally:
             with done:
+                pending[0] -= 1
                 done.notify_all()
-        with done:
-            answers[index] = answer
-            done.notify_all()
 
-    finished = []
     for index, call in enumerate(calls):
-        thread = threading.Thread(target=run, args=(index, call), daemon=True, name="sparkpoint-ask")
-        thread.start()
-        finished.append(thread)
-    deadline = time.monotonic() + seconds
+        threading.Thread(target=run, args=(index, call), daemon=True, name="sparkpoint-ask").start()
     with done:
-        while any(thread.is_alive() for thread in finished) and time.monotonic() < deadline:
-            done.wait(max(0.0, min(0.05, deadline - time.monotonic())))
+        done.wait_for(lambda: pending[0] == 0, timeout=seconds)
         return [answers[index] if index in answers else late(index) for index in range(len(calls))]

@@ -61,10 +61,10 @@ def call(client, method: str, url: str, *, unreachable: Callable[[str], Sparkpoi
                     raise unreachable(f"its answer did not arrive whole within {timeout:g} s")
     except requests.RequestException as exc:
         raise unreachable(type(exc).__name__) from None
-    text = body.decode(response.encoding or "utf-8", errors="replace")
     try:
         return response.status_code, json.loads(bytes(body))  # JSON's own encoding, as requests' .json() reads it
     except ValueError:
+        text = body.decode(response.encoding or "utf-8", errors="replace")
         if not response.ok:
             return response.status_code, text[:200]
         raise SparkFailureError(f"{what} answered {url} with status {response.status_code}, not JSON: "

@@ -81,7 +81,7 @@ def read_record(path: Path, limit: int = RECORD_BYTES) -> str:
 
 
 _KINDS = {stat.S_IFDIR: "directory", stat.S_IFIFO: "FIFO", stat.S_IFCHR: "character device",
-          stat.S_IFBLK: "block device", stat.S_IFSOCK: "socket", stat.S_IFLNK: "symbolic link"}
+          stat.S_IFBLK: "block device", stat.S_IFSOCK: "socket"}
 
 
 def kind_of(mode: int) -> str:

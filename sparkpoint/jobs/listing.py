@@ -18,7 +18,7 @@ from sparkpoint.jobs.registry import (
     LiveQuery,
     Registry,
     describe_job,
-    reported_status,
+    reported_statuses,
     state_of,
 )
 from sparkpoint.results import WHEN_SET, Result
@@ -104,9 +104,7 @@ def list_jobs(settings: Settings, include_all: bool = False) -> list[ListedJob]:
 
     shown = [(job, state) for job, state in states if include_all or state in ACTIVE_STATES]
     running = [job for job, state in shown if state == "running"]
-    answers = answers_within([functools.partial(reported_status, registry, job, AGENT_SECONDS) for job in running],
-                             AGENT_SECONDS + 0.25, lambda _index: None)
-    statuses = dict(zip((job.id for job in running), answers, strict=True))
+    statuses = reported_statuses(registry, running, AGENT_SECONDS)
     with ThreadPoolExecutor(max_workers=8) as pool:
         entries = list(pool.map(lambda pair: live(*pair, statuses.get(pair[0].id)), shown))
     applications = _application_states({entry.master for entry in entries})

@@ -11,7 +11,6 @@ Nothing here imports pyspark.
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import stat
@@ -24,13 +23,12 @@ from pathlib import Path
 from sparkpoint.adapters.local_files import kind_of, write_atomic
 from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, SparkpointError, StorageError
-from sparkpoint.jobs.registry import Job, JobView, LiveQuery, Registry, describe_job, reported_status, state_of
+from sparkpoint.jobs.registry import Job, JobView, LiveQuery, Registry, describe_job, reported_statuses, state_of
 from sparkpoint.savepoints import catalog, horizon
 from sparkpoint.savepoints.restorability import RESTORABLE, UNKNOWN, check_reads
-from sparkpoint.times import answers_within, parse_iso
+from sparkpoint.times import parse_iso
 
 AGENT_SECONDS = 0.5  # per agent, all asked at once: a scrape of any number of jobs takes about this long
-AGENT_MARGIN = 0.25  # past AGENT_SECONDS, the scrape goes on without the agents that have not answered
 INPUT_SECONDS = 1.0  # for the Kafka broker to say whether the newest savepoints' input is still in the log
 JOB_STATES = ("starting", "running", "finished", "failed", "cancelled", "lost")
 STOP_PHASES = ("boundary", "savepoint", "driver_exit")
@@ -164,9 +162,7 @@ def _job_metrics(registry: Registry, jobs: list[Job], result: Scrape) -> list[Jo
     """Each job's metrics; its view (the running ones' with their queries) for the horizon."""
     states = [(job, state_of(job)) for job in jobs]
     running = [job for job, state in states if state == "running"]
-    answers = answers_within([functools.partial(reported_status, registry, job, AGENT_SECONDS) for job in running],
-                             AGENT_SECONDS + AGENT_MARGIN, lambda _index: None)
-    statuses = dict(zip((job.id for job in running), answers, strict=True))
+    statuses = reported_statuses(registry, running, AGENT_SECONDS)
     views = []
     for job, state in states:
         if state == "running" and statuses.get(job.id) is None:

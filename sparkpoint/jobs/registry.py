@@ -60,6 +60,7 @@ ENDED_STATES = ("finished", "failed", "cancelled")  # what Job.end records
 # of them, however many jobs there are.
 DRIVER_STATUS_SECONDS = 2.0
 TOKEN_BYTES = 4096
+AGENT_MARGIN = 0.25  # past an agent's own timeout, its report is no longer waited for (reported_statuses)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
@@ -552,6 +553,14 @@ def reported_status(registry: Registry, job: Job, timeout: float) -> dict[str, A
     except Exception:  # noqa: BLE001 - an agent gone, hung, or an agent.json of another shape: it did not answer
         return None
     return status if isinstance(status, dict) else None
+
+
+def reported_statuses(registry: Registry, jobs: list[Job], timeout: float) -> dict[str, dict[str, Any] | None]:
+    """reported_status of each job, by id: all asked at once, ``timeout`` each and AGENT_MARGIN more in all (an
+    agent that trickles its reply does not hold the caller)."""
+    answers = answers_within([functools.partial(reported_status, registry, job, timeout) for job in jobs],
+                             timeout + AGENT_MARGIN, lambda _index: None)
+    return dict(zip((job.id for job in jobs), answers, strict=True))
 
 
 def client_for(registry: Registry, job: Job, timeout: float = 5.0) -> AgentClient:

@@ -104,7 +104,7 @@ class Entry:
 
 
 def check_inputs(entries: list[Entry], kafka: Mapping[str, Any]) -> list[Entry]:
-    """The entries, each that reads Kafka with ``input`` said (one round trip to the broker for all of them)."""
+    """The entries, each that reads Kafka with ``input`` said (the broker asked once for all of them)."""
     checked = check_reads({entry.path: entry.reads for entry in entries if entry.reads}, kafka)
     return [replace(entry, input=checked.get(entry.path)) for entry in entries]
 

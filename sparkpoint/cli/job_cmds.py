@@ -240,6 +240,18 @@ def _plain(value) -> str:
     return "-" if value is None else str(value)
 
 
+def _reads(sources) -> str:
+    """A query's Kafka sources as `list` shows them: the topics (or pattern) and the offsets left in the log."""
+    shown = []
+    for source in sources:
+        if source.kind != "kafka":
+            continue
+        what = ",".join(source.topics) or source.subscribe_pattern or "kafka"
+        behind = "" if source.offsets_behind_latest is None else f" ({source.offsets_behind_latest} behind)"
+        shown.append(what + behind)
+    return "; ".join(shown) or "-"
+
+
 def _render_jobs(jobs: list[ListedJob]) -> None:
     from rich.table import Table
 
@@ -248,8 +260,11 @@ def _render_jobs(jobs: list[ListedJob]) -> None:
     if not jobs:
         click.echo("No running jobs (--all lists ended ones).", err=True)
         return
-    table = Table("job", "state", "application", "spark", "query", "batch", "input", "processed", "state rows",
-                  "last savepoint")
+    table = Table()
+    for column in ("job", "state", "application", "spark", "query", "batch", "input", "processed", "state rows",
+                   "reads", "last savepoint"):
+        # Ids and names are never cut: when the line is too long, the list of topics wraps.
+        table.add_column(column, no_wrap=column != "reads", overflow="fold")
     for job in jobs:
         for index, query in enumerate(job.queries or [None]):
             first = index == 0
@@ -257,7 +272,7 @@ def _render_jobs(jobs: list[ListedJob]) -> None:
                 (job.id or f"{job.name} (ui)") if first else "", job.state if first else "",
                 (job.app_id or "-") if first else "", (job.spark_version or "-") if first else "",
                 *((query.name or "-", _plain(query.batch_id), _rate(query.input_rate), _rate(query.processing_rate),
-                   _plain(query.state_rows)) if query else ("-", "-", "-", "-", "-")),
+                   _plain(query.state_rows), _reads(query.sources)) if query else ("-",) * 6),
                 (job.last_savepoint or "-").rsplit("/", 1)[-1] if first else "",
             )
             table.add_row(*map(text, cells))

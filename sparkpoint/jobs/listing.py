@@ -11,11 +11,11 @@ from sparkpoint.adapters.standalone import StandaloneMaster
 from sparkpoint.adapters.storage import join, storage_for
 from sparkpoint.config import Settings
 from sparkpoint.errors import SparkpointError
+from sparkpoint.jobs.live import LiveQuery
 from sparkpoint.jobs.registry import (
     ACTIVE_STATES,
     Job,
     JobView,
-    LiveQuery,
     Registry,
     describe_job,
     reported_statuses,

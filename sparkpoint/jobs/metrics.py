@@ -23,7 +23,8 @@ from pathlib import Path
 from sparkpoint.adapters.local_files import kind_of, write_atomic
 from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, SparkpointError, StorageError
-from sparkpoint.jobs.registry import Job, JobView, LiveQuery, Registry, describe_job, reported_statuses, state_of
+from sparkpoint.jobs.live import LiveQuery
+from sparkpoint.jobs.registry import Job, JobView, Registry, describe_job, reported_statuses, state_of
 from sparkpoint.savepoints import catalog, horizon
 from sparkpoint.savepoints.restorability import RESTORABLE, UNKNOWN, check_reads
 from sparkpoint.times import parse_iso

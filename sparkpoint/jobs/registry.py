@@ -40,6 +40,7 @@ from sparkpoint.errors import (
     StorageError,
     TargetNotEmptyError,
 )
+from sparkpoint.jobs.live import LiveQuery
 from sparkpoint.jobs.protocol import read_agent_record
 from sparkpoint.lookup import by_id, the_one
 from sparkpoint.results import WHEN_SET, Result
@@ -438,36 +439,6 @@ def driver_status(job: Job) -> dict[str, Any]:
         return StandaloneMaster(job.master, timeout=DRIVER_STATUS_SECONDS).driver_state(job.submission_id)
     except SparkpointError as exc:
         return {"driverState": "UNKNOWN", "message": str(exc), "unreachable": True}
-
-
-def json_number(value: Any) -> float | None:
-    """A number of JSON from another process (an agent's report), or None: a bool or a string is not one."""
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-@dataclass(frozen=True)
-class LiveQuery(Result):
-    """A query as its driver reports it now: the agent's account, or a driver UI's (name, ids and batch only)."""
-
-    name: str | None
-    id: str | None
-    run_id: str | None
-    batch_id: int | None
-    input_rate: float | None
-    processing_rate: float | None
-    state_rows: int | None
-    state_bytes: int | None
-    trigger_active: bool | None
-    checkpoint: str | None
-
-    @classmethod
-    def from_report(cls, report: Any) -> LiveQuery:
-        report = report if isinstance(report, dict) else {}
-        values = {f.name: report.get(f.name) for f in fields(cls)}
-        # An agent's report is JSON from another process: a count or rate that is not a number shows as none.
-        for name in ("batch_id", "input_rate", "processing_rate", "state_rows", "state_bytes"):
-            values[name] = json_number(values[name])
-        return cls(**values)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkpoint.errors import BadArgumentError, SparkpointError
-from sparkpoint.jobs.registry import Job, Registry, client_for, describe_job, json_number, state_of
+from sparkpoint.jobs.live import json_number
+from sparkpoint.jobs.registry import Job, Registry, client_for, describe_job, state_of
 from sparkpoint.times import poll_until
 
 LOST_SETTLE = 3.0  # seconds a driver must stay lost (gone, its end unrecorded) to count as failed

@@ -13,6 +13,7 @@ from sparkpoint.paths import local_path
 from sparkpoint.jobs.registry import Job, Registry, client_for, spark_version_of
 from sparkpoint.savepoints.create import Created, QuerySource, take
 from sparkpoint.spark import file_sink
+from sparkpoint.spark.sources import OTHER, as_recorded
 
 
 def job_sources(queries: list[dict[str, Any]]) -> list[QuerySource]:
@@ -22,8 +23,11 @@ def job_sources(queries: list[dict[str, Any]]) -> list[QuerySource]:
             raise BadArgumentError(
                 f"query {query['id']} has no name and cannot be savepointed: name it with .queryName(...)"
             )
+        reads = query.get("sources") if isinstance(query.get("sources"), list) else []
+        inputs = [as_recorded(source) or {"kind": OTHER} for source in reads]
         sources.append(QuerySource(query["name"], local_path(query["checkpoint"]),
-                                   file_sink.sink_record(query.get("sink"), query.get("sink_log_interval"))))
+                                   file_sink.sink_record(query.get("sink"), query.get("sink_log_interval")),
+                                   inputs or None))
     return sources
 
 

@@ -31,6 +31,7 @@ from sparkpoint.jobs.protocol import write_agent_file
 from sparkpoint.times import iso, poll_until
 from sparkpoint.runtime.boundary import stop_at_next_boundary, stop_when_idle, stream_thread
 from sparkpoint.runtime.endpoint import ControlServer
+from sparkpoint.spark.sources import kind_of, offsets_behind, source_record
 
 DRAIN_SECONDS = 10.0
 RECENT_BATCHES = 100  # per query, as Spark's recentProgress keeps
@@ -69,7 +70,62 @@ def describe(query) -> dict[str, Any]:
         "checkpoint": _checkpoint(query),
         "sink": sink_of(query),
         "sink_log_interval": sink_log_interval(query),
+        "sources": sources_of(query, progress),
     }
+
+
+# A query's plan does not change while it runs: its sources are read from it once per run.
+_PLAN_SOURCES: dict[str, list[dict[str, str]]] = {}
+
+
+def plan_sources(query) -> list[dict[str, str]]:
+    """What each source of the query reads (spark.sources.source_record), in the order of its offsets, from the
+    query's analyzed plan: its streaming leaves, each with the reader's options. [] when Spark's internals are
+    not as read here (then a savepoint records no sources, and a check asks the configured broker only)."""
+    key = str(query.runId)
+    if key not in _PLAN_SOURCES:
+        found = []
+        try:
+            leaves = query._jsq.streamingQuery().analyzedPlan().collectLeaves()
+            for index in range(leaves.size()):
+                leaf = leaves.apply(index)
+                kind = leaf.getClass().getSimpleName()
+                if kind == "StreamingRelationV2":
+                    found.append(source_record(str(leaf.sourceName()), leaf.extraOptions().get))
+                elif kind == "StreamingRelation":  # a source of the first API (files): a Scala map of options
+                    options = leaf.dataSource().options()
+                    found.append(source_record(str(leaf.sourceName()),
+                                               lambda name, options=options: options.apply(name)
+                                               if options.contains(name) else None))
+        except Exception:  # noqa: BLE001 - py4j's errors, from a Spark whose internals differ: nothing recorded
+            found = []
+        _PLAN_SOURCES[key] = found
+    return _PLAN_SOURCES[key]
+
+
+def sources_of(query, progress: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each source as `list` shows it: what it reads (plan_sources), Spark's description of it, and for Kafka how
+    many offsets it had yet to read when its last batch was planned."""
+    planned = plan_sources(query)
+    reported = progress.get("sources") or []
+    described = []
+    for index in range(max(len(planned), len(reported))):
+        report = reported[index] if index < len(reported) and isinstance(reported[index], dict) else {}
+        end, latest = _offset(report.get("endOffset")), _offset(report.get("latestOffset"))
+        record = planned[index] if index < len(planned) else {"kind": kind_of(end)}
+        described.append({**record, "description": str(report.get("description") or ""),
+                          "offsets_behind_latest": offsets_behind(end, latest)})
+    return described
+
+
+def _offset(value: Any) -> Any:
+    """A progress report's offset: Spark's JSON text in the Scala object, parsed already in pyspark's dict."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
 
 
 def spark_error_line(text: str) -> str:

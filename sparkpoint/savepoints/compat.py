@@ -25,6 +25,7 @@ from sparkpoint.spark import hdfs_store
 from sparkpoint.spark.hdfs_store import hdfs_refusal
 from sparkpoint.spark.checkpoint import empty_batch
 from sparkpoint.spark.checkpoint_files import companion_names
+from sparkpoint.spark.file_sink import KAFKA_SINK
 from sparkpoint.spark.state_files import parse_state_file
 from sparkpoint.spark_versions import ANSI_CONF, REFUSALS
 
@@ -172,6 +173,10 @@ def query_verdict(savepoint: Savepoint, saved: dict[str, Any],
         notes += [f"{p.message.split(' (Spark would')[0]}, as `rescale` made it: Spark keeps "
                   f"{saved['confs'].get(SHUFFLE_PARTITIONS)}" for p in found if p.kind == "shuffle_partitions"]
         found = [p for p in found if p.kind != "shuffle_partitions"]
+    if (saved.get("sink") or {}).get("kind") == KAFKA_SINK:
+        notes.append(f"query {name} writes to Kafka, at least once: whatever a version already wrote for the "
+                     f"batches after {saved['batch_id']} (this savepoint's cut) is written to the topic again, as new "
+                     "records; readers that take the newest record per key see each result once, others twice")
     ansi = ansi_note(name, savepoint.manifest.get("spark_version"), (outcome.get("effective") or {}).get(ANSI_CONF))
     return checked, found, notes + _pinned_conf_notes(saved, outcome.get("confs") or {}) + ([ansi] if ansi else [])
 

@@ -58,6 +58,9 @@ class QuerySource:
     location: str
     # What the query writes to (``file_sink.sink_record``); a file sink's cut is added at the savepoint's cut.
     sink: dict[str, Any] | None = field(default=None, compare=False)
+    # What each of its sources reads, in the order of its offsets (spark.sources.source_record), when the running
+    # query's plan told: the savepoint's `inputs`.
+    inputs: list[dict[str, str]] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # The name becomes a directory of the savepoint, and comes from the application (its queryName):
@@ -340,4 +343,6 @@ def _query_entry(source: QuerySource, plan: Plan, results: list[transfer.Result]
     }
     if source.sink is not None:
         entry["sink"] = file_sink.at_cut(source.sink, cut.batch_id, storage_options)
+    if source.inputs is not None:
+        entry["inputs"] = source.inputs
     return entry

@@ -15,6 +15,7 @@ from typing import Any
 
 from sparkpoint.adapters.storage import HASH_ALGORITHMS
 from sparkpoint.errors import SavepointInvalidError
+from sparkpoint.spark.sources import as_recorded
 
 MANIFEST = "manifest.json"
 IN_PROGRESS = "_sparkpoint_inprogress"
@@ -120,6 +121,9 @@ def validate(data: Any, where: str) -> dict[str, Any]:
             sink = _check_fields(query["sink"], _SINK_FIELDS, f"{where}: the sink of query {name!r}")
             if sink["kind"] == "file":
                 _check_fields(sink, _FILE_SINK_FIELDS, f"{where}: the file sink of query {name!r}")
+        if "inputs" in query and (not isinstance(query["inputs"], list)
+                                  or any(as_recorded(read) != read for read in query["inputs"])):
+            raise SavepointInvalidError(f"{where}: query {name!r} has a malformed 'inputs'")
         for operator in query["operators"]:
             _check_fields(operator, _OPERATOR_FIELDS, f"{where}: an operator of query {name!r}")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in query["confs"].items()):

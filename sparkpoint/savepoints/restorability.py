@@ -16,10 +16,12 @@ committed at the cut (replayed first on restore), the offset that batch ends at,
   subscribes to the topic reads a new partition from offset 0 (Spark's rule for added partitions), and those
   records are gone. (A query that `assign`s partitions does not read it; the offsets cannot tell which.)
 
-The broker is the one ``kafka.bootstrap_servers`` names in the configuration, with the client options given
-there (secrets included: never written to a savepoint); every savepoint reads its topics from that one cluster.
-All the savepoints asked about at once cost a fixed number of requests to it, whatever their number, and the
-answer is waited for BROKER_SECONDS at most.
+The broker asked is the one ``kafka.bootstrap_servers`` names in the configuration when it is set (every
+savepoint is then taken to read that cluster); otherwise each source's own, as the savepoint recorded it from
+the running query's plan. The client's other options (security protocol, SASL and SSL settings, secrets
+included) come from the configuration only: a savepoint never holds them. All the savepoints asked about at
+once cost a fixed number of requests to each broker, whatever their number; the brokers are asked together,
+and waited for BROKER_SECONDS at most.
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ class KafkaRead:
     topic: str
     partitions: dict[int, int]  # partition → the offset read next
     planned_end: dict[int, int]  # partition → where the batch planned at the cut ends ({} when none is)
+    bootstrap: str | None = None  # the source's bootstrap servers, as the savepoint recorded them
 
 
 def kafka_reads(savepoint: Savepoint) -> list[KafkaRead]:
@@ -111,9 +114,11 @@ def kafka_reads(savepoint: Savepoint) -> list[KafkaRead]:
     reads = []
     for query in savepoint.queries:
         planned = query.get("planned_offsets") or []
+        inputs = query.get("inputs") or []
         for index, offset in enumerate(query["offsets"]):
             ends = kafka_offsets(planned[index]) if index < len(planned) else {}
-            reads += [KafkaRead(query["name"], index, topic, partitions, ends.get(topic, {}))
+            bootstrap = inputs[index].get("bootstrap_servers") if index < len(inputs) else None
+            reads += [KafkaRead(query["name"], index, topic, partitions, ends.get(topic, {}), bootstrap)
                       for topic, partitions in kafka_offsets(offset).items()]
     return reads
 
@@ -126,45 +131,66 @@ def check_input(savepoints: Iterable[Savepoint], kafka: Mapping[str, Any],
 
 def check_reads(reads: Mapping[str, list[KafkaRead]], kafka: Mapping[str, Any], ask: Callable[..., dict] = log_bounds,
                 timeout: float = BROKER_SECONDS) -> dict[str, InputCheck | None]:
-    """check_input of what each savepoint reads (kafka_reads), by any key. The broker is asked once for all of
-    them; one that does not answer within ``timeout`` (or none configured) makes each check ``unknown``. A
-    configuration the client refuses, or no client installed, is raised (exit 3, exit 10)."""
-    topics = {read.topic for each in reads.values() for read in each}
-    if not topics:
-        return dict.fromkeys(reads)
+    """check_input of what each savepoint reads (kafka_reads), by any key. Each broker is asked once for all of
+    them, all brokers at once; one that does not answer within ``timeout`` (or none known) makes the checks that
+    need it ``unknown``. A configuration the client refuses, or no client installed, is raised (exit 3, exit 10)."""
     options = dict(kafka)
-    broker = options.pop("bootstrap_servers", None)
-    if isinstance(broker, (list, tuple)):  # kafka-python takes a list as well as "host:port,host:port"
-        broker = ",".join(map(str, broker))
-    if not broker:
-        return {key: _unknown(None, "no Kafka broker is configured (kafka.bootstrap_servers)") if each else None
-                for key, each in reads.items()}
-    failures: list[BaseException] = []
+    configured = options.pop("bootstrap_servers", None)
+    if isinstance(configured, (list, tuple)):  # kafka-python takes a list as well as "host:port,host:port"
+        configured = ",".join(map(str, configured))
 
-    def asked() -> dict:
-        try:
-            return ask(str(broker), topics, options, timeout)
-        except BaseException as exc:  # handed to the caller's thread below
-            failures.append(exc)
-            raise
+    def broker_of(read: KafkaRead) -> str | None:
+        return str(configured) if configured else read.bootstrap
 
-    (logs,) = answers_within([asked], timeout + ASK_MARGIN, lambda _index: None)
-    if logs is None:
-        if failures and not isinstance(failures[0], UnreachableError):
-            raise failures[0]
-        why = str(failures[0]) if failures else f"the Kafka broker {broker} did not answer within {timeout:g} s"
-        return {key: _unknown(str(broker), why) if each else None for key, each in reads.items()}
-    return {key: _judged(each, logs, str(broker)) if each else None for key, each in reads.items()}
+    topics: dict[str, set[str]] = {}
+    for each in reads.values():
+        for read in each:
+            if broker_of(read):
+                topics.setdefault(broker_of(read), set()).add(read.topic)
+    brokers = sorted(topics)
+    failures: dict[str, BaseException] = {}
+
+    def asking(broker: str) -> Callable[[], dict]:
+        def asked() -> dict:
+            try:
+                return ask(broker, topics[broker], options, timeout)
+            except BaseException as exc:  # handed to the caller's thread below
+                failures[broker] = exc
+                raise
+        return asked
+
+    answers = answers_within([asking(broker) for broker in brokers], timeout + ASK_MARGIN, lambda _index: None)
+    for broker in brokers:
+        if broker in failures and not isinstance(failures[broker], UnreachableError):
+            raise failures[broker]
+    logs = dict(zip(brokers, answers, strict=True))
+
+    def judged(each: list[KafkaRead]) -> InputCheck | None:
+        if not each:
+            return None
+        asked = sorted({broker_of(read) or "" for read in each})
+        if "" in asked:
+            return _unknown(None, "no Kafka broker is known for it: the savepoint names none, and the configuration "
+                                  "sets no kafka.bootstrap_servers")
+        silent = [broker for broker in asked if logs[broker] is None]
+        if silent:
+            why = "; ".join(str(failures[broker]) if broker in failures
+                            else f"the Kafka broker {broker} did not answer within {timeout:g} s" for broker in silent)
+            return _unknown(", ".join(asked), why)
+        return _judged(each, {broker: logs[broker] for broker in asked}, broker_of)
+
+    return {key: judged(each) for key, each in reads.items()}
 
 
 def _unknown(broker: str | None, why: str) -> InputCheck:
     return InputCheck(status=UNKNOWN, broker=broker, gaps=[], new_partitions=[], why=why)
 
 
-def _judged(reads: list[KafkaRead], logs: dict[str, dict[int, LogBounds] | None], broker: str) -> InputCheck:
+def _judged(reads: list[KafkaRead], logs: dict[str, dict[str, dict[int, LogBounds] | None]],
+            broker_of: Callable[[KafkaRead], str | None]) -> InputCheck:
     gaps, new = [], []
     for read in reads:
-        log = logs.get(read.topic)
+        log = logs[broker_of(read)].get(read.topic)
         for partition, needed in sorted(read.partitions.items()):
             gap = _gap(read, partition, needed, log)
             if gap is not None:
@@ -176,7 +202,8 @@ def _judged(reads: list[KafkaRead], logs: dict[str, dict[int, LogBounds] | None]
                                 bounds.first, "new_partition_trimmed"))
             else:
                 new.append(NewPartition(read.query, read.topic, partition))
-    return InputCheck(status=UNRESTORABLE if gaps else RESTORABLE, broker=broker, gaps=gaps, new_partitions=new)
+    return InputCheck(status=UNRESTORABLE if gaps else RESTORABLE, broker=", ".join(sorted(logs)), gaps=gaps,
+                      new_partitions=new)
 
 
 def _gap(read: KafkaRead, partition: int, needed: int, log: dict[int, LogBounds] | None) -> Gap | None:
@@ -200,21 +227,23 @@ def require_input(savepoint: Savepoint, kafka: Mapping[str, Any], allow_data_los
     """Before a restore starts anything: refuse a savepoint whose input is partly gone (InputGoneError, exit 20),
     or whose broker does not answer (UnreachableError, exit 14), unless ``allow_data_loss``; then say what is
     lost, and what Spark will do of it. A savepoint that reads no Kafka topic passes as it is; one whose broker
-    is not configured is let through with a warning (nothing can be asked)."""
+    is known neither to it nor to the configuration is let through with a warning (nothing can be asked)."""
     checked = check_input([savepoint], kafka, ask)[savepoint.path]
     if checked is None:
         return None
     name = savepoint.manifest["id"]
     if checked.status == UNKNOWN:
         if checked.broker is None:
-            warn(f"savepoint {name} reads Kafka, and whether its input is still in the log was not checked: "
-                 "set kafka.bootstrap_servers in the configuration")
+            warn(f"savepoint {name} reads Kafka, and whether its input is still in the log was not checked: it "
+                 "names no broker (taken before sparkpoint recorded them, or from a checkpoint): set "
+                 "kafka.bootstrap_servers in the configuration")
         elif allow_data_loss:
             warn(f"--allow-data-loss: whether the input of {name} is still in the log is unknown: {checked.why}")
         else:
             raise UnreachableError(f"{checked.why}; whether the input of savepoint {name} is still in the log "
-                                   "cannot be told, so nothing was started (--allow-data-loss restores it "
-                                   "unchecked)")
+                                   "cannot be told, so nothing was started (kafka.bootstrap_servers in the "
+                                   "configuration names a broker of the cluster this machine reaches; "
+                                   "--allow-data-loss restores it unchecked)")
     elif checked.status == UNRESTORABLE:
         if not allow_data_loss:
             raise InputGoneError(f"savepoint {name} cannot be restored exactly, so nothing was started: "

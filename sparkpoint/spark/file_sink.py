@@ -20,6 +20,9 @@ from sparkpoint.spark.logs import BATCH_FILE, live_log, parse_log
 
 FILE_SINK = "file"
 _FILE_SINK = re.compile(r"FileSink\[(.+)\]", re.DOTALL)  # FileStreamSink.toString, its path qualified
+KAFKA_SINK = "kafka"
+# Spark's Kafka sink is a table with no toString of its own: its class name, then @ and a hash (3.5 to 4.3).
+_KAFKA_SINK = "org.apache.spark.sql.kafka010.KafkaSourceProvider$KafkaTable@"
 METADATA_DIR = "_spark_metadata"
 VERSION_LINE = "v1"
 COMPACT_SUFFIX = ".compact"
@@ -164,6 +167,8 @@ def sink_record(description: str | None, log_interval: str | None = None) -> dic
     if match:
         return {"kind": FILE_SINK, "path": match.group(1), "description": description,
                 "compact_interval": parse_interval(log_interval)}
+    if description.startswith(_KAFKA_SINK):
+        return {"kind": KAFKA_SINK, "path": None, "description": description}
     return {"kind": "other", "path": None, "description": description}
 
 

@@ -6,15 +6,27 @@ offsets (the horizon, a savepoint's restorability) asks here.
 - Kafka, ``{"<topic>": {"<partition>": <offset>}}`` (KafkaSourceOffset);
 - the rate source, a number (seconds since its start), and ``rate-micro-batch``, ``{"offset": N, "timestamp": T}``;
 - any other source: ``other``, no order assumed.
+
+What a source reads, as a savepoint records it (``source_record``), comes from its reader's options in the
+running query's plan: for Kafka, where (the bootstrap servers) and what (the topics, a pattern, or assigned
+partitions). Nothing else of the options: they also carry the client's secrets (``kafka.sasl.jaas.config``,
+``kafka.ssl.*.password``), which never enter a savepoint.
 """
 
 from __future__ import annotations
 
+import json
+
+from collections.abc import Callable
 from typing import Any
 
 from sparkpoint.spark.fields import is_number
 
 FILE, KAFKA, RATE, RATE_MICRO_BATCH, OTHER = "file", "kafka", "rate", "rate-micro-batch", "other"
+# The Kafka reader's options a savepoint records, and the keys it records them under.
+KAFKA_READS = {"kafka.bootstrap.servers": "bootstrap_servers", "subscribe": "subscribe",
+               "subscribePattern": "subscribe_pattern", "assign": "assign"}
+MAX_OPTION_CHARS = 4096  # a topic list or servers list longer than this is not recorded (no reader needs it)
 
 
 def _is_int(value: Any) -> bool:
@@ -41,3 +53,49 @@ def kafka_offsets(offset: Any) -> dict[str, dict[int, int]]:
         return {}
     return {topic: {int(partition): value for partition, value in partitions.items()}
             for topic, partitions in offset.items()}
+
+
+def source_record(source_name: str, option: Callable[[str], str | None]) -> dict[str, str]:
+    """What a savepoint records of a source: its kind (Spark's short name, e.g. ``kafka``) and, for Kafka, the
+    options KAFKA_READS names, ``option(name)`` giving each (None when unset)."""
+    # The file source is of Spark's first source API, named after its path ("FileSource[/in]").
+    record = {"kind": FILE if source_name.startswith("FileSource[") else source_name[:MAX_OPTION_CHARS]}
+    if source_name == KAFKA:
+        for name, key in KAFKA_READS.items():
+            value = option(name)
+            if isinstance(value, str) and 0 < len(value) <= MAX_OPTION_CHARS:
+                record[key] = value
+    return record
+
+
+def as_recorded(report: Any) -> dict[str, str] | None:
+    """A source record (source_record's) taken from another process's report, holding only what a record holds,
+    each a string; None when it is not one."""
+    if not isinstance(report, dict) or not isinstance(report.get("kind"), str):
+        return None
+    keys = ("kind", *KAFKA_READS.values())
+    return {key: report[key][:MAX_OPTION_CHARS] for key in keys if isinstance(report.get(key), str)}
+
+
+def topics_of(record: dict[str, Any]) -> list[str]:
+    """The topics a Kafka source's record names (subscribe's list, or assign's JSON's keys); [] otherwise."""
+    if isinstance(record.get("subscribe"), str):
+        return [topic.strip() for topic in record["subscribe"].split(",") if topic.strip()]
+    if isinstance(record.get("assign"), str):
+        try:
+            assigned = json.loads(record["assign"])
+        except ValueError:
+            return []
+        return sorted(assigned) if isinstance(assigned, dict) else []
+    return []
+
+
+def offsets_behind(end: Any, latest: Any) -> int | None:
+    """How many offsets a Kafka source has yet to read: per partition of ``latest`` (the log's end when the batch
+    was planned, as Spark's progress reports it), its offset less ``end``'s (where the batch read to), summed;
+    None for another source's offsets."""
+    ends, latests = kafka_offsets(end), kafka_offsets(latest)
+    if not latests:
+        return None
+    return sum(max(0, offset - ends.get(topic, {}).get(partition, 0))
+               for topic, partitions in latests.items() for partition, offset in partitions.items())

@@ -57,7 +57,7 @@ def drained_checkpoint(broker, root: Path) -> Path:
              "spark.sql.shuffle.partitions": "2"}
     done = subprocess.run([str(submit), "--master", "local[2]", "--jars", ",".join(local_kafka.connector_jars("4.3")),
                            *[arg for key, value in confs.items() for arg in ("--conf", f"{key}={value}")],
-                           str(APPS / "topic_counts.py"), broker.bootstrap, TOPIC],
+                           str(APPS / "topic_counts.py"), "v1", broker.bootstrap, TOPIC, str(root.parent / "out")],
                           capture_output=True, text=True, timeout=300, env={**os.environ, "SPARKPOINT_TEST_DRAIN": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     return root / "counts"

@@ -324,10 +324,11 @@ def test_the_jobs_table_prints_names_literally(capsys):
     from sparkpoint.cli.job_cmds import _render_jobs
 
     job = job_view(id=HOSTILE, name=HOSTILE, state="running", app_id=HOSTILE, last_savepoint="/sp/sp-1",
-                   spark_version=HOSTILE, queries=[live_query(name=HOSTILE, batch_id=3)])
+                   spark_version=HOSTILE, queries=[live_query(name=HOSTILE, batch_id=3, sources=[
+                       {"kind": "kafka", "subscribe": HOSTILE, "offsets_behind_latest": 5}])])
     body = next(line for line in rendered(capsys, _render_jobs, [job]) if line.startswith("│"))
     assert [cell.strip() for cell in body.strip("│").split("│")] == [
-        SHOWN, "running", SHOWN, SHOWN, SHOWN, "3", "-", "-", "-", "sp-1"]
+        SHOWN, "running", SHOWN, SHOWN, SHOWN, "3", "-", "-", "-", f"{SHOWN} (5 behind)", "sp-1"]
 
 
 def test_the_cluster_renderers_print_paths_literally(capsys):

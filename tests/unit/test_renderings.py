@@ -64,19 +64,22 @@ def test_the_jobs_table(capsys):
     jobs = [job_view(id="alarms-3f9c", name="alarms", state="running", app_id="local-1795000000", spark_version="4.3.0",
                      last_savepoint="/h/savepoints/alarms/sp-1", name_last_savepoint="/h/savepoints/alarms/sp-1", lineage=line,
                      queries=[live_query(name="alarms", batch_id=41, input_rate=1234.5, processing_rate=2000.0,
-                                         state_rows=1200),
+                                         state_rows=1200, sources=[
+                                             {"kind": "kafka", "subscribe": "doors,windows",
+                                              "offsets_behind_latest": 120},
+                                             {"kind": "kafka", "subscribe_pattern": "sensor-.*"}, {"kind": "file"}]),
                               live_query(name="counts", batch_id=7, input_rate=None, processing_rate=0.75,
                                          state_rows=None)]),
             job_view(source="ui", id=None, name="adhoc", state="running", app_id="app-20261122", queries=[],
                      last_savepoint=None, name_last_savepoint=None)]
     assert shown(capsys, _render_jobs, jobs) == textwrap.dedent("""\
-        ┏━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━━┳━━━━━━━┳━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━┓
-        ┃ job         ┃ state   ┃ application      ┃ spark ┃ query  ┃ batch ┃ input    ┃ processed ┃ state rows ┃ last savepoint ┃
-        ┡━━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━━╇━━━━━━━╇━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━┩
-        │ alarms-3f9c │ running │ local-1795000000 │ 4.3.0 │ alarms │ 41    │ 1234.5/s │ 2000.0/s  │ 1200       │ sp-1           │
-        │             │         │                  │       │ counts │ 7     │ -        │ 0.8/s     │ -          │                │
-        │ adhoc (ui)  │ running │ app-20261122     │ -     │ -      │ -     │ -        │ -         │ -          │ -              │
-        └─────────────┴─────────┴──────────────────┴───────┴────────┴───────┴──────────┴───────────┴────────────┴────────────────┘
+        ┏━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━━┳━━━━━━━┳━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━┓
+        ┃ job         ┃ state   ┃ application      ┃ spark ┃ query  ┃ batch ┃ input    ┃ processed ┃ state rows ┃ reads                                 ┃ last savepoint ┃
+        ┡━━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━━╇━━━━━━━╇━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━┩
+        │ alarms-3f9c │ running │ local-1795000000 │ 4.3.0 │ alarms │ 41    │ 1234.5/s │ 2000.0/s  │ 1200       │ doors,windows (120 behind); sensor-.* │ sp-1           │
+        │             │         │                  │       │ counts │ 7     │ -        │ 0.8/s     │ -          │ -                                     │                │
+        │ adhoc (ui)  │ running │ app-20261122     │ -     │ -      │ -     │ -        │ -         │ -          │ -                                     │ -              │
+        └─────────────┴─────────┴──────────────────┴───────┴────────┴───────┴──────────┴───────────┴────────────┴───────────────────────────────────────┴────────────────┘
         alarms-3f9c: alarms-1a2b (alarms_v1.py, finished) → alarms-9f8e (alarms_v2.py, failed) → alarms-3f9c (alarms_v1.py, running)
         """)
 

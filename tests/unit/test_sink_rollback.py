@@ -141,6 +141,8 @@ def test_what_a_savepoint_records_of_a_sink(tmp_path):
     out = tmp_path / "out"
     sink(out, 9, deleted_below=5)
     assert sink_record("ForeachBatchSink") == {"kind": "other", "path": None, "description": "ForeachBatchSink"}
+    kafka = "org.apache.spark.sql.kafka010.KafkaSourceProvider$KafkaTable@132f8983"  # as Spark 4.3 names it
+    assert sink_record(kafka) == {"kind": "kafka", "path": None, "description": kafka}
     record = sink_record(f"FileSink[file:{out}]")
     assert record == {"kind": "file", "path": f"file:{out}", "description": f"FileSink[file:{out}]",
                       "compact_interval": None}

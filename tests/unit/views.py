@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from sparkpoint.jobs.listing import ListedJob
-from sparkpoint.jobs.registry import LiveQuery
+from sparkpoint.jobs.live import LiveQuery
 
 
 def live_query(**given) -> LiveQuery:

@@ -74,15 +74,23 @@ def await_first_batches(checkpoint: Path, count: int, timeout: float = 600) -> N
 
 
 def stop_and_restore(work: Path, bootstrap: str, rounds: int, rate: int) -> None:
+    from kafka.admin import KafkaAdminClient
+
     home, topic = work / "home", "keyed"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics({topic: {"num_partitions": 8, "replication_factor": 1}}, wait_for_metadata=True)
+    admin.close()
     job = sparkpoint(home, "run", "--detach", "--name", "keyed", "--jars", jars(), APP, bootstrap, topic)
-    producer = Producer(bootstrap, topic, rate)
+    await_first_batches(Path(job["checkpoint_root"]) / "keyed", 1)  # the seed read: a million keys of state
+    producer = Producer(bootstrap, topic, rate)  # only now: the job seeds an empty topic
     producer.start()
     stops, boundaries, savepoints, restores = [], [], [], []
     try:
         for round_ in range(rounds):
             checkpoint = Path(job["checkpoint_root"]) / "keyed"
             await_first_batches(checkpoint, 3)
+            (listed,) = sparkpoint(home, "list")
+            rows = listed["queries"][0]["state_rows"]
             began = time.monotonic()
             stopped = sparkpoint(home, "stop", job["id"])
             stops.append(time.monotonic() - began)
@@ -94,8 +102,9 @@ def stop_and_restore(work: Path, bootstrap: str, rounds: int, rate: int) -> None
                              APP, bootstrap, topic)
             restored = Path(job["checkpoint_root"]) / "keyed"
             restores.append(commit_time(restored, wait_for_commit_after(restored, cut["batch_id"])) - began)
-            print(f"  round {round_ + 1}: stop {stops[-1]:.2f} s (boundary {phases['boundary']:.2f}, savepoint "
-                  f"{phases['savepoint']:.2f}, driver exit {phases['driver_exit']:.2f}; at boundary "
+            print(f"  round {round_ + 1}, {rows:,} keys of state: stop {stops[-1]:.2f} s (boundary "
+                  f"{phases['boundary']:.2f}, savepoint {phases['savepoint']:.2f}, driver exit "
+                  f"{phases['driver_exit']:.2f}; at boundary "
                   f"{cut['at_boundary']}, {stopped['bytes'] / 1e6:.0f} MB), run -s to its first commit "
                   f"{restores[-1]:.2f} s", flush=True)
     finally:

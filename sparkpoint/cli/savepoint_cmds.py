@@ -177,6 +177,20 @@ def inspect_cmd(app, loaded, with_state, limit, output):
     emit(output, inspect(loaded, limit if with_state else None, app.settings.kafka), _render_inspected)
 
 
+def _offsets_shown(offset, read: dict) -> str:
+    """A source's offset at the cut: Kafka's per topic, ``partition@offset`` read next, with the broker it reads;
+    any other source's as Spark wrote it."""
+    from sparkpoint.spark.sources import kafka_offsets
+
+    topics = kafka_offsets(offset)
+    if not topics:
+        return str(offset)
+    where = f" from {read['bootstrap_servers']}" if read.get("bootstrap_servers") else ""
+    return f"kafka{where}: " + "; ".join(
+        f"{topic} " + " ".join(f"{partition}@{value}" for partition, value in sorted(partitions.items()))
+        for topic, partitions in sorted(topics.items()))
+
+
 def _render_inspected(inspected: Inspected) -> None:
     from rich.table import Table
 
@@ -202,8 +216,10 @@ def _render_inspected(inspected: Inspected) -> None:
         console.print()
         console.print(text(q["name"], "bold") + text(f"  query id {q['query_id']}  batch {q['batch_id']}{planned}  "
                                                      f"state v{q['state_version']}  {q['provider']}"))
+        inputs = q.get("inputs") or []
         for index, offset in enumerate(q.get("offsets") or []):
-            console.print(text(f"  source {index}: {offset}"), highlight=False)
+            read = inputs[index] if index < len(inputs) else {}
+            console.print(text(f"  source {index}: {_offsets_shown(offset, read)}"), highlight=False)
         if q.get("sink"):
             console.print(text(f"  sink: {q['sink']['description']}" + (
                 f" (at batch {q['sink']['batch_id']}: {q['sink']['last_file'] or 'no file'})"

@@ -111,8 +111,9 @@ def test_a_valid_savepoint(capsys):
 
 def test_inspect_with_state_rows(capsys):
     query = {"name": "alarms", "query_id": "6a1b0c5e", "batch_id": 41, "planned_batch_id": 42, "state_version": 42,
-             "provider": "rocksdb", "offsets": [{"logOffset": 41}], "files": [{"path": "queries/alarms/metadata"}],
-             "confs": {}, "relocate": [],
+             "provider": "rocksdb", "offsets": [{"logOffset": 41}, {"doors": {"1": 70, "0": 7}, "bells": {"0": 3}}],
+             "inputs": [{"kind": "file"}, {"kind": "kafka", "bootstrap_servers": "b1:9092", "subscribe": "doors,bells"}],
+             "files": [{"path": "queries/alarms/metadata"}], "confs": {}, "relocate": [],
              "operators": [{"id": 0, "name": "stateStoreSave", "stores": ["default"], "partitions": 2, "bytes": 2150},
                            {"id": 1, "name": None, "stores": ["left-keyToNumValues", "right-keyToNumValues"],
                             "partitions": 2, "bytes": 0}]}
@@ -130,6 +131,7 @@ def test_inspect_with_state_rows(capsys):
 
         alarms  query id 6a1b0c5e  batch 41 (batch 42 planned)  state v42  rocksdb
           source 0: {'logOffset': 41}
+          source 1: kafka from b1:9092: bells 0@3; doors 0@7 1@70
         ┏━━━━━━━━━━┳━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━┓
         ┃ operator ┃ name           ┃ stores                                    ┃ partitions ┃ size    ┃
         ┡━━━━━━━━━━╇━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━┩

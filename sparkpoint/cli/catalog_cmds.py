@@ -185,7 +185,8 @@ def horizon_cmd(app, job, keep_last, max_age, directory, output):
 
     settings = app.settings
     result = horizon.horizon(directory or settings.savepoints_dir(), **_retention(keep_last, max_age), job=job,
-                             jobs=_running_jobs(settings), storage_options=settings.storage_options)
+                             jobs=_running_jobs(settings), storage_options=settings.storage_options,
+                             kafka=settings.kafka)
     emit(output, result, _render_horizon)
 
 
@@ -237,7 +238,9 @@ def _lines(source: SourceHorizon) -> list[tuple[str, str, str | None]]:
         when = f" ({iso(oldest.timestamp_ms / 1000)})" if oldest.timestamp_ms is not None else ""
         return [("", name + when, oldest.held_by)]
     if source.kind == "kafka":
-        return [(f"partition {p.partition}", f"offset {p.offset}", p.held_by) for p in source.partitions]
+        return [(f"partition {p.partition}", f"offset {p.offset}" + (
+            f" ({iso(p.timestamp_ms / 1000)})" if p.timestamp_ms is not None else ""), p.held_by)
+            for p in source.partitions]
     if source.kind in ("rate", "rate-micro-batch"):
         return [("", f"offset {source.offset}", source.held_by)]
     return [(held.query, held.offset, held.held_by) for held in source.offsets]

@@ -95,7 +95,8 @@ CATALOG_NEWEST_INPUT = _gauge("sparkpoint_catalog_newest_savepoint_input_restora
                               "tell.")
 HORIZON = _gauge("sparkpoint_horizon_timestamp_seconds", ("kind", "source"),
                  "The oldest input a kept savepoint or a running job still needs, per source, where it has a time "
-                 "(a file source's oldest needed file, as logged; a rate source's oldest row).")
+                 "(a file source's oldest needed file, as logged; a rate source's oldest row; a Kafka topic's "
+                 "oldest needed record, as its broker says).")
 SCRAPE_ERRORS = _gauge("sparkpoint_scrape_errors", ("what",),
                        "What this scrape could not read: job_record, savepoint_record, catalog, horizon, input (the "
                        "Kafka broker did not tell).")
@@ -261,7 +262,8 @@ def _catalog_metrics(settings: Settings, views: list[JobView], result: Scrape) -
                                                  default=None))
     _input_metrics(settings, by_name, result)
     try:
-        held = horizon.of(directory, entries, jobs=views, storage_options=settings.storage_options)
+        held = horizon.of(directory, entries, jobs=views, storage_options=settings.storage_options,
+                          kafka=settings.kafka, kafka_seconds=INPUT_SECONDS)
     except SparkpointError as exc:
         result.failed("horizon", f"the retention horizon could not be worked out: {exc}")
         return
@@ -305,6 +307,8 @@ def _horizon_ms(source: horizon.SourceHorizon) -> float | None:
         stamp = source.oldest_file.timestamp_ms
     elif isinstance(source, horizon.CountingHorizon):
         stamp = source.timestamp_ms
+    elif isinstance(source, horizon.KafkaHorizon):  # the topic's oldest needed record, over its partitions
+        stamp = min((p.timestamp_ms for p in source.partitions if p.timestamp_ms is not None), default=None)
     else:
         return None
     return stamp / 1000 if stamp is not None else None

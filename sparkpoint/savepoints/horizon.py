@@ -17,7 +17,9 @@ Sources are recognised by their offsets, as Spark 4.3 writes them:
   holder has read are *archivable*.
 - Kafka, ``{"<topic>": {"<partition>": <offset>}}`` (KafkaSourceOffset): per topic and partition, the smallest
   offset. A holder whose offsets name a topic but not one of its partitions reads that partition from the
-  earliest offset when it resumes (Spark's handling of a new partition): it pins that partition at 0.
+  earliest offset when it resumes (Spark's handling of a new partition): it pins that partition at 0. Asked
+  (``kafka``), the broker tells the time of the oldest record still needed in each partition: the timestamp of
+  the first record at or after that offset (restorability's broker: the configured one, else the holder's own).
 - the rate source, a number (seconds since the start it logs in ``sources/<i>/0``), and ``rate-micro-batch``,
   ``{"offset": N, "timestamp": T}`` (N values read): the smallest, per query and source.
 - any other source: each holder's offset as Spark wrote it; no order is assumed.
@@ -28,23 +30,27 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import unquote
 
+from sparkpoint.adapters.kafka_log import BROKER_SECONDS, record_times
 from sparkpoint.adapters.storage import join, storage_for, translate_errors
 from sparkpoint.errors import (
     CutUnavailableError,
     NotACheckpointError,
     NotFoundError,
     SavepointInvalidError,
+    SparkpointError,
     StorageError,
 )
 from sparkpoint.results import WHEN_SET, Result
 from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints import savepoint as sp
+from sparkpoint.savepoints.restorability import ASK_MARGIN, client_options
+from sparkpoint.times import answers_within
 from sparkpoint.spark.checkpoint import CheckpointReader, is_checkpoint
 from sparkpoint.spark.checkpoint_files import VanishedError
 from sparkpoint.spark.sources import FILE, KAFKA, OTHER, RATE, RATE_MICRO_BATCH, kafka_offsets, kind_of
@@ -82,6 +88,9 @@ class PartitionOffset(Result):
     partition: int
     offset: int  # the first offset still needed: records below it can go
     held_by: str
+    # When the record at ``offset`` (or the first after it) was written, as the broker says; null when not asked,
+    # unknown, or no record is needed yet (the offset is the log's end).
+    timestamp_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +171,7 @@ class _Need:
     key: str  # the source, before file sources nested in one another are merged
     value: Any  # file: _FileLog; kafka: {partition: offset}; rate: int; other: str
     timestamp_ms: int | None = None  # rate: when the row at ``value`` was generated
+    bootstrap: str | None = None  # kafka: the brokers the source reads, as the holder recorded them
 
 
 @dataclass
@@ -189,7 +199,8 @@ def _directory(paths: list[str]) -> str:
 
 
 def _query_needs(holder: str, query: str, offsets: list[Any], reader: CheckpointReader,
-                 warnings: list[str]) -> list[_Need]:
+                 warnings: list[str], brokers: list[str | None] = ()) -> list[_Need]:
+    """What one query of a holder needs of each source; ``brokers``: each source's Kafka brokers, where known."""
     needs = []
     for index, offset in enumerate(offsets):
         kind, own = kind_of(offset), f"{query}[{index}]"
@@ -209,7 +220,8 @@ def _query_needs(holder: str, query: str, offsets: list[Any], reader: Checkpoint
                 (log.read if entry.batch_id <= cut else log.pending)[unquote(entry.path)] = entry.timestamp_ms
             needs.append(_Need(holder, query, FILE, _directory([*log.read, *log.pending]), log))
         elif kind == KAFKA:
-            needs += [_Need(holder, query, KAFKA, topic, partitions)
+            bootstrap = brokers[index] if index < len(brokers) else None
+            needs += [_Need(holder, query, KAFKA, topic, partitions, bootstrap=bootstrap)
                       for topic, partitions in kafka_offsets(offset).items()]
         elif kind == RATE and (started_ms := reader.rate_start(index)) is not None:
             needs.append(_Need(holder, query, RATE, own, offset, started_ms + offset * 1000))
@@ -234,7 +246,8 @@ def _load_savepoint(entry: catalog.Entry, storage_options: dict | None, warnings
     for query in savepoint.queries:
         reader = CheckpointReader(storage, join(path, mf.QUERIES_DIR, query["name"]))
         try:
-            needs += _query_needs(manifest["id"], query["name"], query["offsets"], reader, warnings)
+            needs += _query_needs(manifest["id"], query["name"], query["offsets"], reader, warnings,
+                                  [read.get("bootstrap_servers") for read in query.get("inputs") or []])
         except VanishedError as gone:
             raise SavepointInvalidError(f"savepoint {manifest['id']} lacks {query['name']}/{gone}: run "
                                         "`sparkpoint verify` on it") from None
@@ -264,13 +277,14 @@ def _load_job(job: Any, storage_options: dict | None, warnings: list[str]) -> _L
         warnings.append(f"job {job.id} ({job.state}) has no checkpoint yet: not counted")
         return None
     queries, needs = [], []
+    brokers = {query.name: [source.bootstrap_servers for source in query.sources] for query in job.queries}
     for name, location in locations.items():
         storage, path = storage_for(location, storage_options)
         for attempt in range(1, ATTEMPTS + 1):
             reader = CheckpointReader(storage, path)
             try:
                 cut = reader.cut()
-                found = _query_needs(job.id, name, cut.offsets.sources, reader, warnings)
+                found = _query_needs(job.id, name, cut.offsets.sources, reader, warnings, brokers.get(name, []))
             except CutUnavailableError:  # Spark purged a log file meanwhile (VanishedError): read its newer state
                 if attempt == ATTEMPTS:
                     raise
@@ -353,20 +367,72 @@ def _file_horizon(common: dict[str, Any], needs: list[_Need], storage_options: d
     )
 
 
-def _kafka_horizon(common: dict[str, Any], needs: list[_Need], order: dict[str, int]) -> KafkaHorizon:
+def _kafka_horizon(common: dict[str, Any], needs: list[_Need], order: dict[str, int],
+                   times: dict[tuple[str, int], int | None]) -> KafkaHorizon:
     partitions = sorted({p for need in needs for p in need.value})
     pinned = []
     for partition in partitions:
         # A holder that does not know a partition of its topic reads it from the earliest offset.
         offset, _, holder = min((need.value.get(partition, 0), order[need.holder], need.holder) for need in needs)
-        pinned.append(PartitionOffset(topic=common["source"], partition=partition, offset=offset, held_by=holder))
+        pinned.append(PartitionOffset(topic=common["source"], partition=partition, offset=offset, held_by=holder,
+                                      timestamp_ms=times.get((common["source"], partition))))
     return KafkaHorizon(**common, partitions=pinned)
 
 
+def _kafka_times(needs: list[_Need], order: dict[str, int], kafka: Mapping[str, Any] | None, seconds: float,
+                 warnings: list[str]) -> dict[tuple[str, int], int | None]:
+    """(topic, partition) → the time of the oldest record still needed there, each broker asked once, all at once
+    and ``seconds`` at most; {} when not asked (``kafka`` None). What cannot be told is a warning."""
+    kafka_needs = [need for need in needs if need.kind == KAFKA]
+    if kafka is None or not kafka_needs:
+        return {}
+    configured, options = client_options(kafka)
+    topics: dict[str, list[_Need]] = {}
+    for need in kafka_needs:
+        topics.setdefault(need.key, []).append(need)
+    by_broker: dict[str, dict[tuple[str, int], int]] = {}
+    unknown = False
+    for topic, group in topics.items():
+        known = next((need.bootstrap for need in group if need.bootstrap), None)
+        for partition in {p for need in group for p in need.value}:
+            offset, _, pinned_by = min((need.value.get(partition, 0), order[need.holder], need.bootstrap or "")
+                                       for need in group)
+            broker = configured or pinned_by or known
+            if broker:
+                by_broker.setdefault(broker, {})[(topic, partition)] = offset
+            unknown = unknown or not broker
+    if unknown:
+        warnings.append("the time of the oldest Kafka record still needed is unknown where no broker is known: a "
+                        "savepoint of a plain checkpoint names none (set kafka.bootstrap_servers)")
+    brokers = sorted(by_broker)
+    failures: dict[str, str] = {}
+
+    def asking(broker: str) -> Callable[[], dict]:
+        def asked() -> dict:
+            try:
+                return record_times(broker, by_broker[broker], options, seconds)
+            except SparkpointError as exc:
+                failures[broker] = str(exc)
+                raise
+        return asked
+
+    times: dict[tuple[str, int], int | None] = {}
+    answers = answers_within([asking(b) for b in brokers], seconds + ASK_MARGIN, lambda _index: None)
+    for broker, answer in zip(brokers, answers, strict=True):
+        if answer is None:
+            warnings.append(f"the time of the oldest Kafka record still needed is unknown for the topics of {broker}: "
+                            f"{failures.get(broker, f'it did not answer within {seconds:g} s')}")
+        else:
+            times.update(answer)
+    return times
+
+
 def _assemble(directory: str, job: str | None, loaded: list[_Loaded], storage_options: dict | None,
-              warnings: list[str]) -> Horizon:
+              warnings: list[str], kafka: Mapping[str, Any] | None = None,
+              kafka_seconds: float = BROKER_SECONDS) -> Horizon:
     order = {item.holder.id: rank for rank, item in enumerate(loaded)}
     needs = [need for item in loaded for need in item.needs]  # oldest holder first
+    times = _kafka_times(needs, order, kafka, kafka_seconds, warnings)
     # File sources: a directory nested in another one's is that source (partitioned input, read in part).
     directories = sorted({n.key for n in needs if n.kind == FILE}, key=len)
 
@@ -385,7 +451,7 @@ def _assemble(directory: str, job: str | None, loaded: list[_Loaded], storage_op
         if kind == FILE:
             sources.append(_file_horizon(common, group, storage_options, warnings))
         elif kind == KAFKA:
-            sources.append(_kafka_horizon(common, group, order))
+            sources.append(_kafka_horizon(common, group, order, times))
         elif kind in (RATE, RATE_MICRO_BATCH):
             offset, _, holder, timestamp_ms = min((n.value, order[n.holder], n.holder, n.timestamp_ms)
                                                   for n in group)
@@ -414,16 +480,19 @@ def _load(entries: list[catalog.Entry], job: str | None, jobs: Iterable[Any], st
 
 
 def of(directory: str, entries: list[catalog.Entry], *, job: str | None = None, jobs: Iterable[Any] = (),
-       storage_options: dict | None = None) -> Horizon:
+       storage_options: dict | None = None, kafka: Mapping[str, Any] | None = None,
+       kafka_seconds: float = BROKER_SECONDS) -> Horizon:
     """The horizon of the savepoints ``entries`` (only complete ones count) and of the running ``jobs``
-    (``JobView``s as ``list`` gives them: ``id``, ``name``, ``state``, ``checkpoint_root``, ``queries``)."""
+    (``JobView``s as ``list`` gives them: ``id``, ``name``, ``state``, ``checkpoint_root``, ``queries``). With
+    ``kafka`` (the configuration's, {} for none), the brokers are asked when Kafka's oldest needed records were
+    written, ``kafka_seconds`` at most."""
     warnings: list[str] = []
     saved, live = _load(entries, job, jobs, storage_options, warnings)
-    return _assemble(directory, job, saved + live, storage_options, warnings)
+    return _assemble(directory, job, saved + live, storage_options, warnings, kafka, kafka_seconds)
 
 
 def horizon(directory: str, *, keep_last: int | None = None, max_age: float | None = None, job: str | None = None,
-            jobs: Iterable[Any] = (), storage_options: dict | None = None,
+            jobs: Iterable[Any] = (), storage_options: dict | None = None, kafka: Mapping[str, Any] | None = None,
             clock: Callable[[], float] = time.time) -> Horizon:
     """The horizon of the catalog in ``directory``: the savepoints the retention policy keeps (every complete
     one without ``keep_last`` and ``max_age``; only ``job``'s with it) and ``job``'s (or every) running job."""
@@ -432,7 +501,7 @@ def horizon(directory: str, *, keep_last: int | None = None, max_age: float | No
         kept = [e for e in entries if job is None or e.job == job]
     else:
         _delete, kept = catalog.prune_plan(entries, keep_last, max_age, job, clock())
-    return of(directory, kept, job=job, jobs=jobs, storage_options=storage_options)
+    return of(directory, kept, job=job, jobs=jobs, storage_options=storage_options, kafka=kafka)
 
 
 def preview(pruned: catalog.Pruned, *, job: str | None = None, jobs: Iterable[Any] = (),

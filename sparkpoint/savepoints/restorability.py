@@ -129,18 +129,25 @@ def check_input(savepoints: Iterable[Savepoint], kafka: Mapping[str, Any],
     return check_reads({savepoint.path: kafka_reads(savepoint) for savepoint in savepoints}, kafka, ask)
 
 
+def client_options(kafka: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """The configuration's ``kafka`` settings as (the broker it names for every savepoint, or None; the client's
+    other options: security protocol, SASL, SSL)."""
+    options = dict(kafka)
+    configured = options.pop("bootstrap_servers", None)
+    if isinstance(configured, (list, tuple)):  # kafka-python takes a list as well as "host:port,host:port"
+        configured = ",".join(map(str, configured))
+    return (str(configured) if configured else None), options
+
+
 def check_reads(reads: Mapping[str, list[KafkaRead]], kafka: Mapping[str, Any], ask: Callable[..., dict] = log_bounds,
                 timeout: float = BROKER_SECONDS) -> dict[str, InputCheck | None]:
     """check_input of what each savepoint reads (kafka_reads), by any key. Each broker is asked once for all of
     them, all brokers at once; one that does not answer within ``timeout`` (or none known) makes the checks that
     need it ``unknown``. A configuration the client refuses, or no client installed, is raised (exit 3, exit 10)."""
-    options = dict(kafka)
-    configured = options.pop("bootstrap_servers", None)
-    if isinstance(configured, (list, tuple)):  # kafka-python takes a list as well as "host:port,host:port"
-        configured = ",".join(map(str, configured))
+    configured, options = client_options(kafka)
 
     def broker_of(read: KafkaRead) -> str | None:
-        return str(configured) if configured else read.bootstrap
+        return configured or read.bootstrap
 
     topics: dict[str, set[str]] = {}
     for each in reads.values():

@@ -27,25 +27,34 @@ def admin(broker):
     return KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10000)
 
 
+# Record i is stamped EPOCH_MS + i seconds: an hour ago, within the broker's retention by time (7 days), which
+# reads the records' own timestamps.
+EPOCH_MS = (int(time.time()) - 3600) * 1000
+
+
 def produce(broker, topic: str, count: int, start: int = 0, partitions: int = 3) -> None:
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
     for index in range(start, start + count):
-        producer.send(topic, key=f"k{index % 7}".encode(), value=b"x", partition=index % partitions)
+        producer.send(topic, key=f"k{index % 7}".encode(), value=b"x", partition=index % partitions,
+                      timestamp_ms=EPOCH_MS + index * 1000)
     producer.flush()
     producer.close()
 
 
-def restorable_metric(sparkpoint) -> float:
+def metric(sparkpoint, name: str, labels: dict[str, str]) -> float:
     from prometheus_client.parser import text_string_to_metric_families
 
     code, out, err = sparkpoint("metrics")
     assert code == 0, err
     (value,) = [sample.value for family in text_string_to_metric_families(out) for sample in family.samples
-                if sample.name == "sparkpoint_catalog_newest_savepoint_input_restorable"
-                and sample.labels == {"name": "clicks"}]
+                if sample.name == name and sample.labels == labels]
     return value
+
+
+def restorable_metric(sparkpoint) -> float:
+    return metric(sparkpoint, "sparkpoint_catalog_newest_savepoint_input_restorable", {"name": "clicks"})
 
 
 def drained_checkpoint(broker, root: Path) -> Path:
@@ -88,6 +97,13 @@ def test_a_savepoint_whose_input_retention_deleted_is_refused_with_what_is_lost(
     code, out, _ = sparkpoint("inspect", savepoint, "-o", "json")
     assert json.loads(out)["input"]["status"] == "restorable"
     assert restorable_metric(sparkpoint) == 1
+    # The horizon: offset 100 of each partition, written when the producer's record 300 + partition was.
+    code, out, err = sparkpoint("horizon", "-o", "json")
+    (source,) = json.loads(out)["sources"]
+    assert [(p["partition"], p["offset"], p["timestamp_ms"]) for p in source["partitions"]] == [
+        (partition, 100, EPOCH_MS + (300 + partition) * 1000) for partition in range(3)], err
+    assert metric(sparkpoint, "sparkpoint_horizon_timestamp_seconds", {"kind": "kafka", "source": TOPIC}) == (
+        EPOCH_MS + 300_000) / 1000
 
     # Retention overtakes the savepoint on one partition: 100 read, 120 there, the log now starts at 110.
     client.delete_records({TopicPartition(TOPIC, 1): 110})

@@ -82,7 +82,7 @@ def plan_sources(query) -> list[dict[str, str]]:
     """What each source of the query reads (spark.sources.source_record), in the order of its offsets, from the
     query's analyzed plan: its streaming leaves, each with the reader's options. [] when Spark's internals are
     not as read here (then a savepoint records no sources, and a check asks the configured broker only)."""
-    key = str(query.runId)
+    key = str(getattr(query, "runId", ""))
     if key not in _PLAN_SOURCES:
         found = []
         try:
@@ -177,7 +177,7 @@ class Stop:
         self.delivered = threading.Event()  # the final report has been read by the caller
         self._queries = [(query, {"name": query.name, "id": str(query.id), "checkpoint": _checkpoint(query),
                                   "sink": sink_of(query), "sink_log_interval": sink_log_interval(query),
-                                  "state": "waiting", "at_boundary": None, "how": None,
+                                  "sources": plan_sources(query), "state": "waiting", "at_boundary": None, "how": None,
                                   "seconds": None})
                          for query in queries]
         self._threads = [threading.Thread(target=self._stop_one, args=(query, record, jvm, spark_version),

@@ -27,7 +27,8 @@ from sparkpoint.spark.checkpoint import empty_batch
 from sparkpoint.spark.checkpoint_files import companion_names
 from sparkpoint.spark.file_sink import KAFKA_SINK
 from sparkpoint.spark.state_files import parse_state_file
-from sparkpoint.spark_versions import ANSI_CONF, REFUSALS
+from sparkpoint.spark.sources import KAFKA, kind_of
+from sparkpoint.spark_versions import ANSI_CONF, KAFKA_RERUN_DEFECT, KAFKA_RERUN_NOTE, REFUSALS
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 # Problems that say the check could not decide, not that the restore would fail (an error Spark gave for
@@ -196,7 +197,9 @@ def _query_problems(saved: dict[str, Any], outcome: dict[str, Any], operators: l
                                 "restores its state under the job's checkpoint root, which the query would not "
                                 "read, so it would start without its state; drop the option"))
     error = outcome.get("error")
-    if error:
+    if error and KAFKA_RERUN_DEFECT in error and any(kind_of(offset) == KAFKA for offset in saved["offsets"]):
+        problems.append(Problem(name, None, "spark_error", f"query {name}: {KAFKA_RERUN_NOTE}"))
+    elif error:
         kind = next((kind for marker, kind in REFUSALS if marker in error), "spark_error")
         only = saved_ops[0]["id"] if len(saved_ops) == 1 and kind == "state_schema" else None
         where = f" operator {only} ({saved_ops[0]['name']})" if only is not None else ""

@@ -11,99 +11,24 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
 from clitools import cli, cli_json, process_gone, wait_for
 
+from topics import APP, Producer, batches, create_topics, jars, newest, topic_counts
+
 from sparkpoint.times import poll_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-APP = str(Path(__file__).parent / "apps" / "topic_counts.py")
-TOPIC, FORK_TOPIC, KEYS, PARTITIONS = "events", "counts-b", 40, 3
-
-
-class Producer:
-    """Writes records to TOPIC, keys k0..k39 in turn, at about ``rate`` a second, until stopped; counts each key."""
-
-    def __init__(self, bootstrap: str, rate: int = 100):
-        from kafka import KafkaProducer
-
-        self.producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20)
-        self.sent: Counter = Counter()
-        self.rate = rate
-        self.ended = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        index = 0
-        while not self.ended.is_set():
-            for _ in range(self.rate // 10):
-                key = f"k{index % KEYS}"
-                self.producer.send(TOPIC, key=key.encode(), value=b"1", partition=index % PARTITIONS)
-                self.sent[key] += 1
-                index += 1
-            time.sleep(0.1)
-
-    def stop(self) -> Counter:
-        self.ended.set()
-        self.thread.join()
-        self.producer.flush()
-        self.producer.close()
-        return self.sent
-
-
-def newest(*outputs: Path) -> dict[str, int]:
-    """Each key's count as the newest batch that updated it says, over the outputs of the versions in turn."""
-    counts = {}
-    for out in outputs:
-        for path in sorted(out.glob("batch-*.json"), key=lambda p: int(p.stem.split("-")[1])):
-            counts.update(json.loads(path.read_text()))
-    return counts
-
-
-def topic_counts(bootstrap: str, topic: str) -> dict[str, int]:
-    """Each key's newest count in ``topic`` up to its end now, as Spark's Kafka sink wrote it (the last record per
-    key wins)."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    partitions = [TopicPartition(topic, index) for index in sorted(consumer.partitions_for_topic(topic) or ())]
-    consumer.assign(partitions)
-    consumer.seek_to_beginning()
-    ends, counts = consumer.end_offsets(partitions), {}
-    deadline = time.monotonic() + 30
-    while any(consumer.position(tp) < ends[tp] for tp in partitions) and time.monotonic() < deadline:
-        for records in consumer.poll(timeout_ms=500).values():
-            counts.update((record.key.decode(), int(record.value)) for record in records)
-    consumer.close()
-    return counts
-
-
-def batches(out: Path) -> list[int]:
-    return sorted(int(p.stem.split("-")[1]) for p in out.glob("batch-*.json"))
-
-
-def jars() -> str:
-    import local_kafka  # conftest's kafka_broker put scripts/ on the path
-
-    return ",".join(local_kafka.connector_jars("4.3"))
+TOPIC, FORK_TOPIC = "events", "counts-b"
 
 
 def test_a_kafka_job_stops_restores_rolls_back_forks_and_rescales_exactly(kafka_broker, tmp_path):
-    from kafka.admin import KafkaAdminClient
-
     bootstrap, home = kafka_broker.bootstrap, tmp_path / "home"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
-    admin.create_topics({TOPIC: {"num_partitions": PARTITIONS, "replication_factor": 1},
-                         FORK_TOPIC: {"num_partitions": 1, "replication_factor": 1}}, wait_for_metadata=True)
-    admin.close()
-    producer = Producer(bootstrap)
+    create_topics(bootstrap, {TOPIC: 3, FORK_TOPIC: 1})
+    producer = Producer(bootstrap, TOPIC)
     jobs_left = []  # cancelled at the end, whatever happens
     try:
         out1, out2, out3 = tmp_path / "v1", tmp_path / "v1-again", tmp_path / "fails"
@@ -139,6 +64,7 @@ def test_a_kafka_job_stops_restores_rolls_back_forks_and_rescales_exactly(kafka_
         cut = stopped["queries"][0]
         assert cut["at_boundary"] is True and cut["replayed_batch_id"] is None and process_gone(v1["pid"])
         assert max(batches(out1)) == cut["batch_id"]
+        assert cli_json(home, "inspect", stopped["path"])["queries"][0]["inputs"] == query["inputs"]
         code, out, err = run("-s", stopped["path"], out=out2)
         assert code == 0, err[-3000:]
         v1_again = json.loads(out)

@@ -148,7 +148,7 @@ def console():
     """Tables for stdout; wide when piped or logged, so ids and paths are never wrapped."""
     from rich.console import Console
 
-    return Console(width=None if sys.stdout.isatty() else 240)
+    return Console(width=None if sys.stdout.isatty() else 200)
 
 
 def human_bytes(count: int | None) -> str:

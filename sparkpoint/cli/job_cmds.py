@@ -260,9 +260,11 @@ def _render_jobs(jobs: list[ListedJob]) -> None:
     if not jobs:
         click.echo("No running jobs (--all lists ended ones).", err=True)
         return
+    # The Kafka sources' column only when some query reads Kafka: for the others it would say nothing.
+    reads = any(source.kind == "kafka" for job in jobs for query in job.queries for source in query.sources)
     table = Table()
     for column in ("job", "state", "application", "spark", "query", "batch", "input", "processed", "state rows",
-                   "reads", "last savepoint"):
+                   *(["reads"] if reads else []), "last savepoint"):
         # Ids and names are never cut: when the line is too long, the list of topics wraps.
         table.add_column(column, no_wrap=column != "reads", overflow="fold")
     for job in jobs:
@@ -272,7 +274,8 @@ def _render_jobs(jobs: list[ListedJob]) -> None:
                 (job.id or f"{job.name} (ui)") if first else "", job.state if first else "",
                 (job.app_id or "-") if first else "", (job.spark_version or "-") if first else "",
                 *((query.name or "-", _plain(query.batch_id), _rate(query.input_rate), _rate(query.processing_rate),
-                   _plain(query.state_rows), _reads(query.sources)) if query else ("-",) * 6),
+                   _plain(query.state_rows)) if query else ("-",) * 5),
+                *([_reads(query.sources) if query else "-"] if reads else []),
                 (job.last_savepoint or "-").rsplit("/", 1)[-1] if first else "",
             )
             table.add_row(*map(text, cells))

@@ -324,11 +324,16 @@ def test_the_jobs_table_prints_names_literally(capsys):
     from sparkpoint.cli.job_cmds import _render_jobs
 
     job = job_view(id=HOSTILE, name=HOSTILE, state="running", app_id=HOSTILE, last_savepoint="/sp/sp-1",
-                   spark_version=HOSTILE, queries=[live_query(name=HOSTILE, batch_id=3, sources=[
-                       {"kind": "kafka", "subscribe": HOSTILE, "offsets_behind_latest": 5}])])
+                   spark_version=HOSTILE, queries=[live_query(name=HOSTILE, batch_id=3)])
     body = next(line for line in rendered(capsys, _render_jobs, [job]) if line.startswith("│"))
     assert [cell.strip() for cell in body.strip("│").split("│")] == [
-        SHOWN, "running", SHOWN, SHOWN, SHOWN, "3", "-", "-", "-", f"{SHOWN} (5 behind)", "sp-1"]
+        SHOWN, "running", SHOWN, SHOWN, SHOWN, "3", "-", "-", "-", "sp-1"]
+    # A topic's name, as a Kafka source's reader option gave it (the reads column, there for Kafka only).
+    job = job_view(id="j", name="j", state="running", app_id="a", last_savepoint=None, spark_version="4.3.0",
+                   queries=[live_query(name="q", batch_id=3, sources=[
+                       {"kind": "kafka", "subscribe": HOSTILE, "offsets_behind_latest": 5}])])
+    body = next(line for line in rendered(capsys, _render_jobs, [job]) if line.startswith("│"))
+    assert [cell.strip() for cell in body.strip("│").split("│")][-2:] == [f"{SHOWN} (5 behind)", "-"]
 
 
 def test_the_cluster_renderers_print_paths_literally(capsys):

@@ -28,6 +28,7 @@ Sources are recognised by their offsets, as Spark 4.3 writes them:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -49,8 +50,7 @@ from sparkpoint.results import WHEN_SET, Result
 from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints import savepoint as sp
-from sparkpoint.savepoints.restorability import ASK_MARGIN, client_options
-from sparkpoint.times import answers_within
+from sparkpoint.savepoints.restorability import ask_brokers, client_options
 from sparkpoint.spark.checkpoint import CheckpointReader, is_checkpoint
 from sparkpoint.spark.checkpoint_files import VanishedError
 from sparkpoint.spark.sources import FILE, KAFKA, OTHER, RATE, RATE_MICRO_BATCH, kafka_offsets, kind_of
@@ -404,24 +404,15 @@ def _kafka_times(needs: list[_Need], order: dict[str, int], kafka: Mapping[str, 
     if unknown:
         warnings.append("the time of the oldest Kafka record still needed is unknown where no broker is known: a "
                         "savepoint of a plain checkpoint names none (set kafka.bootstrap_servers)")
-    brokers = sorted(by_broker)
-    failures: dict[str, str] = {}
-
-    def asking(broker: str) -> Callable[[], dict]:
-        def asked() -> dict:
-            try:
-                return record_times(broker, by_broker[broker], options, seconds)
-            except SparkpointError as exc:
-                failures[broker] = str(exc)
-                raise
-        return asked
-
+    answers, failures = ask_brokers({broker: functools.partial(record_times, broker, positions, options, seconds)
+                                     for broker, positions in by_broker.items()}, seconds)
     times: dict[tuple[str, int], int | None] = {}
-    answers = answers_within([asking(b) for b in brokers], seconds + ASK_MARGIN, lambda _index: None)
-    for broker, answer in zip(brokers, answers, strict=True):
+    for broker, answer in answers.items():
         if answer is None:
+            failure = failures.get(broker)
+            why = str(failure) if isinstance(failure, SparkpointError) else f"it did not answer within {seconds:g} s"
             warnings.append(f"the time of the oldest Kafka record still needed is unknown for the topics of {broker}: "
-                            f"{failures.get(broker, f'it did not answer within {seconds:g} s')}")
+                            f"{why}")
         else:
             times.update(answer)
     return times

@@ -26,9 +26,10 @@ and waited for BROKER_SECONDS at most.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sparkpoint.adapters.kafka_log import BROKER_SECONDS, LogBounds, log_bounds
 from sparkpoint.errors import InputGoneError, UnreachableError
@@ -37,6 +38,7 @@ from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.spark.sources import kafka_offsets
 from sparkpoint.times import answers_within
 
+T = TypeVar("T")
 RESTORABLE, UNRESTORABLE, UNKNOWN = "restorable", "unrestorable", "unknown"
 ASK_MARGIN = 0.5  # past the client's own timeouts, the answer is no longer waited for (see log_bounds)
 
@@ -129,6 +131,27 @@ def check_input(savepoints: Iterable[Savepoint], kafka: Mapping[str, Any],
     return check_reads({savepoint.path: kafka_reads(savepoint) for savepoint in savepoints}, kafka, ask)
 
 
+def ask_brokers(asks: Mapping[str, Callable[[], T]],
+                seconds: float) -> tuple[dict[str, T | None], dict[str, BaseException]]:
+    """Each broker's answer to its call, all asked at once and waited for ``seconds`` (past the client's own
+    timeouts by ASK_MARGIN): None for one that did not answer in time or raised; and what each that raised
+    raised, for the caller to say or raise."""
+    brokers = sorted(asks)
+    failures: dict[str, BaseException] = {}
+
+    def asking(broker: str) -> Callable[[], T]:
+        def asked() -> T:
+            try:
+                return asks[broker]()
+            except BaseException as exc:  # handed to the caller's thread
+                failures[broker] = exc
+                raise
+        return asked
+
+    answers = answers_within([asking(broker) for broker in brokers], seconds + ASK_MARGIN, lambda _index: None)
+    return dict(zip(brokers, answers, strict=True)), failures
+
+
 def client_options(kafka: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
     """The configuration's ``kafka`` settings as (the broker it names for every savepoint, or None; the client's
     other options: security protocol, SASL, SSL)."""
@@ -154,23 +177,11 @@ def check_reads(reads: Mapping[str, list[KafkaRead]], kafka: Mapping[str, Any], 
         for read in each:
             if broker_of(read):
                 topics.setdefault(broker_of(read), set()).add(read.topic)
-    brokers = sorted(topics)
-    failures: dict[str, BaseException] = {}
-
-    def asking(broker: str) -> Callable[[], dict]:
-        def asked() -> dict:
-            try:
-                return ask(broker, topics[broker], options, timeout)
-            except BaseException as exc:  # handed to the caller's thread below
-                failures[broker] = exc
-                raise
-        return asked
-
-    answers = answers_within([asking(broker) for broker in brokers], timeout + ASK_MARGIN, lambda _index: None)
-    for broker in brokers:
-        if broker in failures and not isinstance(failures[broker], UnreachableError):
-            raise failures[broker]
-    logs = dict(zip(brokers, answers, strict=True))
+    logs, failures = ask_brokers({broker: functools.partial(ask, broker, brokers_topics, options, timeout)
+                                  for broker, brokers_topics in topics.items()}, timeout)
+    for failure in failures.values():
+        if not isinstance(failure, UnreachableError):
+            raise failure
 
     def judged(each: list[KafkaRead]) -> InputCheck | None:
         if not each:

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sparkpoint.cli.context import PATH_PART, echo, emit, human_bytes, output_option, pass_app, text
+from sparkpoint.cli.context import (PATH_PART, echo, emit, human_bytes, output_option, partition_offsets, pass_app,
+                                    text)
 from sparkpoint.cli.context import console as make_console
 from sparkpoint.times import iso
 
@@ -74,14 +75,15 @@ def _render_list(entries: list[Entry]) -> None:
         click.echo("No savepoints.", err=True)
         return
     kafka = any(entry.input is not None for entry in entries)
-    table = Table("job", "created", "queries @ batch", "size", "spark", "status", *(("input",) if kafka else ()))
+    table = Table("job", "created", "queries @ batch", "size", "spark", "status",
+                  *(("input", "reads next") if kafka else ()))
     # Ids are what operators copy into the next command: never truncate them.
     table.add_column("id", overflow="fold")
     for entry in entries:
         queries = ", ".join(f"{q['name']}@{q['batch_id']}" for q in entry.queries) or "-"
         status = (text(entry.status) if entry.status == "complete"
                   else text(f"{entry.status}: {entry.problem}", "red"))
-        said = [_input_said(entry.input)] if kafka else []
+        said = [_input_said(entry.input), _reads_next(entry)] if kafka else []
         table.add_row(text(entry.job or "-"), text(entry.created_at or "-"), text(queries), human_bytes(entry.bytes),
                       text(entry.spark_version or "-"), status, *said, text(entry.id))
     make_console().print(table)
@@ -91,6 +93,11 @@ def _render_list(entries: list[Entry]) -> None:
     # Why the input is unknown is the same for every savepoint the broker was asked about: said once.
     for why in dict.fromkeys(e.input.why for e in entries if e.input is not None and e.input.status == "unknown"):
         echo(f"input unknown: {why}")
+
+
+def _reads_next(entry: Entry):
+    """Where each Kafka source of the savepoint reads next, per topic and partition."""
+    return text("; ".join(partition_offsets(read.topic, read.partitions) for read in entry.reads) or "-")
 
 
 def _input_said(checked: InputCheck | None):
@@ -128,7 +135,7 @@ def prune_cmd(app, keep_last, max_age, job, directory, unrestorable, dry_run, ou
                            unrestorable_of=settings.kafka if unrestorable else None)
     if dry_run:
         result = horizon.preview(result, job=job, jobs=_running_jobs(settings),
-                                 storage_options=settings.storage_options)
+                                 storage_options=settings.storage_options, kafka=settings.kafka)
     emit(output, result, _render_pruned)
 
 

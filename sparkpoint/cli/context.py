@@ -151,6 +151,11 @@ def console():
     return Console(width=None if sys.stdout.isatty() else 200)
 
 
+def partition_offsets(topic: str, partitions: dict[int, int]) -> str:
+    """A topic's offsets read next, as operators read them: ``topic 0@120 1@118``."""
+    return f"{topic} " + " ".join(f"{partition}@{offset}" for partition, offset in sorted(partitions.items()))
+
+
 def human_bytes(count: int | None) -> str:
     value = float(count or 0)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):

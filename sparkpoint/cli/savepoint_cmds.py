@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 import click
 
 from sparkpoint.cli.metrics_cmds import metrics_file_option
-from sparkpoint.cli.context import PATH_PART, SAVEPOINT, echo, emit, human_bytes, output_option, pass_app, text
+from sparkpoint.cli.context import (PATH_PART, SAVEPOINT, echo, emit, human_bytes, output_option, partition_offsets,
+                                    pass_app, text)
 from sparkpoint.cli.context import console as make_console
 from sparkpoint.errors import BadArgumentError, RecordedFailureError, SavepointInvalidError
 
@@ -186,9 +187,8 @@ def _offsets_shown(offset, read: dict) -> str:
     if not topics:
         return str(offset)
     where = f" from {read['bootstrap_servers']}" if read.get("bootstrap_servers") else ""
-    return f"kafka{where}: " + "; ".join(
-        f"{topic} " + " ".join(f"{partition}@{value}" for partition, value in sorted(partitions.items()))
-        for topic, partitions in sorted(topics.items()))
+    return f"kafka{where}: " + "; ".join(partition_offsets(topic, partitions)
+                                         for topic, partitions in sorted(topics.items()))
 
 
 def _render_inspected(inspected: Inspected) -> None:

@@ -496,15 +496,15 @@ def horizon(directory: str, *, keep_last: int | None = None, max_age: float | No
 
 
 def preview(pruned: catalog.Pruned, *, job: str | None = None, jobs: Iterable[Any] = (),
-            storage_options: dict | None = None) -> PrunePreview:
+            storage_options: dict | None = None, kafka: Mapping[str, Any] | None = None) -> PrunePreview:
     """A dry run of ``prune`` with the horizon now (its savepoints in scope, and the running jobs) and after
-    it (without those it would delete)."""
+    it (without those it would delete); ``kafka`` as for ``of``."""
     warnings: list[str] = []
     saved, live = _load([*pruned.deleted, *pruned.kept], job, jobs, storage_options, warnings)
     going = {e.id for e in pruned.deleted}
-    before = _assemble(pruned.directory, job, saved + live, storage_options, list(warnings))
+    before = _assemble(pruned.directory, job, saved + live, storage_options, list(warnings), kafka)
     kept = [item for item in saved if item.holder.id not in going]
-    after = _assemble(pruned.directory, job, kept + live, storage_options, list(warnings))
+    after = _assemble(pruned.directory, job, kept + live, storage_options, list(warnings), kafka)
     return PrunePreview(**{f.name: getattr(pruned, f.name) for f in fields(catalog.Pruned)},
                         horizon=Move(before=before, after=after))
 

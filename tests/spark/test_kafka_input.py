@@ -94,6 +94,10 @@ def test_a_savepoint_whose_input_retention_deleted_is_refused_with_what_is_lost(
     code, out, err = sparkpoint("savepoints", "-o", "json")
     (entry,) = json.loads(out)
     assert code == 0 and entry["input"]["status"] == "restorable" and entry["input"]["gaps"] == [], err
+    assert entry["reads"] == [{"query": "counts", "source": 0, "topic": TOPIC, "bootstrap_servers": None,
+                               "partitions": [{"partition": p, "offset": 100} for p in range(3)]}]
+    code, out, err = sparkpoint("savepoints")
+    assert code == 0 and f"{TOPIC} 0@100 1@100 2@100" in out, err
     code, out, _ = sparkpoint("inspect", savepoint, "-o", "json")
     assert json.loads(out)["input"]["status"] == "restorable"
     assert restorable_metric(sparkpoint) == 1
@@ -104,6 +108,8 @@ def test_a_savepoint_whose_input_retention_deleted_is_refused_with_what_is_lost(
         (partition, 100, EPOCH_MS + (300 + partition) * 1000) for partition in range(3)], err
     assert metric(sparkpoint, "sparkpoint_horizon_timestamp_seconds", {"kind": "kafka", "source": TOPIC}) == (
         EPOCH_MS + 300_000) / 1000
+    code, out, err = sparkpoint("prune", "--keep-last", "1", "--dry-run", "-o", "json")
+    assert code == 0 and json.loads(out)["horizon"]["before"]["sources"] == [source], err
 
     # Retention overtakes the savepoint on one partition: 100 read, 120 there, the log now starts at 110.
     client.delete_records({TopicPartition(TOPIC, 1): 110})

@@ -145,6 +145,13 @@ class InputGoneError(SparkpointError):
     exit_code = 20
 
 
+class StopRefusedError(SparkpointError):
+    """A stop that would interrupt a batch it cannot wait for: a real-time query's batch ends after the stop's
+    timeout. Nothing was stopped; the message says the timeout that lets the batch end."""
+
+    exit_code = 21
+
+
 class StopInterruptedError(SparkpointError):
     """Ctrl-C during a stop: the driver goes on ending its queries, but no savepoint is taken; says
     where their checkpoints stay."""

@@ -293,7 +293,7 @@ def _render_jobs(jobs: list[ListedJob]) -> None:
 @click.option("--savepoint-path", metavar="DIR", help="Where the savepoint goes [default: the home's catalog].")
 @click.option("--timeout", type=Seconds(min=0), default=60.0, show_default=True,
               help="Seconds to let the batch in flight commit; a longer batch is interrupted (and replayed "
-                   "on restore).")
+                   "on restore). A real-time query's batch that ends later is not: the stop is refused (exit 21).")
 @output_option
 @pass_app
 def stop_cmd(app, job_ref, savepoint_path, timeout, output):

@@ -57,13 +57,15 @@ class LiveQuery(Result):
     trigger_active: bool | None
     checkpoint: str | None
     sources: list[LiveSource] = field(default_factory=list)  # none from a driver UI
+    real_time_batch_seconds: float | None = None  # a real-time trigger's batch duration; None for any other
 
     @classmethod
     def from_report(cls, report: Any) -> LiveQuery:
         report = report if isinstance(report, dict) else {}
         values = {f.name: report.get(f.name) for f in fields(cls)}
         # An agent's report is JSON from another process: a count or rate that is not a number shows as none.
-        for name in ("batch_id", "input_rate", "processing_rate", "state_rows", "state_bytes"):
+        for name in ("batch_id", "input_rate", "processing_rate", "state_rows", "state_bytes",
+                     "real_time_batch_seconds"):
             values[name] = json_number(values[name])
         sources = values["sources"] if isinstance(values["sources"], list) else []
         values["sources"] = [LiveSource.from_report(source) for source in sources[:MAX_SOURCES]]

@@ -13,7 +13,8 @@ from typing import Any
 from sparkpoint.adapters.processes import pid_alive
 from sparkpoint.adapters.transfer import NullProgress, Progress
 from sparkpoint.config import Settings
-from sparkpoint.errors import JobFailedError, JobNotRunningError, SparkpointError, StopInterruptedError
+from sparkpoint.errors import (JobFailedError, JobNotRunningError, SparkpointError, StopInterruptedError,
+                               StopRefusedError)
 from sparkpoint.jobs.drivers import DriverExit, end_driver
 from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, client_for, describe_job, state_of
@@ -47,6 +48,8 @@ def stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target
         stopped = _await_boundary(client_for(registry, job), job, timeout, progress or NullProgress(), sleep, clock)
         if not stopped:
             raise JobNotRunningError(f"job {job.id} runs no streaming query to stop")
+    except StopRefusedError:
+        raise  # nothing was stopped, and no savepoint tried: the job runs on as before
     except SparkpointError as exc:  # the stop's savepoint was never taken: a failed one (create_savepoint's own
         registry.savepoint_failed(job, exc)  # failures it records itself)
         raise
@@ -95,6 +98,8 @@ def _await_boundary(client, job: Job, timeout: float, progress: Progress, sleep,
     interrupted at ``timeout``), showing what is being waited for meanwhile."""
     def reports() -> Iterator[dict[str, Any]]:
         report = client.request_stop(timeout)
+        if report.get("refused"):
+            raise StopRefusedError(_refusal(job, timeout, report["refused"]))
         while True:
             yield report
             report = _next_report(client, job, report)
@@ -121,6 +126,18 @@ def _await_boundary(client, job: Job, timeout: float, progress: Progress, sleep,
     finally:
         progress.finish()
     return report["queries"]
+
+
+def _refusal(job: Job, timeout: float, refused: Any) -> str:
+    """The agent's refusal, worded: which real-time batches would be cut short, and the timeout that lets them end."""
+    refused = refused if isinstance(refused, dict) else {}
+    queries = [q for q in refused.get("queries") or [] if isinstance(q, dict)]
+    said = ", ".join(f"{q.get('name')} (batches of {q.get('batch_seconds')} s, this one ends within "
+                     f"{q.get('ends_in')} s)" for q in queries) or "a real-time query"
+    return (f"job {job.id} was not stopped: its batch in flight would be interrupted at the stop's timeout "
+            f"({timeout:g} s) in real-time query {said}, and the output it wrote would be written again after a "
+            f"restore; give the stop {refused.get('needed_seconds')} s or more (stop --timeout, run --replace "
+            "--stop-timeout), or cancel the job")
 
 
 def _next_report(client, job: Job, last: dict[str, Any]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from sparkpoint.adapters.processes import process_start
 from sparkpoint.jobs.protocol import write_agent_file
 from sparkpoint.times import iso, poll_until
-from sparkpoint.runtime.boundary import stop_at_next_boundary, stop_when_idle, stream_thread
+from sparkpoint.runtime.boundary import real_time_batch, stop_at_next_boundary, stop_when_idle, stream_thread
 from sparkpoint.runtime.endpoint import ControlServer
 from sparkpoint.spark.sources import kind_of, offsets_behind, source_record
 
@@ -71,6 +71,7 @@ def describe(query) -> dict[str, Any]:
         "sink": sink_of(query),
         "sink_log_interval": sink_log_interval(query),
         "sources": sources_of(query, progress),
+        "real_time_batch_seconds": real_time.seconds if (real_time := real_time_batch(query)) else None,
     }
 
 
@@ -164,6 +165,14 @@ def sink_log_interval(query) -> str | None:
         return str(query._jsq.sparkSession().conf().get(SINK_LOG_INTERVAL, "10"))
     except Exception:  # noqa: BLE001 - a session without it (or py4j gone): the rollback then assumes Spark's default
         return None
+
+
+def _too_soon(queries: list, timeout: float) -> dict[str, Any] | None:
+    """The real-time queries whose batch in flight a stop within ``timeout`` would interrupt (see runtime.boundary),
+    or None: then nothing is stopped, and the stop can be asked again with a timeout that lets the batch end."""
+    late = [{"name": query.name, "batch_seconds": batch.seconds, "ends_in": round(batch.ends_in, 1)}
+            for query in queries if (batch := real_time_batch(query)) is not None and batch.ends_in > timeout]
+    return {"queries": late, "needed_seconds": math.ceil(max(q["ends_in"] for q in late))} if late else None
 
 
 class Stop:
@@ -284,7 +293,11 @@ class Agent:
             if self._stop is None or self._stop.done:
                 session = self.session()
                 jvm = getattr(getattr(session, "sparkContext", None), "_jvm", None)
-                self._stop = Stop(self.queries(), timeout, jvm, getattr(session, "version", ""))
+                queries = self.queries()
+                refusal = _too_soon(queries, timeout)
+                if refusal:
+                    return {"done": True, "refused": refusal, "seconds": 0.0, "queries": []}
+                self._stop = Stop(queries, timeout, jvm, getattr(session, "version", ""))
         return self.stop_report()
 
     def stop_report(self) -> dict[str, Any] | None:

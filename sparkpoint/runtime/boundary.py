@@ -25,6 +25,17 @@ thread is let go: that batch runs, and is caught at its commit. A thread that wo
 between the look and the request can only have got as far as that lock: the request is withdrawn
 before the thread can see it, and that batch is caught at its commit too.
 
+Real-time mode (``trigger(realTime=...)``, Spark 4.1+, read in 4.1.3's source and 4.3.0's bytecode) runs one
+long batch after another with no sleep between them; a batch's end is fixed when it is planned (its planning
+time plus the trigger's duration), and its offsets and commit are both written at that end, under the same lock
+in ``runBatch``: its boundary is caught at the commit as any other. ``stop()`` before then cancels the batch:
+nothing of it is logged, and the output its sink already wrote (Kafka, foreach: at least once) is written again
+on restore. So a stop must wait for the batch's end; ``real_time_batch`` says when that is, for the agent to
+refuse a stop whose timeout ends sooner. 4.3 runs a stateless real-time query as
+``AsyncProgressTrackingMicroBatchExecution``, which hands the two log writes to a thread of its own; its cleanup,
+on the stream thread's way out, lets the writes already handed over finish (``ThreadUtils.shutdown``): when the
+stream thread has ended, the commit is on disk.
+
 If a future Spark renames or moves any of this, ``stream_thread`` finds no such internals (the old
 way is then used: ``query.stop()`` when no trigger is active) or the stack never shows a safe place
 (the query is stopped at the deadline). Either way the stop stays correct, merely not at a boundary,
@@ -87,6 +98,39 @@ class Outcome:
     how: str  # "boundary", "between-triggers", "ended", "timeout", or "fallback"
 
 
+REAL_TIME_TRIGGER = "RealTimeTrigger"
+# Past a real-time batch's planned end: its planning before the end was fixed, and its commit after.
+REAL_TIME_MARGIN = 3.0
+
+
+@dataclass
+class RealTimeBatch:
+    seconds: float  # the trigger's batch duration
+    ends_in: float  # seconds until the batch in flight commits, at most (a stop must last that long)
+
+
+def real_time_batch(query) -> RealTimeBatch | None:
+    """A real-time query's batch duration and when its batch in flight ends; None for any other trigger, or where
+    the internals are not there to tell."""
+    try:
+        execution = query._jsq.streamingQuery()
+        trigger = execution.trigger()
+        if trigger.getClass().getName().rsplit(".", 1)[-1] != REAL_TIME_TRIGGER:
+            return None
+        seconds = int(trigger.batchDurationMs()) / 1000
+    except Exception:  # noqa: BLE001 - py4j, a Spark without the trigger or the accessor: not a real-time query
+        return None
+    try:
+        # The trigger clock is the one the batch's end was fixed on; before the first batch plans, the whole
+        # duration is ahead.
+        now_ms = int(execution.triggerClock().getTimeMillis())
+        began_ms = int(execution.getLatestExecutionContext().currentTriggerStartTimestamp())
+        elapsed = max(0.0, (now_ms - began_ms) / 1000) if began_ms > 0 else 0.0
+    except Exception:  # noqa: BLE001 - the batch in flight unknown: it may have just begun
+        elapsed = 0.0
+    return RealTimeBatch(seconds=seconds, ends_in=max(0.0, seconds - elapsed) + REAL_TIME_MARGIN)
+
+
 class StreamThread:
     """The few Spark internals a stop needs, for one query (see the module docstring)."""
 
@@ -94,8 +138,11 @@ class StreamThread:
         self.query = query
         self._internals = internals
         self._execution = query._jsq.streamingQuery()
-        if self._execution.getClass().getName().rsplit(".", 1)[-1] != "MicroBatchExecution":
-            # Continuous processing has no batches; async progress tracking commits on another thread.
+        engine = self._execution.getClass().getName().rsplit(".", 1)[-1]
+        if engine != "MicroBatchExecution" and not (engine == "AsyncProgressTrackingMicroBatchExecution"
+                                                    and real_time_batch(query) is not None):
+            # Continuous processing has no batches; async progress tracking, outside real-time mode, logs a batch's
+            # offsets on another thread before it runs.
             raise TypeError(f"not a plain micro-batch query: {self._execution.getClass().getName()}")
         self._jvm = jvm
         self._lock = self._execution.awaitProgressLock()

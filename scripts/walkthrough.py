@@ -4,10 +4,11 @@ The demo's motion-alarm job (scripts/demo_apps/motion_alarms.py, v1 and v2) goes
 guides describe, each command printed as a shell line (`$ sparkpoint ...`) and followed by what it printed:
 upgrade (check, then replace with probation), a scheduled savepoint with retention and the horizon, pause and
 resume, an A/B fork, a rescale, a restore for another launcher, a move to another cluster (another home), an
-upgrade `check` refuses (exit 16), reprocessing a file sink's output, a move from Spark 3.5 to 4.3 (when
-scripts/spark-versions.sh has installed 3.5), a standalone cluster, and the lineage of the savepoints all this made.
-Paths are relative to a fresh work directory (printed first) whose home is `home/` (SPARKPOINT_HOME); tables are
-110 columns wide.
+upgrade `check` refuses (exit 16), reprocessing a file sink's output, a job that reads Kafka and a savepoint whose
+input retention deleted (exit 20), a move from Spark 3.5 to 4.3 (when scripts/spark-versions.sh has installed 3.5),
+a standalone cluster, and the lineage of the savepoints all this made. Paths are relative to a fresh work directory
+(printed first) whose home is `home/` (SPARKPOINT_HOME); tables are 110 columns wide. The Kafka part runs a broker
+of its own (scripts/local_kafka.py), or uses the one KAFKA_BOOTSTRAP names (the tests' own).
 
 usage: .venv/bin/python scripts/walkthrough.py [--keep]   (after scripts/setup.sh)
 """
@@ -21,8 +22,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from collections import Counter
 from pathlib import Path
 
+import local_kafka
 from demo import APP, alarms, appears, drop, feed, say
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,10 +45,17 @@ class Shell:
                     "SPARK_LOCAL_IP": "127.0.0.1"}
         self.home = ("--home", home) if home else ()
         self.running: list[str] = []
+        self.variables: dict[str, str] = {}  # value → the shell variable an operator would hold it in
+
+    def export(self, name: str, value: str, how: str) -> None:
+        """A shell variable, shown as set by ``how``; commands that pass its value show it as "$NAME"."""
+        print(f"$ export {name}=$({how})", flush=True)
+        self.variables[value] = name
 
     def __call__(self, *args: str, expect: int = 0) -> None:
         args = (*self.home, *args)
-        print(f"$ sparkpoint {shlex.join(args)}", flush=True)
+        shown = " ".join(f'"${self.variables[arg]}"' if arg in self.variables else shlex.quote(arg) for arg in args)
+        print(f"$ sparkpoint {shown}", flush=True)
         done = subprocess.run([sys.executable, "-m", "sparkpoint", *args], cwd=self.work, env=self.env,
                               capture_output=True, text=True, check=False)
         if done.returncode != expect:
@@ -71,6 +82,66 @@ class Shell:
         job = next(job for job in self.unseen("list") if job["id"] not in self.running)
         self.running.append(job["id"])
         return job
+
+
+def kafka(sh: Shell, work: Path) -> None:
+    """A keyed count over a topic (tests/spark/apps/topic_counts.py): listed with its input, stopped with a
+    savepoint, which retention then overtakes on one partition; check refuses it (exit 20)."""
+    from kafka import KafkaProducer, TopicPartition
+    from kafka.admin import KafkaAdminClient
+
+    say("Kafka: a job that reads a topic; a savepoint whose input retention deleted")
+    broker = None
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    if not bootstrap:
+        broker = local_kafka.Broker(work / "kafka").start()
+        bootstrap = broker.bootstrap
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
+    sent: Counter = Counter()
+
+    def produce(count: int) -> None:
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        for index in range(sum(sent.values()), sum(sent.values()) + count):
+            producer.send("clicks", key=f"page{index % 5}".encode(), value=b"1", partition=index % 3)
+            sent[f"page{index % 5}"] += 1
+        producer.flush()
+        producer.close()
+
+    def counted(output: Path) -> dict[str, int]:
+        newest: dict[str, int] = {}
+        for batch in sorted(output.glob("batch-*.json"), key=lambda path: int(path.stem.split("-")[1])):
+            newest.update(json.loads(batch.read_text()))
+        return newest
+
+    try:
+        admin.create_topics({"clicks": {"num_partitions": 3, "replication_factor": 1}}, wait_for_metadata=True)
+        shutil.copy(APPS / "topic_counts.py", work / "topic_counts.py")
+        sh.export("KAFKA_JARS", ",".join(local_kafka.connector_jars("4.3")),
+                  ".venv/bin/python scripts/local_kafka.py jars 4.3")
+        produce(300)
+        job = sh.job("--name", "clicks", "--jars", ",".join(local_kafka.connector_jars("4.3")), "topic_counts.py",
+                     "v1", bootstrap, "clicks", "clicks-out")
+        deadline = time.monotonic() + 120
+        while counted(work / "clicks-out") != dict(sent):
+            if time.monotonic() > deadline:
+                sys.exit(f"the Kafka job did not count the {sum(sent.values())} records in 120 s")
+            time.sleep(0.3)
+        sh("list")
+        sh("stop", job["id"])
+        sh.running.remove(job["id"])
+        sh("savepoints", "--job", "clicks")
+        saved = sh.unseen("savepoints", "--job", "clicks")[0]
+        sh("inspect", saved["id"])
+        # The topic goes on; then retention deletes the start of partition 1, past what the savepoint read.
+        produce(60)
+        needed = {read["partitions"][1]["offset"] for read in saved["reads"]}.pop()
+        admin.delete_records({TopicPartition("clicks", 1): needed + 10})
+        sh("savepoints", "--job", "clicks")
+        sh("check", "-s", saved["id"], "topic_counts.py", "v1", bootstrap, "clicks", "clicks-out", expect=20)
+    finally:
+        admin.close()
+        if broker is not None:
+            broker.stop()
 
 
 def main() -> None:
@@ -165,6 +236,8 @@ def main() -> None:
         appears(work / "values-out" / "_spark_metadata" / "2")
         sh("stop", fixed["id"])
         sh.running.remove(fixed["id"])
+
+        kafka(sh, work)
 
         say("Move a job to a newer Spark: started on Spark 3.5, stopped with a savepoint, continued on Spark 4.3")
         spark_35 = ROOT / ".venv-spark" / "3.5" / "pyspark"

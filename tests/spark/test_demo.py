@@ -17,9 +17,9 @@ SCRIPTS = ROOT / "scripts"
 GUIDES = [page for page in sorted((ROOT / "docs").rglob("*.md")) if shown(page)]
 
 
-def run(script: str, work_line: str) -> tuple[str, list[tuple[str, list[str]]]]:
+def run(script: str, work_line: str, env: dict[str, str] | None = None) -> tuple[str, list[tuple[str, list[str]]]]:
     done = subprocess.run([sys.executable, str(SCRIPTS / script)], capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "COLUMNS": "110"})
+                          env={**os.environ, "COLUMNS": "110", **(env or {})})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     work = re.search(work_line, done.stdout).group(1)
     return done.stdout, transcript(done.stdout, work)
@@ -39,10 +39,10 @@ def test_demo_pit_stop_carries_state_from_v1_to_v2_as_the_readme_shows_it():
     assert stops and disagreements(changed, ran) == [f"printed otherwise: {command}" for command in stops]
 
 
-def test_the_guides_walk_through_prints_what_the_guides_show():
-    _, ran = run("walkthrough.py", r"work directory (\S+)")
+def test_the_guides_walk_through_prints_what_the_guides_show(kafka_broker):
+    _, ran = run("walkthrough.py", r"work directory (\S+)", {"KAFKA_BOOTSTRAP": kafka_broker.bootstrap})
     # spark-versions.md's walk-through needs the Spark 3.5 scripts/spark-versions.sh installs (scripts/test.sh does).
     assert {page.name for page in GUIDES} >= {"upgrade.md", "reprocess.md", "fork.md", "rescale.md", "pause-resume.md",
                                               "move.md", "spark-versions.md", "scheduled-savepoints.md",
-                                              "other-launchers.md", "clusters.md", "catalog.md"}
+                                              "other-launchers.md", "clusters.md", "catalog.md", "kafka.md"}
     assert {page.name: disagreements(shown(page), ran) for page in GUIDES} == {page.name: [] for page in GUIDES}

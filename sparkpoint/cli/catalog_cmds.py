@@ -95,9 +95,15 @@ def _render_list(entries: list[Entry]) -> None:
         echo(f"input unknown: {why}")
 
 
+READS_SHOWN = 6  # partitions per topic in the table; inspect and -o json give them all
+
+
 def _reads_next(entry: Entry):
-    """Where each Kafka source of the savepoint reads next, per topic and partition."""
-    return text("; ".join(partition_offsets(read.topic, read.partitions) for read in entry.reads) or "-")
+    """Where each Kafka source of the savepoint reads next, per topic and partition: a line a topic."""
+    from rich.text import Text
+
+    lines = [text(partition_offsets(read.topic, read.partitions, READS_SHOWN)) for read in entry.reads]
+    return Text("\n").join(lines) if lines else text("-")
 
 
 def _input_said(checked: InputCheck | None):

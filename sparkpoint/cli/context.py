@@ -151,9 +151,12 @@ def console():
     return Console(width=None if sys.stdout.isatty() else 200)
 
 
-def partition_offsets(topic: str, partitions: dict[int, int]) -> str:
-    """A topic's offsets read next, as operators read them: ``topic 0@120 1@118``."""
-    return f"{topic} " + " ".join(f"{partition}@{offset}" for partition, offset in sorted(partitions.items()))
+def partition_offsets(topic: str, partitions: dict[int, int], limit: int | None = None) -> str:
+    """A topic's offsets read next, as operators read them: ``topic 0@120 1@118``; past ``limit`` partitions, how
+    many more (a table's cell of a 200-partition topic would fill the screen)."""
+    shown = sorted(partitions.items())[:limit]
+    more = f" and {len(partitions) - len(shown)} more" if len(shown) < len(partitions) else ""
+    return f"{topic} " + " ".join(f"{partition}@{offset}" for partition, offset in shown) + more
 
 
 def human_bytes(count: int | None) -> str:

@@ -39,7 +39,8 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
 @click.option("--savepoint-path", metavar="DIR",
               help="With --replace: where JOB's savepoint goes [default: the catalog].")
 @click.option("--stop-timeout", type=Seconds(min=0), default=60.0, show_default=True,
-              help="With --replace: seconds to let JOB's batch in flight commit before interrupting it.")
+              help="With --replace: seconds to let JOB's batch in flight commit before interrupting it. A "
+                   "real-time query's batch may outlast it: then nothing is started (exit 21).")
 @click.option("--probation", type=Seconds(min=0), default=30.0, show_default=True,
               help="With --replace or --rollback-to: seconds past the new version's first committed batch during "
                    "which its failure starts the version before it again from the hand-over's savepoint.")
@@ -327,7 +328,8 @@ def _render_stopped(stopped: Stopped) -> None:
               help="Savepoint at a batch boundary first, like stop (Flink's cancel -s).")
 @click.option("--savepoint-path", metavar="DIR", help="Where that savepoint goes [default: the home's catalog].")
 @click.option("--timeout", type=Seconds(min=0), default=60.0, show_default=True,
-              help="With --with-savepoint: seconds to let the batch in flight commit before interrupting it.")
+              help="With --with-savepoint: seconds to let the batch in flight commit before interrupting it (a "
+                   "real-time query's batch that ends later: refused, exit 21).")
 @output_option
 @pass_app
 def cancel_cmd(app, job_ref, with_savepoint, savepoint_path, timeout, output):

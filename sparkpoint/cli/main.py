@@ -1,7 +1,7 @@
 """The ``sparkpoint`` command: the only place that turns errors into exit statuses.
 
 Exit statuses: 0 success; 1 an unexpected internal error; 2 bad usage (flags, arguments);
-3..16 the classes in ``sparkpoint.errors`` (see docs/reference/exit-codes.md); 130 interrupted (Ctrl-C);
+3..21 the classes in ``sparkpoint.errors`` (see docs/reference/exit-codes.md); 130 interrupted (Ctrl-C);
 143 terminated (SIGTERM: cleaned up as for Ctrl-C). Each
 error is one line on stderr; an unexpected exception says it is a bug, and shows its traceback only
 when ``SPARKPOINT_DEBUG`` is set.

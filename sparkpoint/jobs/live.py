@@ -70,3 +70,8 @@ class LiveQuery(Result):
         sources = values["sources"] if isinstance(values["sources"], list) else []
         values["sources"] = [LiveSource.from_report(source) for source in sources[:MAX_SOURCES]]
         return cls(**values)
+
+    @classmethod
+    def all_from(cls, reported: Any) -> list[LiveQuery]:
+        """The queries of an agent's status (its ``queries``): none when that is not a list."""
+        return [cls.from_report(query) for query in reported] if isinstance(reported, list) else []

@@ -18,6 +18,7 @@ Each writer owns its files, so the CLI and the driver never overwrite each other
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,17 @@ from typing import Any
 from sparkpoint.adapters.local_files import MalformedRecord, read_json_record, write_json
 from sparkpoint.adapters.processes import pid_alive
 from sparkpoint.times import poll_until
+
+# A real-time query's stop needs its batch's duration and this much more: the batch's end is fixed after its
+# planning (a slow broker, a broadcast's build), and its commit follows it. The agent adds the last batch's own
+# overhead when it was longer.
+REAL_TIME_MARGIN = 3.0
+
+
+def real_time_stop_seconds(batch_seconds: float, margin: float = REAL_TIME_MARGIN) -> int:
+    """The stop timeout that lets any batch of a real-time query end, whenever the stop comes."""
+    return math.ceil(batch_seconds + margin)
+
 
 AGENT_FILE = "agent.json"
 # `check`: the sandbox directory the CLI prepares (the request) and the check's driver answers in (the report).

@@ -486,7 +486,7 @@ def describe_job(job: Job, status: dict[str, Any] | None = None, state: str | No
         log=job.log_path if job.detached and not job.submission_id else None,
         error=(job.agent_problem or job.agent.get("error") or job.agent.get("restore_error")
                or (job.ended or {}).get("error")),
-        queries=[LiveQuery.from_report(q) for q in reported] if isinstance(reported, list) else [],
+        queries=LiveQuery.all_from(reported),
         master=job.master,
         submission_id=job.submission_id,
         driver_state=job.driver.get("driverState"),

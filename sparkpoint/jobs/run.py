@@ -28,6 +28,7 @@ from sparkpoint.errors import (
     NotFoundError,
     SavepointInvalidError,
     SparkpointError,
+    StopRefusedError,
 )
 from sparkpoint.jobs.check import Launch, prepare_in_driver
 from sparkpoint.jobs.upgrade_check import (
@@ -37,6 +38,8 @@ from sparkpoint.jobs.upgrade_check import (
     check_request,
     check_said,
 )
+from sparkpoint.jobs.live import LiveQuery
+from sparkpoint.jobs.protocol import real_time_stop_seconds
 from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start, end_driver, end_interrupted
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, client_for, describe_job, state_of
 from sparkpoint.jobs.rollback import HealthCondition, Probation, parse_condition, watch_probation
@@ -120,7 +123,8 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     spark = None if cluster else spark_submit.find_spark(request.spark_home)
     if request.replace:
         replaced = registry.resolve(request.replace)
-        client_for(registry, replaced).status()  # exit 12 now, before a driver starts, if it does not run
+        # Exit 12 now, before a driver starts, if it does not run; 21 if its stop would cut a real-time batch short.
+        _refuse_short_stop(replaced, client_for(registry, replaced).status(), request.stop_timeout)
     elif request.savepoint:
         saved = catalog.load(settings, request.savepoint)
         if rollback_of is None:  # a rollback restarts the version that ran, come what may: a refusal ends both
@@ -229,6 +233,20 @@ def _rolled_back_before_the_first_query(settings: Settings, registry: Registry, 
         for event, note in notes:
             latest.note(event, note)
         registry.save(latest)
+
+
+def _refuse_short_stop(replaced: Job, status: dict[str, Any], stop_timeout: float) -> None:
+    """Where the job being replaced runs a real-time query whose batch can outlast ``stop_timeout``: refused
+    before anything starts (where that batch will be when the new driver is up, nobody knows)."""
+    reported = status.get("queries") if isinstance(status, dict) else None
+    lengths = [(query.name, query.real_time_batch_seconds) for query in LiveQuery.all_from(reported)
+               if query.real_time_batch_seconds is not None]
+    needed = max((real_time_stop_seconds(seconds) for _, seconds in lengths), default=0)
+    if needed > stop_timeout:
+        said = ", ".join(f"{name} (batches of {seconds:g} s)" for name, seconds in lengths)
+        raise StopRefusedError(f"nothing was started: job {replaced.id} runs real-time query {said}, whose batch in "
+                               f"flight its stop would cut short at --stop-timeout {stop_timeout:g} and write its "
+                               f"output again after the restore; give --stop-timeout {needed} or more")
 
 
 def _refuse_what_cannot_go_together(request: RunRequest) -> None:

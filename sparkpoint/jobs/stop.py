@@ -16,6 +16,7 @@ from sparkpoint.config import Settings
 from sparkpoint.errors import (JobFailedError, JobNotRunningError, SparkpointError, StopInterruptedError,
                                StopRefusedError)
 from sparkpoint.jobs.drivers import DriverExit, end_driver
+from sparkpoint.jobs.live import json_number
 from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, client_for, describe_job, state_of
 from sparkpoint.jobs.savepoint import create_savepoint, job_sources
@@ -57,9 +58,8 @@ def stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target
     exiting = DriverExit(job, sleep, clock)
     created = create_savepoint(settings, job, job_sources(stopped), target_dir, progress)
     outcome = {q["name"]: q for q in stopped}
-    # The checkpoint has the last word: a planned batch without its commit was interrupted.
-    queries = [StoppedQuery(**vars(q), at_boundary=bool(outcome[q.name]["at_boundary"]) and q.planned_batch_id is None,
-                            replayed_batch_id=q.planned_batch_id, how=_how(outcome[q.name].get("how")))
+    queries = [StoppedQuery(**vars(q), at_boundary=_at_boundary(q, outcome[q.name]),
+                            replayed_batch_id=_replayed(q, outcome[q.name]), how=_how(outcome[q.name].get("how")))
                for q in created.queries]
     phases = {"boundary": round(boundary - started, 3), "savepoint": round(clock() - boundary, 3)}
     return Stopped(path=created.path, id=created.id, job=created.job, created_at=created.created_at,
@@ -73,6 +73,19 @@ class StoppedQuery(SavedQuery):
     # How the agent ended it: boundary (its batch committed, no other started), between-triggers, ended (by
     # itself), fallback (no trigger active: a Spark without the internals of the graceful stop), timeout, error: ...
     how: str | None = None
+
+
+def _at_boundary(saved: SavedQuery, outcome: dict[str, Any]) -> bool:
+    # The checkpoint has the last word: a planned batch without its commit was interrupted.
+    return bool(outcome.get("at_boundary")) and saved.planned_batch_id is None
+
+
+def _replayed(saved: SavedQuery, outcome: dict[str, Any]) -> int | None:
+    """The batch the restored query runs again: the one planned at the cut; for a real-time query cut short, the
+    batch after the cut, which logs its offsets only at its end."""
+    if saved.planned_batch_id is not None or outcome.get("at_boundary") or outcome.get("real_time") is not True:
+        return saved.planned_batch_id
+    return saved.batch_id + 1
 
 
 def _how(said: Any) -> str | None:
@@ -132,12 +145,13 @@ def _refusal(job: Job, timeout: float, refused: Any) -> str:
     """The agent's refusal, worded: which real-time batches would be cut short, and the timeout that lets them end."""
     refused = refused if isinstance(refused, dict) else {}
     queries = [q for q in refused.get("queries") or [] if isinstance(q, dict)]
-    said = ", ".join(f"{q.get('name')} (batches of {q.get('batch_seconds')} s, this one ends within "
-                     f"{q.get('ends_in')} s)" for q in queries) or "a real-time query"
-    return (f"job {job.id} was not stopped: its batch in flight would be interrupted at the stop's timeout "
-            f"({timeout:g} s) in real-time query {said}, and the output it wrote would be written again after a "
-            f"restore; give the stop {refused.get('needed_seconds')} s or more (stop --timeout, run --replace "
-            "--stop-timeout), or cancel the job")
+    said = "; ".join(f"{q.get('name')}, batches of {q.get('batch_seconds')} s, this one done within "
+                     f"{q.get('ends_within')} s" for q in queries) or "a real-time query"
+    needed = json_number(refused.get("needed_seconds"))
+    give = f"give the stop {needed:g} s or more" if needed is not None else "give the stop a batch's length or more"
+    return (f"job {job.id} was not stopped: the stop's timeout ({timeout:g} s) would cut short a real-time batch "
+            f"({said}), and the output it wrote would be written again after a restore; {give} "
+            "(stop --timeout, run --replace --stop-timeout), or cancel the job")
 
 
 def _next_report(client, job: Job, last: dict[str, Any]) -> dict[str, Any]:

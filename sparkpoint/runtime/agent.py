@@ -27,9 +27,10 @@ from collections import deque
 from collections.abc import Callable
 
 from sparkpoint.adapters.processes import process_start
-from sparkpoint.jobs.protocol import write_agent_file
+from sparkpoint.jobs.protocol import real_time_stop_seconds, write_agent_file
 from sparkpoint.times import iso, poll_until
-from sparkpoint.runtime.boundary import real_time_batch, stop_at_next_boundary, stop_when_idle, stream_thread
+from sparkpoint.runtime.boundary import (real_time_batch, real_time_seconds, stop_at_next_boundary, stop_when_idle,
+                                        stream_thread)
 from sparkpoint.runtime.endpoint import ControlServer
 from sparkpoint.spark.sources import kind_of, offsets_behind, source_record
 
@@ -71,7 +72,7 @@ def describe(query) -> dict[str, Any]:
         "sink": sink_of(query),
         "sink_log_interval": sink_log_interval(query),
         "sources": sources_of(query, progress),
-        "real_time_batch_seconds": real_time.seconds if (real_time := real_time_batch(query)) else None,
+        "real_time_batch_seconds": real_time_seconds(query),
     }
 
 
@@ -167,12 +168,16 @@ def sink_log_interval(query) -> str | None:
         return None
 
 
-def _too_soon(queries: list, timeout: float) -> dict[str, Any] | None:
-    """The real-time queries whose batch in flight a stop within ``timeout`` would interrupt (see runtime.boundary),
-    or None: then nothing is stopped, and the stop can be asked again with a timeout that lets the batch end."""
-    late = [{"name": query.name, "batch_seconds": batch.seconds, "ends_in": round(batch.ends_in, 1)}
-            for query in queries if (batch := real_time_batch(query)) is not None and batch.ends_in > timeout]
-    return {"queries": late, "needed_seconds": math.ceil(max(q["ends_in"] for q in late))} if late else None
+def _refusal_for(queries: list, timeout: float) -> dict[str, Any] | None:
+    """The real-time queries whose batch in flight a stop within ``timeout`` would cut short (runtime.boundary),
+    with the timeout that lets any of their batches end; None when there is none. A refused stop stops nothing."""
+    late = [(query.name, batch) for query in queries
+            if (batch := real_time_batch(query, _progress(query))) is not None and batch.ends_within > timeout]
+    if not late:
+        return None
+    return {"queries": [{"name": name, "batch_seconds": batch.seconds, "ends_within": round(batch.ends_within, 1)}
+                        for name, batch in late],
+            "needed_seconds": max(real_time_stop_seconds(batch.seconds, batch.margin) for _, batch in late)}
 
 
 class Stop:
@@ -187,7 +192,7 @@ class Stop:
         self._queries = [(query, {"name": query.name, "id": str(query.id), "checkpoint": _checkpoint(query),
                                   "sink": sink_of(query), "sink_log_interval": sink_log_interval(query),
                                   "sources": plan_sources(query), "state": "waiting", "at_boundary": None, "how": None,
-                                  "seconds": None})
+                                  "seconds": None, "real_time": real_time_seconds(query) is not None})
                          for query in queries]
         self._threads = [threading.Thread(target=self._stop_one, args=(query, record, jvm, spark_version),
                                           name=f"sparkpoint-stop-{record['name']}", daemon=True)
@@ -294,7 +299,7 @@ class Agent:
                 session = self.session()
                 jvm = getattr(getattr(session, "sparkContext", None), "_jvm", None)
                 queries = self.queries()
-                refusal = _too_soon(queries, timeout)
+                refusal = _refusal_for(queries, timeout)
                 if refusal:
                     return {"done": True, "refused": refusal, "seconds": 0.0, "queries": []}
                 self._stop = Stop(queries, timeout, jvm, getattr(session, "version", ""))

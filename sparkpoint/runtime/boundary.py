@@ -44,10 +44,12 @@ and the caller reads from the checkpoint which planned batch will be replayed on
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from collections.abc import Callable
 
+from sparkpoint.jobs.protocol import REAL_TIME_MARGIN
 from sparkpoint.spark_versions import StreamInternals, stream_internals
 from sparkpoint.times import poll_until
 
@@ -99,36 +101,47 @@ class Outcome:
 
 
 REAL_TIME_TRIGGER = "RealTimeTrigger"
-# Past a real-time batch's planned end: its planning before the end was fixed, and its commit after.
-REAL_TIME_MARGIN = 3.0
 
 
 @dataclass
 class RealTimeBatch:
     seconds: float  # the trigger's batch duration
-    ends_in: float  # seconds until the batch in flight commits, at most (a stop must last that long)
+    margin: float  # past its planned end: REAL_TIME_MARGIN, or the last batch's own overhead when longer
+    ends_within: float  # seconds until the batch in flight (or the one about to plan) has committed, at most
 
 
-def real_time_batch(query) -> RealTimeBatch | None:
-    """A real-time query's batch duration and when its batch in flight ends; None for any other trigger, or where
-    the internals are not there to tell."""
+def real_time_seconds(query) -> float | None:
+    """A real-time query's batch duration; None for any other trigger, or where the internals cannot tell."""
     try:
-        execution = query._jsq.streamingQuery()
-        trigger = execution.trigger()
+        trigger = query._jsq.streamingQuery().trigger()
         if trigger.getClass().getName().rsplit(".", 1)[-1] != REAL_TIME_TRIGGER:
             return None
-        seconds = int(trigger.batchDurationMs()) / 1000
+        return int(trigger.batchDurationMs()) / 1000
     except Exception:  # noqa: BLE001 - py4j, a Spark without the trigger or the accessor: not a real-time query
         return None
-    try:
-        # The trigger clock is the one the batch's end was fixed on; before the first batch plans, the whole
-        # duration is ahead.
+
+
+def real_time_batch(query, progress: dict) -> RealTimeBatch | None:
+    """When a real-time query's batch in flight will have committed; None for any other query. ``progress``: its
+    last progress report, as JSON ({} before the first batch ends)."""
+    seconds = real_time_seconds(query)
+    if seconds is None:
+        return None
+    margin = REAL_TIME_MARGIN
+    took = (progress.get("durationMs") or {}).get("triggerExecution")
+    if isinstance(took, (int, float)):
+        margin = max(margin, took / 1000 - seconds + 1.0)
+    elapsed = 0.0
+    with contextlib.suppress(Exception):  # the batch in flight unknown: as if it had just begun
+        execution = query._jsq.streamingQuery()
+        # The trigger clock is the one the batch's end was fixed on.
         now_ms = int(execution.triggerClock().getTimeMillis())
         began_ms = int(execution.getLatestExecutionContext().currentTriggerStartTimestamp())
-        elapsed = max(0.0, (now_ms - began_ms) / 1000) if began_ms > 0 else 0.0
-    except Exception:  # noqa: BLE001 - the batch in flight unknown: it may have just begun
+        elapsed = (now_ms - began_ms) / 1000 if began_ms > 0 else 0.0
+    if not 0.0 <= elapsed < seconds:
+        # The last batch has ended and the next one has not recorded its start yet: a whole batch is ahead.
         elapsed = 0.0
-    return RealTimeBatch(seconds=seconds, ends_in=max(0.0, seconds - elapsed) + REAL_TIME_MARGIN)
+    return RealTimeBatch(seconds=seconds, margin=margin, ends_within=seconds - elapsed + margin)
 
 
 class StreamThread:
@@ -140,7 +153,7 @@ class StreamThread:
         self._execution = query._jsq.streamingQuery()
         engine = self._execution.getClass().getName().rsplit(".", 1)[-1]
         if engine != "MicroBatchExecution" and not (engine == "AsyncProgressTrackingMicroBatchExecution"
-                                                    and real_time_batch(query) is not None):
+                                                    and real_time_seconds(query) is not None):
             # Continuous processing has no batches; async progress tracking, outside real-time mode, logs a batch's
             # offsets on another thread before it runs.
             raise TypeError(f"not a plain micro-batch query: {self._execution.getClass().getName()}")

@@ -91,7 +91,8 @@ class ControlHandler(QuietHandler):
             except (TypeError, ValueError):
                 self._reply(HTTPStatus.BAD_REQUEST, {"error": "timeout must be a number of seconds"})
                 return
-            self._reply(HTTPStatus.OK, {"stop": agent.begin_stop(max(0.0, min(timeout, 3600.0)))})
+            # A day at most: a real-time query's batch may last hours, and its stop must outlast it.
+            self._reply(HTTPStatus.OK, {"stop": agent.begin_stop(max(0.0, min(timeout, 86400.0)))})
         elif self.path == "/v1/cancel":
             self._reply(HTTPStatus.OK, {"cancelled": agent.cancel_on_request()})
         else:

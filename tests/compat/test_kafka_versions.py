@@ -115,7 +115,8 @@ def test_a_real_time_query_stops_when_its_batch_ends_and_restores_exactly(kafka_
 
         def batch_ended(batch: int = 0) -> dict | None:
             queries = listed()["queries"]
-            return queries[0] if queries and (queries[0]["batch_id"] or -1) >= batch else None
+            ended = queries[0]["batch_id"] if queries else None
+            return queries[0] if ended is not None and ended >= batch else None
 
         # Batch 1 has ended: batch 0's commit is written (on 4.3 by a thread of its own, after the progress report).
         query = wait_for(lambda: batch_ended(1), what=f"real-time batches on Spark {minor}", timeout=180)
@@ -127,7 +128,7 @@ def test_a_real_time_query_stops_when_its_batch_ends_and_restores_exactly(kafka_
         # A stop shorter than the batch in flight is refused: nothing stops, the job runs on.
         code, _, err = cli(home, "stop", job["id"], "--timeout", "1")
         assert code == 21 and err.count("\n") == 1, err[-2000:]
-        assert "real-time query relay (batches of 6.0 s" in err and "--timeout" in err
+        assert "a real-time batch (relay, batches of 6.0 s" in err and "--timeout" in err
         assert listed()["state"] == "running"
         stopped = cli_json(home, "stop", job["id"], "--timeout", "30")
         cut = stopped["queries"][0]

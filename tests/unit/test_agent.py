@@ -248,7 +248,7 @@ def test_a_stop_that_ends_the_application_still_gets_its_outcome(tmp_path):
     assert report["done"] and report["queries"] == [
         {"name": "alarms", "id": EndingQuery.id, "checkpoint": "file:/ckpt/alarms",
          "sink": "FileSink[file:/out/alarms]", "sink_log_interval": None, "sources": [], "state": "stopped",
-         "at_boundary": True, "how": "fallback", "seconds": report["queries"][0]["seconds"]}]
+         "at_boundary": True, "how": "fallback", "seconds": report["queries"][0]["seconds"], "real_time": False}]
     assert finished.wait(5) and read_agent_file(job.directory)["state"] == "finished"
 
 
@@ -370,3 +370,52 @@ def test_an_agent_of_an_earlier_sparkpoint_answers_a_stop_at_once_and_is_underst
     finally:
         server.shutdown()
     assert report == {"done": True, "seconds": None, "queries": earlier}
+
+
+def real_time_query(batch_ms: int, began_ms_ago: int):
+    """A query as py4j shows a real-time one (Spark 4.1+: its trigger, the trigger clock, the batch in flight's
+    start), its batch in flight begun ``began_ms_ago``; it counts its stops."""
+    from types import SimpleNamespace
+
+    now_ms = 1_800_000_000_000
+    trigger = SimpleNamespace(getClass=lambda: SimpleNamespace(
+        getName=lambda: "org.apache.spark.sql.execution.streaming.RealTimeTrigger"), batchDurationMs=lambda: batch_ms)
+    execution = SimpleNamespace(
+        trigger=lambda: trigger, resolvedCheckpointRoot=lambda: "file:/c", sink=lambda: "KafkaTable",
+        triggerClock=lambda: SimpleNamespace(getTimeMillis=lambda: now_ms),
+        getLatestExecutionContext=lambda: SimpleNamespace(currentTriggerStartTimestamp=lambda: now_ms - began_ms_ago))
+
+    class RealTimeQuery:
+        name, id, runId, lastProgress, stops = "relay", "q-1", "r-1", {"batchId": 4}, 0
+        status = {"isTriggerActive": False}  # for the fallback stop, the only one without Spark behind the fake
+        _jsq = SimpleNamespace(streamingQuery=lambda: execution)
+
+        def stop(self):
+            self.stops += 1
+
+    return RealTimeQuery()
+
+
+@pytest.mark.parametrize(("began_ms_ago", "ends_within"), [(100_000, 203.0), (301_000, 303.0)],
+                         ids=["in flight", "ended, the next not begun"])
+def test_a_stop_that_would_cut_a_real_time_batch_short_is_refused_and_stops_nothing(tmp_path, began_ms_ago,
+                                                                                      ends_within):
+    registry = Registry(str(tmp_path))
+    job = registry.new_job("relay", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    query = real_time_query(300_000, began_ms_ago)
+    running, client = started_agent(registry, job, [query])
+    try:
+        assert client.status()["queries"][0]["real_time_batch_seconds"] == 300.0
+        refused = client.request_stop(60)
+        # Any batch ends within its length and the margin: the timeout the refusal asks for always does.
+        assert refused == {"done": True, "seconds": 0.0, "queries": [], "refused": {
+            "queries": [{"name": "relay", "batch_seconds": 300.0, "ends_within": ends_within}],
+            "needed_seconds": 303}}
+        assert query.stops == 0
+        with pytest.raises(JobNotRunningError, match="no stop was requested"):
+            client.stop_report()  # nothing under way
+        # Long enough: the stop goes ahead.
+        client.request_stop(400)
+        assert poll_until(lambda: client.stop_report()["done"], 10, 0.02) and query.stops == 1
+    finally:
+        running.finish(0, None)

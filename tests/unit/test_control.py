@@ -27,6 +27,7 @@ from sparkpoint.errors import (
     NotFoundError,
     SparkpointError,
     StopInterruptedError,
+    StopRefusedError,
 )
 
 
@@ -211,6 +212,45 @@ def test_the_wait_for_the_boundary_shows_what_it_waits_for(tmp_path):
                            "waiting for batch 41 of counts to commit, 1 s",
                            "waiting for batch 42 of counts to commit, 12 s"]
     assert shown.finished == 1
+
+
+def test_a_stop_the_agent_refuses_says_why_and_what_timeout_would_do(tmp_path):
+    clock, sleep = fake_time()
+    shown = Shown()
+    job = stop_job_for_test(tmp_path)
+    refused = {"done": True, "seconds": 0.0, "queries": [], "refused": {
+        "queries": [{"name": "relay", "batch_seconds": 300.0, "ends_within": 203.0}], "needed_seconds": 303}}
+    with pytest.raises(StopRefusedError) as raised:
+        stop._await_boundary(StopReports(refused), job, 60, shown, sleep, clock)
+    assert raised.value.exit_code == 21 and shown.finished == 1
+    assert str(raised.value) == (
+        f"job {job.id} was not stopped: the stop's timeout (60 s) would cut short a real-time batch (relay, "
+        "batches of 300.0 s, this one done within 203.0 s), and the output it wrote would be written again after "
+        "a restore; give the stop 303 s or more (stop --timeout, run --replace --stop-timeout), or cancel the job")
+    # A refusal from another process that is not what this one writes still refuses, in general words.
+    with pytest.raises(StopRefusedError, match="give the stop a batch's length or more"):
+        stop._await_boundary(StopReports({**refused, "refused": "no"}), job, 60, shown, sleep, clock)
+
+
+def test_a_replace_whose_stop_would_cut_a_real_time_batch_short_starts_nothing(tmp_path):
+    job = stop_job_for_test(tmp_path)
+    status = {"queries": [{"name": "relay", "real_time_batch_seconds": 300.0}, {"name": "counts"}]}
+    with pytest.raises(StopRefusedError, match=r"relay \(batches of 300 s\).*give --stop-timeout 303 or more"):
+        run._refuse_short_stop(job, status, 60)
+    run._refuse_short_stop(job, status, 303)  # long enough
+    run._refuse_short_stop(job, {"queries": "not a list"}, 60)  # nothing real-time that can be told
+
+
+def test_a_real_time_batch_cut_short_is_said_to_run_again():
+    from sparkpoint.savepoints.create import SavedQuery
+
+    cut = SavedQuery(name="relay", query_id="q", batch_id=7, planned_batch_id=None, bytes=0)
+    assert stop._replayed(cut, {"at_boundary": False, "real_time": True}) == 8  # its offsets were never logged
+    assert stop._replayed(cut, {"at_boundary": True, "real_time": True}) is None
+    assert stop._replayed(cut, {"at_boundary": False, "real_time": False}) is None  # the checkpoint says it all
+    planned = SavedQuery(name="counts", query_id="q", batch_id=7, planned_batch_id=8, bytes=0)
+    assert stop._replayed(planned, {"at_boundary": False}) == 8
+    assert not stop._at_boundary(planned, {"at_boundary": True})
 
 
 def test_an_agent_that_never_reports_the_end_is_given_up_on(tmp_path):

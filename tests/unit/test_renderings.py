@@ -58,6 +58,21 @@ def test_the_savepoints_table(capsys):
         """)
 
 
+def test_the_savepoints_table_of_kafka_savepoints_says_where_each_reads_next(capsys):
+    from sparkpoint.savepoints.restorability import InputCheck, KafkaRead
+
+    reads = [KafkaRead("counts", 0, "clicks", {p: 100 + p for p in range(8)}, {}), KafkaRead("counts", 1, "views",
+                                                                                            {0: 7}, {})]
+    row = Entry(id="savepoint-clicks-20261122-101500-1a2b3c", path="/h/x", status="complete", job="clicks",
+                created=parse_iso("2026-11-22T10:15:00.000Z"), bytes=2150, queries=[{"name": "counts", "batch_id": 4}],
+                spark_version="4.3.0", reads=reads, input=InputCheck("restorable", "127.0.0.1:9092", [], []))
+    assert row.to_json()["reads"][1] == {"query": "counts", "source": 1, "topic": "views", "bootstrap_servers": None,
+                                         "partitions": [{"partition": 0, "offset": 7}]}
+    table = shown(capsys, _render_list, [row]).splitlines()
+    assert "│ restorable │ clicks 0@100 1@101 2@102 3@103 4@104 5@105 and 2 more │" in table[3]
+    assert "│            │ views 0@7                                             │" in table[4]
+
+
 def test_the_jobs_table(capsys):
     line = [Version("alarms-1a2b", "alarms_v1.py", "finished"), Version("alarms-9f8e", "alarms_v2.py", "failed"),
             Version("alarms-3f9c", "alarms_v1.py", "running")]

@@ -139,18 +139,23 @@ def stop_and_restore(home: Path, tmp: Path, store: str, on: str, restore_on: str
     assert cli_json(home, "cancel", again["id"])["state"] == "cancelled"
 
 
-@pytest.mark.parametrize("minor", MINORS)
+@pytest.mark.parametrize("minor", [minor for minor in MINORS if minor != "4.3"])  # 4.3's: tests/spark
 def test_a_job_on_each_spark_is_savepointed_stopped_and_restored_exactly(tmp_path, minor):
     for store in SCENARIOS:
         stop_and_restore(tmp_path / "home", tmp_path, store, minor, minor)
 
 
-@pytest.mark.parametrize(("older", "newer"), [("3.5", "4.0"), ("3.5", "4.1"), ("3.5", "4.2"), ("3.5", "4.3"),
-                                              ("4.0", "4.1"), ("4.0", "4.2"), ("4.0", "4.3"), ("4.1", "4.2"),
-                                              ("4.1", "4.3"), ("4.2", "4.3")])
-def test_a_savepoint_taken_on_one_spark_continues_exactly_on_a_newer_one(tmp_path, older, newer):
-    for store in SCENARIOS:
-        stop_and_restore(tmp_path / "home", tmp_path, store, older, newer)
+# Every pair of minors, each with one of the two state stores: every older minor but 4.2 writes both for a newer
+# one, every newer minor but 4.0 reads both (4.2 writes, 4.0 reads RocksDB's); 3.5 to 4.3, the move most users
+# make, with both. Each store on each minor alone is the test above; both stores on every pair took about 14 minutes.
+MOVES = [("3.5", "4.0", "rocksdb"), ("3.5", "4.1", "hdfs"), ("3.5", "4.2", "rocksdb"), ("3.5", "4.3", "hdfs"),
+         ("3.5", "4.3", "rocksdb"), ("4.0", "4.1", "rocksdb"), ("4.0", "4.2", "hdfs"), ("4.0", "4.3", "rocksdb"),
+         ("4.1", "4.2", "rocksdb"), ("4.1", "4.3", "hdfs"), ("4.2", "4.3", "rocksdb")]
+
+
+@pytest.mark.parametrize(("older", "newer", "store"), MOVES)
+def test_a_savepoint_taken_on_one_spark_continues_exactly_on_a_newer_one(tmp_path, older, newer, store):
+    stop_and_restore(tmp_path / "home", tmp_path, store, older, newer)
 
 
 def test_a_checkpoint_v2_savepoint_is_refused_by_3_5_and_4_3_before_they_start_and_read_by_4_0(tmp_path):

@@ -355,7 +355,8 @@ def test_the_support_matrix_says_only_what_tests_compat_runs(name):
     compat = (ROOT / "tests" / "compat" / "test_spark_versions.py").read_text()
     installed = (ROOT / "tests" / "compat" / "installed.py").read_text()
     minors = ast.literal_eval(re.search(r"^MINORS = (\[.*?\])", installed, re.M).group(1))
-    pairs = ast.literal_eval(re.search(r'parametrize\(\("older", "newer"\), (\[.*?\])\)', compat, re.S).group(1))
+    pairs = {(older, newer) for older, newer, _store in
+             ast.literal_eval(re.search(r"^MOVES = (\[.*?\])$", compat, re.M | re.S).group(1))}
     text = page(name)
     table = text[text.index("| feature |"):].split("\n\n", 1)[0]
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()
@@ -364,7 +365,7 @@ def test_the_support_matrix_says_only_what_tests_compat_runs(name):
     migrations = next(row for row in rows if row[0].startswith("migration"))
     claimed = {(older, newer.strip()) for older, cell in zip(minors, migrations[1:], strict=True) if cell != "-"
                for newer in cell.split(",")}
-    assert claimed == set(pairs)
+    assert claimed == pairs
     clusters = ast.literal_eval(re.search(r'parametrize\(\("minor", "rest"\), (\[.*?\])\)', compat).group(1))
     cluster_row = next(row for row in rows if row[0].startswith("cluster:"))
     # 4.3's cluster runs in tests/spark/test_cluster.py.

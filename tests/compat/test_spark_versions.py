@@ -1,8 +1,9 @@
 """sparkpoint on each Spark it supports, as a user runs it: their Spark (here each pyspark of
 scripts/spark-versions.sh, a Spark installation in .venv-spark/<minor>/pyspark) handed over with --spark-home,
-the CLI and its own Spark 4.3 in .venv. A focused suite, not a copy of the 4.3 one: per version, one managed job
-with HDFS-backed and one with RocksDB state, a savepoint of the running job, a stop, a restore that continues
-with exact outputs, list and cancel; then a savepoint taken on one version restored and continued on a newer one.
+the CLI and its own Spark 4.3 in .venv. A focused suite, not a copy of the 4.3 one: per version, a managed job
+with RocksDB state, a savepoint of the running job, a stop, a restore that continues with exact outputs, list and
+cancel; a savepoint taken on one version restored and continued on each newer one; and the upgrade's safety nets
+(check, probation and rollback, fork) with a job of HDFS-backed state.
 """
 
 from __future__ import annotations
@@ -139,10 +140,11 @@ def stop_and_restore(home: Path, tmp: Path, store: str, on: str, restore_on: str
     assert cli_json(home, "cancel", again["id"])["state"] == "cancelled"
 
 
-@pytest.mark.parametrize("minor", [minor for minor in MINORS if minor != "4.3"])  # 4.3's: tests/spark
+# RocksDB's state only: each minor restores its own HDFS-backed state in the probation test below (the rollback
+# to the old version, from the hand-over's savepoint, exactly); 4.3's own stop and restore are tests/spark's.
+@pytest.mark.parametrize("minor", [minor for minor in MINORS if minor != "4.3"])
 def test_a_job_on_each_spark_is_savepointed_stopped_and_restored_exactly(tmp_path, minor):
-    for store in SCENARIOS:
-        stop_and_restore(tmp_path / "home", tmp_path, store, minor, minor)
+    stop_and_restore(tmp_path / "home", tmp_path, "rocksdb", minor, minor)
 
 
 # Every pair of minors, each with one of the two state stores: every older minor but 4.2 writes both for a newer

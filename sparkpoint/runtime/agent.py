@@ -72,19 +72,32 @@ def describe(query) -> dict[str, Any]:
         "sink": sink_of(query),
         "sink_log_interval": sink_log_interval(query),
         "sources": sources_of(query, progress),
-        "real_time_batch_seconds": real_time_seconds(query),
+        "real_time_batch_seconds": _real_time_seconds(query),
     }
 
 
-# A query's plan does not change while it runs: its sources are read from it once per run.
+# A query's plan and trigger do not change while it runs: each is read once per run (a run id's), not at every
+# status request (a busy scraper's).
 _PLAN_SOURCES: dict[str, list[dict[str, str]]] = {}
+_REAL_TIME_SECONDS: dict[str, float | None] = {}
+
+
+def _run_key(query) -> str:
+    return str(getattr(query, "runId", ""))
+
+
+def _real_time_seconds(query) -> float | None:
+    key = _run_key(query)
+    if key not in _REAL_TIME_SECONDS:
+        _REAL_TIME_SECONDS[key] = real_time_seconds(query)
+    return _REAL_TIME_SECONDS[key]
 
 
 def plan_sources(query) -> list[dict[str, str]]:
     """What each source of the query reads (spark.sources.source_record), in the order of its offsets, from the
     query's analyzed plan: its streaming leaves, each with the reader's options. [] when Spark's internals are
     not as read here (then a savepoint records no sources, and a check asks the configured broker only)."""
-    key = str(getattr(query, "runId", ""))
+    key = _run_key(query)
     if key not in _PLAN_SOURCES:
         found = []
         try:
@@ -192,7 +205,7 @@ class Stop:
         self._queries = [(query, {"name": query.name, "id": str(query.id), "checkpoint": _checkpoint(query),
                                   "sink": sink_of(query), "sink_log_interval": sink_log_interval(query),
                                   "sources": plan_sources(query), "state": "waiting", "at_boundary": None, "how": None,
-                                  "seconds": None, "real_time": real_time_seconds(query) is not None})
+                                  "seconds": None, "real_time": _real_time_seconds(query) is not None})
                          for query in queries]
         self._threads = [threading.Thread(target=self._stop_one, args=(query, record, jvm, spark_version),
                                           name=f"sparkpoint-stop-{record['name']}", daemon=True)

@@ -137,6 +137,15 @@ class SinkRollbackRefusedError(SparkpointError):
     exit_code = 18
 
 
+class SinkAheadError(SparkpointError):
+    """A restore whose sink holds batches after the savepoint's cut: a Delta table the query already wrote past
+    it. Restored with the same query id, Delta's sink would skip those batches (the old results stay); with a new
+    one (--fork), write them twice. `check` and `run -s` refuse it before any Spark starts, unless
+    --rollback-sink (the table back to the cut) or --keep-sink-output (the skip, or the doubling, accepted)."""
+
+    exit_code = 22
+
+
 class InputGoneError(SparkpointError):
     """Input a savepoint needs is no longer there: a Kafka topic's retention deleted records it has not read, or
     the topic or a partition was deleted or recreated. `check`, `run -s` refuse it before any Spark starts,

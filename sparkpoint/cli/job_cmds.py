@@ -52,8 +52,13 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
                    "batches, METRIC>=N (or <=, >, <) holds; METRIC: processing_rate or input_rate (rows/s, the "
                    "median per query). Repeatable.")
 @click.option("--rollback-sink", is_flag=True,
-              help="With -s: roll the savepoint's file sinks back to its cut first (`rollback-sink`), so that the "
-                   "restored version writes the later batches again instead of skipping them.")
+              help="With -s: roll the savepoint's file sinks and Delta tables back to its cut first "
+                   "(`rollback-sink`), so that the restored version writes the later batches again instead of "
+                   "skipping them.")
+@click.option("--keep-sink-output", is_flag=True,
+              help="With -s: restore into a Delta table the savepoint's query wrote past the cut as it is: the "
+                   "restored version skips those batches (with --fork, the fork writes them again: give it another "
+                   "table), instead of refusing (exit 22).")
 @click.option("--no-rollback", is_flag=True, help="With --replace: no probation, no automatic rollback.")
 @click.option("--no-check", is_flag=True,
               help="With -s or --replace: skip `sparkpoint check` (by default an application that will not "
@@ -71,9 +76,8 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
                 metavar="[SPARK_SUBMIT_OPTIONS] APP.py [APP_ARGS]")
 @pass_app
 def run_cmd(app, name, from_savepoint, fork, partitions, allow_non_restored_state, allow_data_loss, claim_mode,
-            restore_grace, replace,
-            savepoint_path, stop_timeout, probation, rollback_to, healthy_when, rollback_sink, no_rollback, no_check,
-            master, deploy_mode, confs, detach, spark_home, output, args):
+            restore_grace, replace, savepoint_path, stop_timeout, probation, rollback_to, healthy_when, rollback_sink,
+            keep_sink_output, no_rollback, no_check, master, deploy_mode, confs, detach, spark_home, output, args):
     """Run a streaming application under spark-submit as a managed job.
 
     sparkpoint's options come first; spark-submit's own (--py-files, --archives, --jars, --packages,
@@ -93,6 +97,8 @@ def run_cmd(app, name, from_savepoint, fork, partitions, allow_non_restored_stat
 
     Spark's file sink skips the batches its log committed: restoring an older savepoint with one warns that
     the later batches would not be written again; --rollback-sink moves them aside first (see `rollback-sink`).
+    Delta's sink skips them too: a Delta table written past the cut is refused (exit 22) unless --rollback-sink
+    (the table restored to the cut) or --keep-sink-output.
     """
     from sparkpoint.adapters.spark_submit import split_arguments
     from sparkpoint.jobs import run
@@ -105,7 +111,7 @@ def run_cmd(app, name, from_savepoint, fork, partitions, allow_non_restored_stat
         claim=claim_mode == "claim", restore_grace=restore_grace, replace=replace, savepoint_path=savepoint_path,
         stop_timeout=stop_timeout, deploy_mode=deploy_mode, check=not no_check,
         probation=None if no_rollback else probation, rollback_to=rollback_to, healthy_when=list(healthy_when),
-        rollback_sink=rollback_sink, spark_home=spark_home,
+        rollback_sink=rollback_sink, keep_sink_output=keep_sink_output, spark_home=spark_home,
     )
     job = run.run_job(app.settings, request, progress=app.progress(), warn=_warn)
     emit(output, job, _render_job)
@@ -161,6 +167,9 @@ def _render_job(job: JobView) -> None:
 @click.option("--allow-data-loss", is_flag=True,
               help="Check a savepoint whose Kafka input is partly gone from the log, saying what is lost, instead "
                    "of refusing it (exit 20; as for run).")
+@click.option("--keep-sink-output", is_flag=True,
+              help="Check a savepoint whose query wrote a Delta table past the cut, saying so, instead of refusing "
+                   "it (exit 22; as for run).")
 @click.option("--restore-grace", type=Seconds(min=1), default=60.0, show_default=True,
               help="Seconds after the application starts for every saved query to start.")
 @click.option("--timeout", type=Seconds(min=1), default=300.0, show_default=True,
@@ -173,8 +182,8 @@ def _render_job(job: JobView) -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, required=True,
                 metavar="[SPARK_SUBMIT_OPTIONS] APP.py [APP_ARGS]")
 @pass_app
-def check_cmd(app, saved, allow_non_restored_state, allow_data_loss, restore_grace, timeout, confs, spark_home, output,
-              args):
+def check_cmd(app, saved, allow_non_restored_state, allow_data_loss, keep_sink_output, restore_grace, timeout, confs,
+              spark_home, output, args):
     """Will this application restore from this savepoint? Answered before any downtime.
 
     The application runs against a throwaway restore of the savepoint, with every sink replaced by
@@ -182,7 +191,9 @@ def check_cmd(app, saved, allow_non_restored_state, allow_data_loss, restore_gra
     (operators, key and value schemas, sources) against the new plan, and stops. No input is read,
     no streaming sink of the application is written, the savepoint is only read. The driver runs here
     in local mode (one empty batch needs no cluster). Exits 16, one line per problem, when it will not
-    restore; 11 when the check cannot decide (Spark failed for another reason, or too slowly).
+    restore; 11 when the check cannot decide (Spark failed for another reason, or too slowly). Before any
+    Spark starts: exit 20 when the savepoint's Kafka input is gone, 22 when a Delta table its query writes
+    holds batches after the cut.
     """
     from sparkpoint.adapters.spark_submit import split_arguments
     from sparkpoint.errors import IncompatibleUpgradeError
@@ -191,7 +202,8 @@ def check_cmd(app, saved, allow_non_restored_state, allow_data_loss, restore_gra
     submit_args, application, app_args = split_arguments(list(args), CHECK_OPTIONS)
     request = check.CheckRequest(app=application, app_args=app_args, submit_args=submit_args,
                                  confs=list(confs), allow_non_restored_state=allow_non_restored_state,
-                                 allow_data_loss=allow_data_loss, restore_grace=restore_grace, timeout=timeout,
+                                 allow_data_loss=allow_data_loss, keep_sink_output=keep_sink_output,
+                                 restore_grace=restore_grace, timeout=timeout,
                                  spark_home=spark_home)
     checked = check.check_savepoint(app.settings, saved, request, _warn, progress=app.progress())
     emit(output, checked, _render_checked)

@@ -221,9 +221,7 @@ def _render_inspected(inspected: Inspected) -> None:
             read = inputs[index] if index < len(inputs) else {}
             console.print(text(f"  source {index}: {_offsets_shown(offset, read)}"), highlight=False)
         if q.get("sink"):
-            console.print(text(f"  sink: {q['sink']['description']}" + (
-                f" (at batch {q['sink']['batch_id']}: {q['sink']['last_file'] or 'no file'})"
-                if q["sink"].get("cut_known") else "")), highlight=False)
+            console.print(text(f"  sink: {q['sink']['description']}{_sink_cut(q['sink'])}"), highlight=False)
         table = Table("operator", "name", "stores", "partitions", "size")
         for op in q.get("operators") or []:
             table.add_row(text(op["id"]), text(op["name"] or "?"), text(", ".join(op["stores"])),
@@ -294,7 +292,8 @@ def _render_rescaled(rescaled: Rescaled) -> None:
 @output_option
 @pass_app
 def rollback_sink_cmd(app, loaded, output_dir, query, dry_run, compact_interval, output):
-    """Roll a file sink's output back to SAVEPOINT's cut, for a restore that rewrites the later batches.
+    """Roll a file sink's output or a Delta table back to SAVEPOINT's cut, for a restore that rewrites the later
+    batches.
 
     Spark's file sink skips every batch id its log (OUTPUT/_spark_metadata) committed: a query restored from
     an older savepoint re-runs the later batches and writes nothing. This truncates the log to the savepoint's
@@ -303,6 +302,12 @@ def rollback_sink_cmd(app, loaded, output_dir, query, dry_run, compact_interval,
     Without OUTPUT_DIR, every file sink SAVEPOINT recorded is rolled back. Refused (exit 18) when the output is
     not a file sink's, a running job writes there, or the log no longer says what the cut held. Run it with the
     query stopped, before its restore; `run -s SAVEPOINT --rollback-sink` does both.
+
+    A Delta table is restored (Delta's RESTORE, by the deltalake package) to its version just before the query's
+    first commit after the cut, in one commit that also sets the query's transaction back to the cut's batch:
+    Delta's sink then writes the later batches again. The files taken out stay on disk, reachable by Delta's
+    time travel until VACUUM. Refused (exit 18, nothing changed) when another writer committed after the cut
+    (the commit is named: the restore would drop its rows), or a commit landed while it planned.
     """
     from sparkpoint.jobs.sinks import roll_back_sinks
 
@@ -310,8 +315,19 @@ def rollback_sink_cmd(app, loaded, output_dir, query, dry_run, compact_interval,
          _render_sink_rollbacks)
 
 
+def _sink_cut(sink: dict) -> str:
+    if not sink.get("cut_known"):
+        return ""
+    if sink["kind"] == "delta":
+        return f" (at batch {sink['batch_id']}: table version {sink['table_version']})"
+    return f" (at batch {sink['batch_id']}: {sink['last_file'] or 'no file'})"
+
+
 def _render_sink_rollbacks(rollbacks: list) -> None:
     for rolled in rollbacks:
+        if rolled.kind == "delta":
+            _render_table_rollback(rolled)
+            continue
         verb = "would move" if rolled.dry_run else "moved"
         if not rolled.batches:
             echo(f"{rolled.query}: {rolled.output} is at batch {rolled.latest_batch}, not after the cut "
@@ -324,6 +340,21 @@ def _render_sink_rollbacks(rollbacks: list) -> None:
         if rolled.dry_run:
             for trashed in rolled.files:
                 echo(f"  {human_bytes(trashed.size):>10}  {trashed.path}")
+
+
+def _render_table_rollback(rolled) -> None:
+    if not rolled.batches:
+        echo(f"{rolled.query}: Delta table {rolled.output} holds nothing after batch {rolled.cut} (version "
+             f"{rolled.latest_version}): nothing to roll back")
+        return
+    batches = f"batches {rolled.batches[0]}..{rolled.batches[-1]}"
+    if rolled.dry_run:
+        echo(f"{rolled.query}: Delta table {rolled.output} would be restored from version {rolled.latest_version} to "
+             f"{rolled.restored_to} (batch {rolled.cut}); {batches} undone, their files kept until VACUUM")
+    else:
+        echo(f"{rolled.query}: Delta table {rolled.output} restored to version {rolled.restored_to} (batch "
+             f"{rolled.cut}) in version {rolled.commit}: {batches} undone, {rolled.removed_files} files out of the "
+             "table, kept on disk until VACUUM")
 
 
 COMMANDS = (savepoint_cmd, restore_cmd, verify_cmd, inspect_cmd, rescale_cmd, rollback_sink_cmd)

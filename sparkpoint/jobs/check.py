@@ -24,6 +24,7 @@ from sparkpoint.adapters.transfer import NullProgress, Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import NotFoundError, SparkFailureError, SparkpointError
 from sparkpoint.jobs.protocol import CHECK_REPORT, CHECK_REQUEST, START_CHECK_DIR, answer_outcome, read_outcome
+from sparkpoint.jobs.sinks import refuse_sinks_ahead
 from sparkpoint.savepoints import compat, migration, restorability
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.times import poll_until
@@ -43,6 +44,8 @@ class Launch:
     allow_non_restored_state: bool = False
     # A savepoint whose Kafka input is partly gone from the log is restored anyway (what is lost is said).
     allow_data_loss: bool = False
+    # A Delta table the savepoint's query wrote past the cut is restored into anyway (its batches skipped).
+    keep_sink_output: bool = False
     restore_grace: float = 60.0  # seconds, once the application runs, for every saved query to start
     spark_home: str | None = None  # --spark-home: else $SPARK_HOME, else this environment's pyspark
 
@@ -61,8 +64,10 @@ MARGIN = 60.0
 def check_savepoint(settings: Settings, saved: Savepoint, request: CheckRequest, warn: Callable[[str], None],
                     progress: Progress | None = None) -> compat.Checked:
     """`sparkpoint check`: is the savepoint's input still there (refused before any Spark starts if not,
-    InputGoneError), then will the application restore from it (check_upgrade)."""
+    InputGoneError), does a Delta table it writes hold batches after the cut (SinkAheadError), then will the
+    application restore from it (check_upgrade)."""
     restorability.require_input(saved, settings.kafka, request.allow_data_loss, warn)
+    refuse_sinks_ahead(settings, saved, False, request.keep_sink_output, warn)
     return check_upgrade(settings, saved, request, progress)
 
 

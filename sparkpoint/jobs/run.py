@@ -48,7 +48,14 @@ from sparkpoint.savepoints import catalog, restorability
 from sparkpoint.savepoints.migration import Move
 from sparkpoint.savepoints.rescale import needs_rescale, rescale
 from sparkpoint.savepoints.restore import restore
-from sparkpoint.jobs.sinks import SinkRolledBack, log_interval, pending, roll_back_sinks
+from sparkpoint.jobs.sinks import (
+    SinkRolledBack,
+    TableRolledBack,
+    log_interval,
+    pending,
+    refuse_sinks_ahead,
+    roll_back_sinks,
+)
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.savepoints.savepoint import load as load_savepoint
 from sparkpoint.times import iso
@@ -72,7 +79,7 @@ class RunRequest(Launch):
     probation: float | None = 30.0  # with replace or rollback_to: seconds past the first batch to roll back in
     rollback_to: str | None = None  # with -s: a savepoint of the previous version, to start it again from
     healthy_when: list[str] = field(default_factory=list)  # conditions the new version must meet on probation
-    rollback_sink: bool = False  # with -s: roll the file sinks' outputs back to the savepoint's cut first
+    rollback_sink: bool = False  # with -s: roll the file sinks' outputs and Delta tables back to the cut first
 
 
 @dataclass(frozen=True)
@@ -95,7 +102,7 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
     """Launch the application under spark-submit, restored from a savepoint when asked. ``rollback_of``: the
     failed new version this run starts the previous version in place of (run's own rollback). ``warn`` hears,
     before the launch, of what the restored version will not do (a file sink that skips its batches)."""
-    rolled: list[SinkRolledBack] = []
+    rolled: list[SinkRolledBack | TableRolledBack] = []
     view = _run_job(settings, request, progress, sleep, clock, start_timeout, rollback_of, warn or _unheard, rolled)
     return replace(view, sink_rollbacks=rolled) if request.rollback_sink else view
 
@@ -106,14 +113,14 @@ def _unheard(_message: str) -> None:
 
 def _run_job(settings: Settings, request: RunRequest, progress: Progress | None, sleep: Callable[[float], None],
              clock: Callable[[], float], start_timeout: float, rollback_of: Job | None, warn: Callable[[str], None],
-             rolled: list[SinkRolledBack]) -> JobView:
+             rolled: list[SinkRolledBack | TableRolledBack]) -> JobView:
     app = os.path.abspath(request.app)
     if not os.path.isfile(app):
         raise NotFoundError(f"application {request.app} does not exist")
     conf_args = spark_submit.conf_arguments(request.confs)
     conditions = [parse_condition(text) for text in request.healthy_when]
     registry = Registry(settings.home_url())
-    saved, replaced, way_back = None, None, None
+    saved, replaced, way_back, kept_sinks = None, None, None, []
     _refuse_what_cannot_go_together(request)
     cluster = request.deploy_mode == "cluster"
     master = StandaloneMaster(request.master) if cluster else None  # a bad master URL fails before anything runs
@@ -129,6 +136,8 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
         saved = catalog.load(settings, request.savepoint)
         if rollback_of is None:  # a rollback restarts the version that ran, come what may: a refusal ends both
             restorability.require_input(saved, settings.kafka, request.allow_data_loss, warn)
+            if not request.rollback_sink:
+                kept_sinks = refuse_sinks_ahead(settings, saved, request.fork, request.keep_sink_output, warn)
     if request.rollback_to:
         way_back = replace(_way_back(settings, registry, request.rollback_to, saved),
                            rollback_sink=request.rollback_sink)
@@ -166,7 +175,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     job.note("started", _started(job, request, saved, replaced, rollback_of))
     if upgrade_check is not None:
         job.note("check", check_said(upgrade_check))
-    for event, note in sink_notes:
+    for event, note in [*sink_notes, *(("sink_kept", line) for line in kept_sinks)]:
         job.note(event, note)
     try:
         process = _launch(settings, job, app, request, conf_args, master or spark, saved, replaced is not None,
@@ -208,15 +217,13 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
 
 
 def _sinks_before_launch(settings: Settings, request: RunRequest, saved: Savepoint, warn: Callable[[str], None],
-                         rolled: list[SinkRolledBack]) -> list[tuple[str, str]]:
+                         rolled: list[SinkRolledBack | TableRolledBack]) -> list[tuple[str, str]]:
     """With --rollback-sink, the file sinks rolled back to the savepoint's cut (into ``rolled``); without, a
     warning for each that holds batches after the cut, which the restored version would skip. What was said,
     for the job's history."""
     if request.rollback_sink:
         rolled.extend(roll_back_sinks(settings, saved, compact_interval=log_interval(request.confs)))
-        return [("sink_rollback", f"{r.query}: {r.output} rolled back to batch {r.cut}" + (
-            f", batches {r.batches[0]}..{r.batches[-1]} moved to {r.trash}" if r.batches else ", nothing after it"))
-            for r in rolled]
+        return [("sink_rollback", r.said()) for r in rolled]
     said = pending(settings, saved, log_interval(request.confs))
     for warning in said:
         warn(warning)
@@ -225,7 +232,7 @@ def _sinks_before_launch(settings: Settings, request: RunRequest, saved: Savepoi
 
 def _rolled_back_before_the_first_query(settings: Settings, registry: Registry, job: Job, request: RunRequest,
                                         saved: Savepoint, warn: Callable[[str], None],
-                                        rolled: list[SinkRolledBack]) -> None:
+                                        rolled: list[SinkRolledBack | TableRolledBack]) -> None:
     """--rollback-sink with the check in the driver: once the check lets the first saved query go."""
     if request.rollback_sink:
         notes = _sinks_before_launch(settings, request, saved, warn, rolled)
@@ -265,6 +272,10 @@ def _refuse_what_cannot_go_together(request: RunRequest) -> None:
                                "version from: drop one")
     if request.rollback_sink and not request.savepoint:
         raise BadArgumentError("--rollback-sink rolls the sinks back to the savepoint of -s: use it with -s")
+    if request.keep_sink_output and not request.savepoint:
+        raise BadArgumentError("--keep-sink-output keeps the sinks the savepoint of -s writes: use it with -s")
+    if request.keep_sink_output and request.rollback_sink:
+        raise BadArgumentError("--keep-sink-output keeps what --rollback-sink would undo: choose one")
     if request.fork and not request.savepoint:
         raise BadArgumentError("--fork gives the queries restored by -s new ids: use it with -s")
     if request.partitions is not None and not request.savepoint:

@@ -12,7 +12,7 @@ from sparkpoint.errors import BadArgumentError, JobNotRunningError, SparkpointEr
 from sparkpoint.paths import local_path
 from sparkpoint.jobs.registry import Job, Registry, client_for, spark_version_of
 from sparkpoint.savepoints.create import Created, QuerySource, take
-from sparkpoint.spark import file_sink
+from sparkpoint.spark import sinks
 from sparkpoint.spark.sources import OTHER, as_recorded
 
 
@@ -26,7 +26,7 @@ def job_sources(queries: list[dict[str, Any]]) -> list[QuerySource]:
         reads = query.get("sources") if isinstance(query.get("sources"), list) else []
         inputs = [as_recorded(source) or {"kind": OTHER} for source in reads]
         sources.append(QuerySource(query["name"], local_path(query["checkpoint"]),
-                                   file_sink.sink_record(query.get("sink"), query.get("sink_log_interval")),
+                                   sinks.sink_record(query.get("sink"), query.get("sink_log_interval")),
                                    inputs or None))
     return sources
 

@@ -1,20 +1,26 @@
 """Sink rollback for a savepoint: which outputs a restore from it must roll back, the check that no running job
-writes there, and the rollback itself (``spark.sink_rollback``): `rollback-sink` and `run -s --rollback-sink`."""
+writes there, and the rollback itself: a file sink's output (``spark.sink_rollback``), a Delta table (Delta's
+restore, ``adapters.delta_tables``): `rollback-sink` and `run -s --rollback-sink`. And what a restore without it
+would get wrong: a file sink warned of, a Delta table refused (``refuse_sinks_ahead``)."""
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
+from sparkpoint.adapters import delta_tables
 from sparkpoint.adapters.storage import join, storage_for
 from sparkpoint.config import Settings
-from sparkpoint.errors import BadArgumentError, SinkRollbackRefusedError, SparkpointError
+from sparkpoint.errors import BadArgumentError, SinkAheadError, SinkRollbackRefusedError, SparkpointError
 from sparkpoint.jobs.registry import ACTIVE_STATES, Registry, client_for, state_of
 from sparkpoint.results import Result
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.spark import sink_rollback
-from sparkpoint.spark.file_sink import FILE_SINK, METADATA_DIR, parse_interval, sink_record
+from sparkpoint.spark.delta_log import DELTA_SINK, LOG_DIR, DeltaLog, SinkCut, sink_cut
+from sparkpoint.spark.file_sink import METADATA_DIR, parse_interval
+from sparkpoint.spark.sinks import FILE_SINK, WITH_OUTPUT, sink_record
 
 
 @dataclass(frozen=True)
@@ -27,6 +33,7 @@ class TrashedFile(Result):
 class SinkRolledBack(Result):
     """One output brought back to a savepoint's cut (or, with ``dry_run``, what would be)."""
 
+    kind: str  # "file": Spark's file sink
     query: str
     output: str
     cut: int  # the log's newest batch afterwards: the savepoint's batch of the query
@@ -39,10 +46,38 @@ class SinkRolledBack(Result):
     trash: str | None
     dry_run: bool
 
+    def said(self) -> str:
+        return f"{self.query}: {self.output} rolled back to batch {self.cut}" + (
+            f", batches {self.batches[0]}..{self.batches[-1]} moved to {self.trash}" if self.batches
+            else ", nothing after it")
 
-def file_sink_queries(savepoint: Savepoint, output: str | None, query: str | None) -> list[tuple[dict, str]]:
-    """(saved query, output) pairs to roll back: every query with a recorded file sink, or the one ``output``
-    is given for (``query`` names it when the savepoint holds several)."""
+
+@dataclass(frozen=True)
+class TableRolledBack(Result):
+    """A Delta table brought back to a savepoint's cut by Delta's restore (or, with ``dry_run``, what would be)."""
+
+    kind: str  # "delta"
+    query: str
+    output: str  # the table
+    cut: int  # the savepoint's batch of the query
+    batches: list[int]  # the query's batches after the cut the table held: the restored version writes them again
+    latest_version: int | None  # the table's newest version before
+    restored_to: int | None  # the version whose files the table holds again; null when nothing was after the cut
+    commit: int | None  # the restore's own commit (null in a dry run, or with nothing to do)
+    removed_files: int | None  # data files taken out of the table (kept on disk until VACUUM); null in a dry run
+    dry_run: bool
+
+    def said(self) -> str:
+        if not self.batches:
+            return f"{self.query}: Delta table {self.output} holds nothing after batch {self.cut}"
+        return (f"{self.query}: Delta table {self.output} restored to version {self.restored_to} (batch {self.cut}), "
+                f"batches {self.batches[0]}..{self.batches[-1]} undone in version {self.commit}")
+
+
+def output_queries(savepoint: Savepoint, output: str | None, query: str | None,
+                   settings: Settings | None = None) -> list[tuple[dict, str, str]]:
+    """(saved query, output, sink kind) to roll back: every query with a recorded file sink or Delta table, or the
+    one ``output`` is given for (``query`` names it when the savepoint holds several)."""
     queries = savepoint.queries
     if query is not None:
         queries = [q for q in queries if q["name"] == query]
@@ -50,16 +85,20 @@ def file_sink_queries(savepoint: Savepoint, output: str | None, query: str | Non
             raise BadArgumentError(f"savepoint {savepoint.manifest['id']} has no query {query!r}: it holds "
                                    + ", ".join(q["name"] for q in savepoint.queries))
     if output is None:
-        return [(q, q["sink"]["path"]) for q in queries if (q.get("sink") or {}).get("kind") == FILE_SINK]
+        return [(q, q["sink"]["path"], q["sink"]["kind"]) for q in queries
+                if (q.get("sink") or {}).get("kind") in WITH_OUTPUT]
     if len(queries) != 1:
         raise BadArgumentError(f"savepoint {savepoint.manifest['id']} holds {len(queries)} queries: name the one "
                                "that writes to the output with --query")
     (saved,) = queries
     sink = saved.get("sink")
-    if sink is not None and sink["kind"] != FILE_SINK:
+    if sink is not None and sink["kind"] not in WITH_OUTPUT:
         raise SinkRollbackRefusedError(f"query {saved['name']} writes to {sink['description']}, not to Spark's file "
-                                       "sink: only a file sink's output can be rolled back")
-    return [(saved, output)]
+                                       "sink or a Delta table: only those can be rolled back")
+    if sink is not None:
+        return [(saved, output, sink["kind"])]
+    storage, path = storage_for(output, settings.storage_options if settings else None)
+    return [(saved, output, DELTA_SINK if storage.is_dir(join(path, LOG_DIR)) else FILE_SINK)]
 
 
 def unrecorded(savepoint: Savepoint) -> list[str]:
@@ -68,30 +107,67 @@ def unrecorded(savepoint: Savepoint) -> list[str]:
 
 
 def roll_back_sinks(settings: Settings, savepoint: Savepoint, output: str | None = None, query: str | None = None,
-                    dry_run: bool = False, compact_interval: int | None = None) -> list[SinkRolledBack]:
-    """Bring the file sinks' outputs back to the savepoint's cut: every recorded one, or ``output``. All are
-    planned (and refused) before any is changed. ``compact_interval``: the file sink log's, as the restored
-    version sets it (else what the savepoint recorded)."""
-    pairs = file_sink_queries(savepoint, output, query)
+                    dry_run: bool = False, compact_interval: int | None = None
+                    ) -> list[SinkRolledBack | TableRolledBack]:
+    """Bring the file sinks' outputs and Delta tables back to the savepoint's cut: every recorded one, or
+    ``output``. All are planned (and refused) before any is changed. ``compact_interval``: the file sink log's,
+    as the restored version sets it (else what the savepoint recorded)."""
+    pairs = output_queries(savepoint, output, query, settings)
     if output is None and not pairs:
         missing = unrecorded(savepoint)
         raise SinkRollbackRefusedError(
-            f"savepoint {savepoint.manifest['id']} records no file sink"
+            f"savepoint {savepoint.manifest['id']} records no file sink or Delta table"
             + (f" (query {', '.join(missing)} records no sink at all: a savepoint of a plain checkpoint, or by "
                "sparkpoint < 0.13); name the output: sparkpoint rollback-sink SAVEPOINT OUTPUT_DIR" if missing else ""))
     writers = {} if dry_run else _running_writers(settings)
     with contextlib.ExitStack() as locks:
         planned = []
-        for saved, location in pairs:
+        for saved, location, kind in pairs:
             storage, path = storage_for(location, settings.storage_options)
             writer = writers.get(path)
             if writer:
                 raise SinkRollbackRefusedError(f"{writer} still writes to {location}: stop or cancel it first")
             if not dry_run:
                 locks.enter_context(sink_rollback.exclusive(storage, path))
-            planned.append((saved, storage, sink_rollback.plan(storage, path, _cut(saved, compact_interval))))
-        return [_done(saved, plan, None if dry_run else sink_rollback.apply(storage, plan), dry_run)
+            if kind == DELTA_SINK:
+                planned.append((saved, storage, _table_plan(storage, path, saved)))
+            else:
+                planned.append((saved, storage, sink_rollback.plan(storage, path, _cut(saved, compact_interval))))
+        return [_table_done(saved, plan, dry_run) if isinstance(plan, SinkCut)
+                else _done(saved, plan, None if dry_run else sink_rollback.apply(storage, plan), dry_run)
                 for saved, storage, plan in planned]
+
+
+def _table_plan(storage, table: str, saved: dict[str, Any]) -> SinkCut:
+    """The query's commits after the cut; refused when the table cannot be brought back to it without undoing
+    another writer's rows, or Delta's log no longer reaches the cut."""
+    log = DeltaLog(storage, table)
+    if not log.present or not log.versions:
+        raise SinkRollbackRefusedError(f"{table} has no {LOG_DIR} commits: it is not a Delta table")
+    cut = sink_cut(log, saved["query_id"], saved["batch_id"])
+    if cut.later_batches and cut.target is None:
+        raise SinkRollbackRefusedError(
+            f"{table}: Delta's log no longer holds the commits from where query {saved['name']}'s batches after "
+            f"{saved['batch_id']} begin (its oldest is version {log.versions[0]}: log retention removed the rest), "
+            "so the version to restore is not known")
+    foreign = cut.foreign()
+    if foreign:
+        raise SinkRollbackRefusedError(
+            f"{table}: {foreign[0].describe()} was committed by another writer after the cut"
+            + (f" ({len(foreign)} such commits)" if len(foreign) > 1 else "")
+            + f": restoring version {cut.target} would drop its rows too; nothing was changed")
+    return cut
+
+
+def _table_done(saved: dict[str, Any], cut: SinkCut, dry_run: bool) -> TableRolledBack:
+    latest = cut.ahead[0].version if cut.ahead else cut.table_version
+    if not cut.later_batches:
+        return TableRolledBack(DELTA_SINK, saved["name"], cut.table, saved["batch_id"], [], latest, None, None,
+                               None, dry_run)
+    restored = None if dry_run else delta_tables.restore(cut.table, cut.target, latest, cut.app_id, cut.batch)
+    return TableRolledBack(DELTA_SINK, saved["name"], cut.table, saved["batch_id"], cut.later_batches, latest,
+                           cut.target, restored.version if restored else None,
+                           restored.removed_files if restored else None, dry_run)
 
 
 def _cut(saved: dict[str, Any], compact_interval: int | None) -> sink_rollback.Cut:
@@ -111,7 +187,7 @@ def log_interval(confs: list[str]) -> int | None:
 
 def _done(saved: dict[str, Any], plan: sink_rollback.Plan, trash: str | None, dry_run: bool) -> SinkRolledBack:
     return SinkRolledBack(
-        query=saved["name"], output=plan.output, cut=saved["batch_id"], latest_batch=plan.latest,
+        kind=FILE_SINK, query=saved["name"], output=plan.output, cut=saved["batch_id"], latest_batch=plan.latest,
         batches=plan.batches, files=[TrashedFile(path, size) for path, size in plan.moved], bytes=plan.bytes,
         log_files=plan.log_moved, rebuilt_log=plan.rebuilt, trash=trash, dry_run=dry_run,
     )
@@ -137,7 +213,7 @@ def _running_writers(settings: Settings) -> dict[str, str]:
             if "sink" not in live:
                 raise SinkRollbackRefusedError(f"{unknown} (its agent, of an earlier sparkpoint, does not say)")
             record = sink_record(live["sink"])
-            if record and record["kind"] == FILE_SINK:
+            if record and record["kind"] in WITH_OUTPUT:
                 output = storage_for(record["path"], settings.storage_options)[1]
                 writers[output] = f"job {job.id}'s query {live.get('name')}"
     return writers
@@ -148,7 +224,9 @@ def pending(settings: Settings, savepoint: Savepoint, compact_interval: int | No
     batches after the cut its log has (the restored query skips them), a batch the log lacks, or why it could not
     be rolled back. An output that does not exist, or cannot be read, is passed over."""
     said = []
-    for saved, location in file_sink_queries(savepoint, None, None):
+    for saved, location, kind in output_queries(savepoint, None, None):
+        if kind != FILE_SINK:
+            continue
         where = f"the file sink of query {saved['name']} ({location})"
         try:
             storage, path = storage_for(location, settings.storage_options)
@@ -170,4 +248,48 @@ def pending(settings: Settings, savepoint: Savepoint, compact_interval: int | No
             said.append(f"{where} ends at batch {plan.latest}, and the restored query's next batch is "
                         f"{saved['batch_id'] + 1}: Spark will fail to write it without the batches between; pass "
                         "--rollback-sink to add them to the log, empty")
+    return said
+
+
+def refuse_sinks_ahead(settings: Settings, savepoint: Savepoint, fork: bool, keep: bool,
+                       warn: Callable[[str], None]) -> list[str]:
+    """Refuse (SinkAheadError) a restore from ``savepoint`` into a Delta table its query wrote past the cut:
+    Delta's sink would skip those batches, or write them twice under a new query id (``fork``). With ``keep``,
+    each is said instead (to ``warn``) and returned; but a stateful query's skip is refused all the same: a batch
+    the sink skips never runs its plan, no state version is written for it, and the next batch fails to load it
+    (seen on Spark 4.2 with Delta 4.4: CANNOT_READ_DELTA_FILE_NOT_EXISTS). A table that is gone, or cannot be
+    read, is passed over: the restored query makes or reads it as Spark will."""
+    said = []
+    for saved, location, kind in output_queries(savepoint, None, None):
+        if kind != DELTA_SINK:
+            continue
+        try:
+            storage, path = storage_for(location, settings.storage_options)
+            log = DeltaLog(storage, path)
+            batches = sink_cut(log, saved["query_id"], saved["batch_id"]).later_batches if log.present else []
+        except SparkpointError:
+            continue
+        if not batches:
+            continue
+        held = (f"Delta table {location} holds {len(batches)} batches of query {saved['name']} after the savepoint's "
+                f"batch {saved['batch_id']} ({batches[0]}..{batches[-1]})")
+        if fork:
+            line = (f"{held}: the fork, a query of its own to Delta, would write them a second time beside them; "
+                    "write the fork to another table and pass --keep-sink-output, or pass --rollback-sink to take "
+                    "the table back to the cut")
+        else:
+            line = (f"{held}: the restored version would skip them (Delta's sink takes them as done) and keep the old "
+                    "version's rows; pass --rollback-sink to restore the table to the cut with the state, or "
+                    "--keep-sink-output to accept the skip")
+        if keep and not fork and saved["operators"]:
+            raise SinkAheadError(
+                f"{held}: --keep-sink-output cannot keep them for this query: it keeps state, and Spark writes no "
+                "state for a batch its sink skips, so the restored query would fail at its first batch after them "
+                "(a state file missing); pass --rollback-sink, or --fork into another table")
+        if not keep:
+            raise SinkAheadError(line)
+        kept = f"{held}, kept as they are (--keep-sink-output)" + (
+            ": the fork writes them again" if fork else ": the restored version skips them")
+        warn(kept)
+        said.append(kept)
     return said

@@ -165,8 +165,25 @@ def _checkpoint(query) -> str:
 
 
 def sink_of(query) -> str:
-    """Spark's description of the query's sink: the file sink's names its qualified output path."""
-    return str(query._jsq.streamingQuery().sink())  # py4j's str() is the object's toString()
+    """Spark's description of the query's sink: the file sink's names its qualified output path; Delta's names the
+    path as the application gave it (relative, perhaps), qualified here as Delta resolves it."""
+    said = str(query._jsq.streamingQuery().sink())  # py4j's str() is the object's toString()
+    if said.startswith("DeltaSink[") and said.endswith("]"):
+        said = f"DeltaSink[{_qualified(query, said[len('DeltaSink['):-1])}]"
+    return said
+
+
+def _qualified(query, path: str) -> str:
+    """``path`` as the driver's Hadoop file system qualifies it (a relative path against its working directory);
+    as given when that fails."""
+    from pyspark import SparkContext
+
+    try:
+        hadoop_path = SparkContext._jvm.org.apache.hadoop.fs.Path(path)
+        fs = hadoop_path.getFileSystem(query._jsq.sparkSession().sessionState().newHadoopConf())
+        return str(fs.makeQualified(hadoop_path).toString())
+    except Exception:  # noqa: BLE001 - py4j gone, a scheme without a file system here: the path as the sink has it
+        return path
 
 
 SINK_LOG_INTERVAL = "spark.sql.streaming.fileSink.log.compactInterval"

@@ -25,7 +25,7 @@ from sparkpoint.spark import hdfs_store
 from sparkpoint.spark.hdfs_store import hdfs_refusal
 from sparkpoint.spark.checkpoint import empty_batch
 from sparkpoint.spark.checkpoint_files import companion_names
-from sparkpoint.spark.file_sink import KAFKA_SINK
+from sparkpoint.spark.sinks import KAFKA_SINK
 from sparkpoint.spark.state_files import parse_state_file
 from sparkpoint.spark.sources import KAFKA, kind_of
 from sparkpoint.spark_versions import ANSI_CONF, KAFKA_RERUN_DEFECT, KAFKA_RERUN_NOTE, REFUSALS

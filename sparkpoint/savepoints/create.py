@@ -44,7 +44,7 @@ from sparkpoint.results import WHEN_SET, Result
 from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints.savepoint import discard
-from sparkpoint.spark import file_sink
+from sparkpoint.spark import sinks
 from sparkpoint.spark.checkpoint import CheckpointReader, Plan, is_checkpoint
 from sparkpoint.spark.checkpoint_files import VanishedError
 from sparkpoint.times import iso
@@ -56,7 +56,7 @@ class QuerySource:
 
     name: str
     location: str
-    # What the query writes to (``file_sink.sink_record``); a file sink's cut is added at the savepoint's cut.
+    # What the query writes to (``sinks.sink_record``); its position is added at the savepoint's cut.
     sink: dict[str, Any] | None = field(default=None, compare=False)
     # What each of its sources reads, in the order of its offsets (spark.sources.source_record), when the running
     # query's plan told: the savepoint's `inputs`.
@@ -342,7 +342,7 @@ def _query_entry(source: QuerySource, plan: Plan, results: list[transfer.Result]
         "relocate": [prefix + rel for rel in plan.relocate],
     }
     if source.sink is not None:
-        entry["sink"] = file_sink.at_cut(source.sink, cut.batch_id, storage_options)
+        entry["sink"] = sinks.at_cut(source.sink, plan.query_id, cut.batch_id, storage_options)
     if source.inputs is not None:
         entry["inputs"] = source.inputs
     return entry

@@ -76,6 +76,8 @@ _FILE_FIELDS = {"path": str, "size": int, "digest": str}
 _SINK_FIELDS = {"kind": str, "path": (str, _OPTIONAL), "description": str}
 _FILE_SINK_FIELDS = {"path": str, "batch_id": int, "cut_known": bool, "last_file": (str, _OPTIONAL),
                      "compact_interval": (int, _OPTIONAL)}
+_DELTA_SINK_FIELDS = {"path": str, "batch_id": int, "cut_known": bool, "table_version": (int, _OPTIONAL),
+                      "cut_batch": (int, _OPTIONAL)}
 
 
 def _check_fields(data: Any, fields: dict[str, Any], what: str) -> dict[str, Any]:
@@ -121,6 +123,8 @@ def validate(data: Any, where: str) -> dict[str, Any]:
             sink = _check_fields(query["sink"], _SINK_FIELDS, f"{where}: the sink of query {name!r}")
             if sink["kind"] == "file":
                 _check_fields(sink, _FILE_SINK_FIELDS, f"{where}: the file sink of query {name!r}")
+            elif sink["kind"] == "delta":
+                _check_fields(sink, _DELTA_SINK_FIELDS, f"{where}: the Delta sink of query {name!r}")
         if "inputs" in query and (not isinstance(query["inputs"], list)
                                   or any(as_recorded(read) != read for read in query["inputs"])):
             raise SavepointInvalidError(f"{where}: query {name!r} has a malformed 'inputs'")

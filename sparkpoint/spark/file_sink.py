@@ -14,15 +14,10 @@ import json
 import re
 from dataclasses import dataclass
 
-from sparkpoint.adapters.storage import Storage, join, storage_for, translate_errors
-from sparkpoint.errors import NotACheckpointError, SparkpointError
+from sparkpoint.adapters.storage import Storage, join, translate_errors
+from sparkpoint.errors import NotACheckpointError
 from sparkpoint.spark.logs import BATCH_FILE, live_log, parse_log
 
-FILE_SINK = "file"
-_FILE_SINK = re.compile(r"FileSink\[(.+)\]", re.DOTALL)  # FileStreamSink.toString, its path qualified
-KAFKA_SINK = "kafka"
-# Spark's Kafka sink is a table with no toString of its own: its class name, then @ and a hash (3.5 to 4.3).
-_KAFKA_SINK = "org.apache.spark.sql.kafka010.KafkaSourceProvider$KafkaTable@"
 METADATA_DIR = "_spark_metadata"
 VERSION_LINE = "v1"
 COMPACT_SUFFIX = ".compact"
@@ -156,31 +151,3 @@ class SinkLog:
 def parse_interval(text: str | None) -> int | None:
     """A compaction interval as a conf gives it; None unless it is one Spark takes (a positive int)."""
     return int(text) if re.fullmatch(r"[1-9][0-9]{0,8}", text or "") else None
-
-
-def sink_record(description: str | None, log_interval: str | None = None) -> dict | None:
-    """A query's sink as a savepoint records it, from Spark's description of it (None: not known) and, for a file
-    sink, the compaction interval of its log as the query's session set it (None: not known)."""
-    if description is None:
-        return None
-    match = _FILE_SINK.fullmatch(description)
-    if match:
-        return {"kind": FILE_SINK, "path": match.group(1), "description": description,
-                "compact_interval": parse_interval(log_interval)}
-    if description.startswith(_KAFKA_SINK):
-        return {"kind": KAFKA_SINK, "path": None, "description": description}
-    return {"kind": "other", "path": None, "description": description}
-
-
-def at_cut(record: dict, batch_id: int, storage_options: dict | None = None) -> dict:
-    """``record`` with the file sink's cut: the batch and the newest output file as of it. A record that has
-    its cut (a rescaled savepoint keeps its source's) is kept. An output that cannot be read leaves the cut
-    unknown: the savepoint is taken all the same, and a rollback then needs the log's own files."""
-    if record["kind"] != FILE_SINK or "batch_id" in record:
-        return record
-    try:
-        storage, output = storage_for(record["path"], storage_options)
-        known, last = SinkLog(storage, output).last_file_at(batch_id)
-    except (SparkpointError, OSError):  # Spark's cleanup raced the read, a link in the log: the cut is unknown
-        known, last = False, None
-    return {**record, "batch_id": batch_id, "cut_known": known, "last_file": last}

@@ -1,9 +1,10 @@
 """sparkpoint on each Spark it supports, as a user runs it: their Spark (here each pyspark of
 scripts/spark-versions.sh, a Spark installation in .venv-spark/<minor>/pyspark) handed over with --spark-home,
-the CLI and its own Spark 4.3 in .venv. A focused suite, not a copy of the 4.3 one: per version, a managed job
-with RocksDB state, a savepoint of the running job, a stop, a restore that continues with exact outputs, list and
-cancel; a savepoint taken on one version restored and continued on each newer one; and the upgrade's safety nets
-(check, probation and rollback, fork) with a job of HDFS-backed state.
+the CLI and its own Spark 4.3 in .venv. A focused suite, not a copy of the 4.3 one: a managed job with RocksDB or
+HDFS-backed state, a savepoint of the running job, a stop under load, and a restore on each newer version that
+continues with exact outputs; and the upgrade's safety nets (check, probation and rollback, fork) per version with
+a job of HDFS-backed state. Each version's own stop and restore of RocksDB state is test_delta_versions.py's (4.3's,
+tests/spark's).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "spark"))
 
 from clitools import cli, cli_json, free_ports, wait_for  # noqa: E402
-from installed import MINORS, spark_home  # noqa: E402
+from installed import spark_home  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.compat]
 
@@ -138,13 +139,6 @@ def stop_and_restore(home: Path, tmp: Path, store: str, on: str, restore_on: str
              what=f"{store}: {on}'s savepoint continued on {restore_on} up to file {fed[0] - 1}")
     assert min(outputs(second)) == cut["batch_id"] + 1  # nothing before the cut ran again
     assert cli_json(home, "cancel", again["id"])["state"] == "cancelled"
-
-
-# RocksDB's state only: each minor restores its own HDFS-backed state in the probation test below (the rollback
-# to the old version, from the hand-over's savepoint, exactly); 4.3's own stop and restore are tests/spark's.
-@pytest.mark.parametrize("minor", [minor for minor in MINORS if minor != "4.3"])
-def test_a_job_on_each_spark_is_savepointed_stopped_and_restored_exactly(tmp_path, minor):
-    stop_and_restore(tmp_path / "home", tmp_path, "rocksdb", minor, minor)
 
 
 # Every pair of minors, each with one of the two state stores: every older minor but 4.2 writes both for a newer

@@ -255,7 +255,7 @@ def outputs(capsys, home, tmp_path, running_job):
         ("`cluster stop`", None, run("cluster", "stop", "--dir", cluster)),
         ("`check`", None, checked),
         ("`horizon`", None, run("horizon")),
-        ("`rollback-sink`", None, run("rollback-sink", live["id"], "--dry-run")[0]),
+        ("`rollback-sink`", "for a file sink", run("rollback-sink", live["id"], "--dry-run")[0]),
     ]
 
 

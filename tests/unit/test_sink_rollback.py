@@ -11,7 +11,8 @@ import pytest
 from sparkpoint.adapters.storage import Storage
 from sparkpoint.errors import SinkRollbackRefusedError
 from sparkpoint.spark import sink_rollback
-from sparkpoint.spark.file_sink import SinkLog, derive_interval, parse_entries, sink_record
+from sparkpoint.spark.file_sink import SinkLog, derive_interval, parse_entries
+from sparkpoint.spark.sinks import sink_record
 from sparkpoint.spark.sink_rollback import Cut
 
 LOCAL = Storage(None, local=True)
@@ -279,13 +280,13 @@ def test_a_log_behind_the_cut_is_refused_and_one_at_it_gets_the_rescaled_batch(t
 
 
 def test_a_savepoint_is_taken_when_the_sink_cannot_be_read(tmp_path):
-    from sparkpoint.spark.file_sink import at_cut
+    from sparkpoint.spark.sinks import at_cut
 
     out = tmp_path / "out"
     sink(out, 4)
     (out / "_spark_metadata" / "3").unlink()
     (out / "_spark_metadata" / "3").symlink_to(tmp_path / "elsewhere")  # refused as unsafe: the cut is unknown
-    record = at_cut(sink_record(f"FileSink[file:{out}]"), 3)
+    record = at_cut(sink_record(f"FileSink[file:{out}]"), "a-query-id", 3)
     assert (record["batch_id"], record["cut_known"], record["last_file"]) == (3, False, None)
 
 

@@ -1,0 +1,170 @@
+"""A Delta table's transaction log, ``<table>/_delta_log``, read as the CLI needs it: which commits a streaming
+query wrote, and from which batch. Parsed here and nowhere else; writing a table goes through Delta's own code
+(``adapters.delta_tables``).
+
+Each commit is ``<version, 20 digits>.json``: one action per line. Delta's streaming sink (DeltaSink.addBatch,
+Delta 3.3 to 4.4) writes a batch in one commit holding ``txn {appId: <the query id>, version: <the batch id>}``,
+and skips a batch whose id is not above the table's txn version for its query id: the newest ``txn`` for an
+appId in the log wins, whatever its version. Commits that only reorganise files (OPTIMIZE, every file action
+with ``dataChange: false``) change no row. Delta deletes commit files older than ``delta.logRetentionDuration``
+(30 days) once a checkpoint covers them: a reader that walks back past the oldest file left stops there.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkpoint.adapters.storage import Storage, join, translate_errors
+from sparkpoint.errors import NotACheckpointError, NotFoundError
+
+LOG_DIR = "_delta_log"
+COMMIT_FILE = re.compile(r"(\d{20})\.json", re.ASCII)
+MAX_COMMIT_BYTES = 256 << 20  # a commit of ~1 million file actions
+DELTA_SINK = "delta"
+
+
+@dataclass(frozen=True)
+class Commit:
+    version: int
+    transactions: dict[str, int]  # txn appId -> version
+    operation: str | None  # commitInfo's, when the writer recorded one
+    timestamp_ms: int | None
+    engine: str | None
+    changes_data: bool  # a file added or removed with dataChange, or the schema or protocol changed
+    added: list[tuple[str, int]] = field(default_factory=list, compare=False)  # data files added: (path, size)
+
+    def by(self, app_id: str) -> int | None:
+        """The batch this commit wrote for the query ``app_id``; None when it is not that query's."""
+        return self.transactions.get(app_id)
+
+    def describe(self) -> str:
+        what = self.operation or "a commit without commitInfo"
+        writer = f" by {self.engine}" if self.engine else ""
+        owners = ", ".join(f"txn {app}={version}" for app, version in sorted(self.transactions.items()))
+        return f"version {self.version} ({what}{writer}{'; ' + owners if owners else ''})"
+
+
+def parse_commit(raw: bytes, version: int, where: str) -> Commit:
+    transactions: dict[str, int] = {}
+    operation = timestamp = engine = None
+    changes = False
+    added: list[tuple[str, int]] = []
+    for number, line in enumerate(raw.decode("utf-8", "replace").split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            action = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            raise NotACheckpointError(f"{where}: line {number} is not JSON: not a Delta commit") from None
+        if not isinstance(action, dict) or len(action) != 1:
+            raise NotACheckpointError(f"{where}: line {number} is not one Delta action")
+        ((kind, body),) = action.items()
+        if not isinstance(body, dict):
+            raise NotACheckpointError(f"{where}: line {number}'s {kind} action is not an object")
+        if kind == "txn":
+            app, batch = body.get("appId"), body.get("version")
+            if not isinstance(app, str) or not isinstance(batch, int) or isinstance(batch, bool):
+                raise NotACheckpointError(f"{where}: line {number}'s txn has no appId or version")
+            transactions[app] = batch
+        elif kind == "commitInfo":
+            operation = _text(body.get("operation"))
+            engine = _text(body.get("engineInfo"))
+            stamp = body.get("timestamp")
+            timestamp = stamp if isinstance(stamp, int) and not isinstance(stamp, bool) else None
+        elif kind in ("add", "remove"):
+            changes = changes or body.get("dataChange", True) is not False
+            if kind == "add" and body.get("dataChange", True) is not False and isinstance(body.get("path"), str):
+                size = body.get("size")
+                added.append((body["path"], size if isinstance(size, int) else -1))
+        elif kind in ("metaData", "protocol"):
+            changes = True
+    return Commit(version, transactions, operation, timestamp, engine, changes, added)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+class DeltaLog:
+    """The log of one table, as listed once: ``versions`` are the commits whose files are there, oldest first."""
+
+    def __init__(self, storage: Storage, table: str):
+        self.storage = storage
+        self.table = table
+        self.directory = join(table, LOG_DIR)
+        with translate_errors(self.directory):
+            self.present = storage.is_dir(self.directory)
+            names = [e.name for e in storage.list(self.directory) if not e.is_dir] if self.present else []
+        self.versions = sorted(int(m.group(1)) for m in map(COMMIT_FILE.fullmatch, names) if m)
+
+    @property
+    def latest(self) -> int | None:
+        return self.versions[-1] if self.versions else None
+
+    def require(self) -> DeltaLog:
+        if not self.present or not self.versions:
+            raise NotFoundError(f"{self.table} is not a Delta table: it has no {LOG_DIR} commits")
+        return self
+
+    def commit(self, version: int) -> Commit:
+        path = join(self.directory, f"{version:020d}.json")
+        with translate_errors(path):
+            return parse_commit(self.storage.read_bytes(path, MAX_COMMIT_BYTES), version, path)
+
+    def newest_first(self, after: int = -1):
+        """The commits above ``after``, newest first, while their files are there without a gap."""
+        expected = None
+        for version in reversed(self.versions):
+            if version <= after or (expected is not None and version != expected):
+                return
+            yield self.commit(version)
+            expected = version - 1
+
+
+@dataclass(frozen=True)
+class SinkCut:
+    """Where a streaming query's Delta sink stands against batch ``batch`` of query ``app_id`` (a savepoint's
+    cut): what the table holds of it after the cut, and what a rollback to the cut would undo."""
+
+    table: str
+    app_id: str
+    batch: int
+    table_version: int | None  # the query's newest commit for a batch at or below the cut; None: not found
+    cut_batch: int | None  # the batch that commit wrote (below ``batch`` when the cut's own batch wrote nothing)
+    ahead: list[Commit]  # the commits after it, newest first
+    complete: bool  # the walk reached that commit, or the table's first: ``ahead`` is every commit after the cut
+
+    @property
+    def later_batches(self) -> list[int]:
+        """The query's batches after the cut that the table holds, oldest first."""
+        return sorted(b for c in self.ahead if (b := c.by(self.app_id)) is not None and b > self.batch)
+
+    @property
+    def target(self) -> int | None:
+        """The version the table had just before the query's first commit past the cut: what a rollback restores
+        (later than ``table_version`` when other writers committed in between, whose rows it keeps). None when
+        the table holds nothing of the query past the cut, or Delta's log cleanup took where that began."""
+        later = [c.version for c in self.ahead if (c.by(self.app_id) or -1) > self.batch]
+        return min(later) - 1 if later and self.complete else None
+
+    def foreign(self) -> list[Commit]:
+        """The commits after ``target`` that are not the query's and change rows, oldest first: a rollback to
+        the cut would undo them too."""
+        target = self.target
+        return sorted((c for c in self.ahead if target is not None and c.version > target
+                       and c.by(self.app_id) is None and c.changes_data), key=lambda c: c.version)
+
+
+def sink_cut(log: DeltaLog, app_id: str, batch: int) -> SinkCut:
+    """Walk the log back from its newest commit to the query's commit at or below ``batch``."""
+    ahead: list[Commit] = []
+    for commit in log.newest_first():
+        written = commit.by(app_id)
+        if written is not None and written <= batch:
+            return SinkCut(log.table, app_id, batch, commit.version, written, ahead, True)
+        ahead.append(commit)
+    reached_start = bool(log.versions) and log.versions[0] == 0 and len(ahead) == len(log.versions)
+    return SinkCut(log.table, app_id, batch, None, None, ahead, reached_start)

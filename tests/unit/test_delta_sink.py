@@ -1,0 +1,203 @@
+"""Delta tables against a savepoint's cut, on real tables written by delta-rs the way Delta's streaming sink
+writes them (each batch one commit with ``txn {appId: query id, version: batch}``): what sparkpoint reads of the
+log, the trap it refuses, and the rollback (Delta's restore) with its refusals. The end-to-end test with Spark's
+own Delta sink, on each Spark that has one, is tests/compat/test_delta_versions.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+deltalake = pytest.importorskip("deltalake")
+
+from sparkpoint.adapters.storage import Storage  # noqa: E402
+from sparkpoint.errors import NotACheckpointError, SinkAheadError  # noqa: E402
+from sparkpoint.spark.delta_log import DeltaLog, parse_commit, sink_cut  # noqa: E402
+from sparkpoint.spark.sinks import at_cut, sink_record  # noqa: E402
+
+LOCAL = Storage(None, local=True)
+QUERY = "6a1b0c5e-query-id"  # the query id of tests/unit/checkpoints.py's checkpoints
+
+
+def batch(table: Path, number: int, query: str = QUERY, rows: int = 2) -> None:
+    """What Delta's sink commits for one batch: its rows and the query's txn, in one commit."""
+    data = pa.table({"batch": pa.array([number] * rows, pa.int64()), "i": pa.array(range(rows), pa.int64())})
+    deltalake.write_deltalake(str(table), data, mode="append", commit_properties=deltalake.CommitProperties(
+        app_transactions=[deltalake.Transaction(query, number)]))
+
+
+def foreign_write(table: Path) -> None:
+    deltalake.write_deltalake(str(table), pa.table({"batch": pa.array([-1], pa.int64()),
+                                                    "i": pa.array([0], pa.int64())}), mode="append")
+
+
+def batches_in(table: Path) -> list[int]:
+    return sorted(r["batch"] for r in deltalake.DeltaTable(str(table)).to_pyarrow_table().to_pylist())
+
+
+def test_the_cut_is_the_query_s_commit_of_its_batch_and_a_rollback_target_keeps_others_commits_before(tmp_path):
+    table = tmp_path / "t"
+    for number in range(3):
+        batch(table, number)  # versions 0..2
+    foreign_write(table)  # version 3: another writer, before the query's next batch: kept by a rollback
+    for number in range(3, 6):
+        batch(table, number)  # versions 4..6
+    cut = sink_cut(DeltaLog(LOCAL, str(table)), QUERY, 2)
+    assert (cut.table_version, cut.cut_batch, cut.complete, cut.later_batches, cut.target) == (2, 2, True,
+                                                                                               [3, 4, 5], 3)
+    assert cut.foreign() == []
+    assert sink_cut(DeltaLog(LOCAL, str(table)), QUERY, 5).later_batches == []
+    # A batch that wrote nothing: the cut is the query's newest commit below it.
+    assert sink_cut(DeltaLog(LOCAL, str(table)), QUERY, 7).cut_batch == 5
+    # Another query's commits are another writer's.
+    assert sink_cut(DeltaLog(LOCAL, str(table)), "another-query", 0).later_batches == []
+
+
+def test_what_a_savepoint_records_of_a_delta_sink(tmp_path):
+    table = tmp_path / "t"
+    for number in range(4):
+        batch(table, number)
+    record = sink_record(f"DeltaSink[file:{table}]")
+    assert record == {"kind": "delta", "path": f"file:{table}", "description": f"DeltaSink[file:{table}]"}
+    assert at_cut(record, QUERY, 2) == {**record, "batch_id": 2, "cut_known": True, "table_version": 2,
+                                        "cut_batch": 2}
+    assert at_cut(record, "never-wrote", 2)["cut_known"] is False
+    gone = sink_record(f"DeltaSink[file:{tmp_path / 'gone'}]")
+    assert at_cut(gone, QUERY, 2) == {**gone, "batch_id": 2, "cut_known": False, "table_version": None,
+                                      "cut_batch": None}
+
+
+@pytest.mark.parametrize("raw, message", [
+    (b"not json", "not JSON"),
+    (b'{"txn": {"appId": 3, "version": 1}}', "no appId or version"),
+    (b'{"txn": {"appId": "q", "version": true}}', "no appId or version"),
+    (b'{"add": {}, "remove": {}}', "not one Delta action"),
+    (b'{"txn": []}', "not an object"),
+    (b"[" * 100000, "not JSON"),
+])
+def test_a_commit_that_is_not_delta_s_is_refused_by_name(raw, message):
+    with pytest.raises(NotACheckpointError, match=message):
+        parse_commit(raw, 7, "t/_delta_log/00000000000000000007.json")
+
+
+def test_commits_that_change_no_row_are_not_another_writer_s(tmp_path):
+    table = tmp_path / "t"
+    for number in range(6):
+        batch(table, number)
+    deltalake.DeltaTable(str(table)).optimize.compact()  # dataChange false: the same rows in fewer files
+    cut = sink_cut(DeltaLog(LOCAL, str(table)), QUERY, 2)
+    assert cut.ahead[0].operation == "OPTIMIZE" and not cut.ahead[0].changes_data
+    assert cut.foreign() == [] and cut.later_batches == [3, 4, 5]
+
+
+def savepoint_of_checkpoint(capsys, tmp_path) -> str:
+    from checkpoints import hdfs_checkpoint
+
+    from sparkpoint.cli.main import main
+
+    checkpoint = hdfs_checkpoint(tmp_path / "ck", committed=3)
+    assert main(["savepoint", "--from-checkpoint", str(checkpoint), "-o", "json"]) == 0
+    return json.loads(capsys.readouterr().out)["id"]
+
+
+def test_rollback_sink_restores_the_table_to_the_cut_keeps_what_it_takes_out_and_refuses_another_writer(
+        capsys, home, tmp_path):
+    from sparkpoint.cli.main import main
+
+    saved = savepoint_of_checkpoint(capsys, tmp_path)  # the query's cut: batch 3
+    table = tmp_path / "t"
+    for number in range(9):
+        batch(table, number)
+    assert main(["rollback-sink", saved, str(table), "--dry-run", "-o", "json"]) == 0
+    (dry,) = json.loads(capsys.readouterr().out)
+    assert (dry["kind"], dry["batches"], dry["latest_version"], dry["restored_to"], dry["commit"]) == (
+        "delta", [4, 5, 6, 7, 8], 8, 3, None)
+    assert deltalake.DeltaTable(str(table)).version() == 8  # a dry run changes nothing
+
+    assert main(["rollback-sink", saved, str(table)]) == 0
+    said = capsys.readouterr().out
+    assert "restored to version 3 (batch 3) in version 9: batches 4..8 undone, 5 files out of the table" in said
+    restored = deltalake.DeltaTable(str(table))
+    assert batches_in(table) == [0, 0, 1, 1, 2, 2, 3, 3] and restored.transaction_version(QUERY) == 3
+    assert len(deltalake.DeltaTable(str(table), version=8).to_pyarrow_table()) == 18  # time travel: all there
+    # The table is at the cut now: a second rollback has nothing to do.
+    assert main(["rollback-sink", saved, str(table), "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["batches"] == []
+
+    for number in range(4, 6):
+        batch(table, number)
+    foreign_write(table)  # version 12
+    batch(table, 6)
+    assert main(["rollback-sink", saved, str(table)]) == 18
+    err = capsys.readouterr().err
+    assert "version 12 (WRITE by delta-rs" in err and "another writer after the cut" in err, err
+    assert deltalake.DeltaTable(str(table)).version() == 13  # nothing changed
+
+
+def test_delta_s_log_cleanup_past_the_cut_refuses_the_rollback(capsys, home, tmp_path):
+    from sparkpoint.cli.main import main
+
+    saved = savepoint_of_checkpoint(capsys, tmp_path)
+    table = tmp_path / "t"
+    for number in range(7):
+        batch(table, number)
+    deltalake.DeltaTable(str(table)).create_checkpoint()
+    for version in range(5):  # as Delta's log cleanup leaves it: a checkpoint, and the commits after it
+        (table / "_delta_log" / f"{version:020d}.json").unlink()
+    assert main(["rollback-sink", saved, str(table)]) == 18
+    assert "no longer holds the commits" in capsys.readouterr().err
+
+
+def test_two_rollbacks_of_one_table_at_once_one_wins_and_nothing_is_lost(capsys, home, tmp_path):
+    from sparkpoint.cli.main import main
+
+    saved = savepoint_of_checkpoint(capsys, tmp_path)
+    table = tmp_path / "t"
+    for number in range(9):
+        batch(table, number)
+    command = [sys.executable, "-m", "sparkpoint", "--home", str(home), "rollback-sink", saved, str(table)]
+    runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    done = sorted((run.wait(timeout=120), run.stderr.read()) for run in runs)
+    assert done[0][0] == 0, done
+    # The loser found the lock, or the table at the cut already (nothing to do), or its commit beaten.
+    assert done[1][0] in (0, 18), done
+    restored = deltalake.DeltaTable(str(table))
+    assert restored.version() == 9 and batches_in(table) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert main(["rollback-sink", saved, str(table), "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["batches"] == []
+
+
+def test_a_restore_into_a_table_written_past_the_cut_is_refused_unless_chosen(capsys, home, tmp_path):
+    from sparkpoint.config import load_settings
+    from sparkpoint.jobs.sinks import refuse_sinks_ahead
+    from sparkpoint.savepoints import catalog
+
+    saved = savepoint_of_checkpoint(capsys, tmp_path)
+    table = tmp_path / "t"
+    for number in range(6):
+        batch(table, number)
+    settings = load_settings()
+    savepoint = catalog.load(settings, saved)
+    savepoint.queries[0]["sink"] = at_cut(sink_record(f"DeltaSink[file:{table}]"), QUERY, 3)
+    with pytest.raises(SinkAheadError, match=r"holds 2 batches of query .* after the savepoint's batch 3 \(4\.\.5\): "
+                                             r"the restored version would skip them"):
+        refuse_sinks_ahead(settings, savepoint, False, False, print)
+    with pytest.raises(SinkAheadError, match="a second time beside them; write the fork to another table"):
+        refuse_sinks_ahead(settings, savepoint, True, False, print)
+    # Kept for a stateful query, the skip would fail it: Spark writes no state for a batch its sink skips.
+    with pytest.raises(SinkAheadError, match="it keeps state, and Spark writes no state for a batch its sink skips"):
+        refuse_sinks_ahead(settings, savepoint, False, True, print)
+    heard = []
+    assert refuse_sinks_ahead(settings, savepoint, True, True, heard.append) == heard
+    assert heard and "kept as they are (--keep-sink-output): the fork writes them again" in heard[0]
+    savepoint.queries[0]["operators"] = []  # a stateless query keeps the skip
+    assert refuse_sinks_ahead(settings, savepoint, False, True, heard.append) == heard[1:] == [
+        heard[1]] and "the restored version skips them" in heard[1]
+    # A table gone since, or not written past the cut, is no trap.
+    savepoint.queries[0]["sink"] = at_cut(sink_record(f"DeltaSink[file:{tmp_path / 'gone'}]"), QUERY, 3)
+    assert refuse_sinks_ahead(settings, savepoint, False, False, print) == []

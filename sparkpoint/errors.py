@@ -138,10 +138,11 @@ class SinkRollbackRefusedError(SparkpointError):
 
 
 class SinkAheadError(SparkpointError):
-    """A restore whose sink holds batches after the savepoint's cut: a Delta table the query already wrote past
-    it. Restored with the same query id, Delta's sink would skip those batches (the old results stay); with a new
-    one (--fork), write them twice. `check` and `run -s` refuse it before any Spark starts, unless
-    --rollback-sink (the table back to the cut) or --keep-sink-output (the skip, or the doubling, accepted)."""
+    """A restore whose sink holds batches after the savepoint's cut. A Delta table the query already wrote past
+    it: restored with the same query id, Delta's sink would skip those batches (the old results stay); with a new
+    one (--fork), write them twice. A file sink's output, for a query that keeps state: the skipped batches leave
+    no state behind, and the query fails after them. `check` and `run -s` refuse it before any Spark starts,
+    unless --rollback-sink (the sink back to the cut) or, for a Delta table, --keep-sink-output."""
 
     exit_code = 22
 

@@ -96,7 +96,8 @@ def run_cmd(app, name, from_savepoint, fork, partitions, allow_non_restored_stat
     (check, hand-over, probation, rollback) is in the job's history (`list --all --output json`).
 
     Spark's file sink skips the batches its log committed: restoring an older savepoint with one warns that
-    the later batches would not be written again; --rollback-sink moves them aside first (see `rollback-sink`).
+    the later batches would not be written again (and refuses it, exit 22, for a query that keeps state, which
+    would fail after them); --rollback-sink moves them aside first (see `rollback-sink`).
     Delta's sink skips them too: a Delta table written past the cut is refused (exit 22) unless --rollback-sink
     (the table restored to the cut) or --keep-sink-output.
     """

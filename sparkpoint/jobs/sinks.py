@@ -253,7 +253,8 @@ def pending(settings: Settings, savepoint: Savepoint, compact_interval: int | No
 
 def refuse_sinks_ahead(settings: Settings, savepoint: Savepoint, fork: bool, keep: bool,
                        warn: Callable[[str], None]) -> list[str]:
-    """Refuse (SinkAheadError) a restore from ``savepoint`` into a Delta table its query wrote past the cut:
+    """Refuse (SinkAheadError) a restore from ``savepoint`` into a Delta table its query wrote past the cut, or
+    into a file sink's output past it when the query keeps state (``_refuse_stateful_file_skip``):
     Delta's sink would skip those batches, or write them twice under a new query id (``fork``). With ``keep``,
     each is said instead (to ``warn``) and returned; but a stateful query's skip is refused all the same: a batch
     the sink skips never runs its plan, no state version is written for it, and the next batch fails to load it
@@ -261,7 +262,8 @@ def refuse_sinks_ahead(settings: Settings, savepoint: Savepoint, fork: bool, kee
     read, is passed over: the restored query makes or reads it as Spark will."""
     said = []
     for saved, location, kind in output_queries(savepoint, None, None):
-        if kind != DELTA_SINK:
+        if kind == FILE_SINK:
+            _refuse_stateful_file_skip(settings, saved, location)
             continue
         try:
             storage, path = storage_for(location, settings.storage_options)
@@ -293,3 +295,25 @@ def refuse_sinks_ahead(settings: Settings, savepoint: Savepoint, fork: bool, kee
         warn(kept)
         said.append(kept)
     return said
+
+
+def _refuse_stateful_file_skip(settings: Settings, saved: dict[str, Any], location: str) -> None:
+    """A query that keeps state, restored into a file sink whose log holds batches after the cut, fails: the sink
+    skips them, Spark writes no state version for a skipped batch, and the next batch cannot load its state (seen
+    on Spark 4.3: CANNOT_READ_DELTA_FILE_NOT_EXISTS). Refused; a stateless query's skip is only warned of
+    (``pending``). An output that does not exist, or cannot be read or rolled back, is passed over here."""
+    if not saved["operators"]:
+        return
+    try:
+        storage, path = storage_for(location, settings.storage_options)
+        if not storage.exists(join(path, METADATA_DIR)):
+            return
+        batches = sink_rollback.plan(storage, path, _cut(saved, None)).batches
+    except SparkpointError:
+        return
+    if batches:
+        raise SinkAheadError(
+            f"the file sink of query {saved['name']} ({location}) has committed batches {batches[0]}..{batches[-1]} "
+            f"after the savepoint's batch {saved['batch_id']}: the restored version would skip them, and as the "
+            "query keeps state, Spark writes no state for a skipped batch and the query would fail at its first "
+            "batch after them; pass --rollback-sink to move them aside so that they are written again")

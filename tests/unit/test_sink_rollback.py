@@ -388,3 +388,31 @@ def test_a_second_rollback_of_one_output_waits_for_the_first_and_a_dead_one_s_lo
     with sink_rollback.exclusive(LOCAL, str(out)):  # its process is gone
         assert json.loads((tmp_path / "out.sparkpoint-rollback.lock").read_text())["pid"] != int(gone.stdout)
     assert not list(tmp_path.glob("*.lock"))
+
+
+def test_a_stateful_query_restored_into_a_file_sink_past_its_cut_is_refused_and_a_stateless_one_warned_of(
+        capsys, home, tmp_path):
+    """Spark 4.3, tried: a dedup restored from batch 2 into an output whose log holds 3..5 skips them, writes no
+    state for them, and fails at batch 6 (CANNOT_READ_DELTA_FILE_NOT_EXISTS)."""
+    from checkpoints import hdfs_checkpoint
+
+    from sparkpoint.cli.main import main
+    from sparkpoint.config import load_settings
+    from sparkpoint.errors import SinkAheadError
+    from sparkpoint.jobs.sinks import pending, refuse_sinks_ahead
+    from sparkpoint.savepoints import catalog
+    from sparkpoint.spark.sinks import at_cut
+
+    assert main(["savepoint", "--from-checkpoint", str(hdfs_checkpoint(tmp_path / "ck", committed=3)),
+                 "-o", "json"]) == 0
+    settings = load_settings()
+    savepoint = catalog.load(settings, json.loads(capsys.readouterr().out)["id"])
+    out = tmp_path / "out"
+    sink(out, 6)
+    savepoint.queries[0]["sink"] = at_cut(sink_record(f"FileSink[file:{out}]"), "6a1b0c5e-query-id", 3)
+    with pytest.raises(SinkAheadError, match=r"has committed batches 4\.\.5 after the savepoint's batch 3: .*keeps "
+                                             r"state.*pass --rollback-sink"):
+        refuse_sinks_ahead(settings, savepoint, False, True, print)  # --keep-sink-output cannot help it
+    savepoint.queries[0]["operators"] = []
+    assert refuse_sinks_ahead(settings, savepoint, False, False, print) == []
+    assert "batches 4..5 after the savepoint's batch 3" in pending(settings, savepoint)[0]

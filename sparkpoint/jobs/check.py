@@ -66,7 +66,8 @@ def check_savepoint(settings: Settings, saved: Savepoint, request: CheckRequest,
     """`sparkpoint check`: is the savepoint's input still there (refused before any Spark starts if not,
     InputGoneError), does a Delta table it writes hold batches after the cut (SinkAheadError), then will the
     application restore from it (check_upgrade)."""
-    restorability.require_input(saved, settings.kafka, request.allow_data_loss, warn)
+    restorability.require_input(saved, settings.kafka, request.allow_data_loss, warn,
+                                storage_options=settings.storage_options)
     refuse_sinks_ahead(settings, saved, False, request.keep_sink_output, warn)
     return check_upgrade(settings, saved, request, progress)
 

@@ -135,7 +135,8 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     elif request.savepoint:
         saved = catalog.load(settings, request.savepoint)
         if rollback_of is None:  # a rollback restarts the version that ran, come what may: a refusal ends both
-            restorability.require_input(saved, settings.kafka, request.allow_data_loss, warn)
+            restorability.require_input(saved, settings.kafka, request.allow_data_loss, warn,
+                                        storage_options=settings.storage_options)
             if not request.rollback_sink:
                 kept_sinks = refuse_sinks_ahead(settings, saved, request.fork, request.keep_sink_output, warn)
     if request.rollback_to:

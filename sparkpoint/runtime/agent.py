@@ -107,11 +107,13 @@ def plan_sources(query) -> list[dict[str, str]]:
                 kind = leaf.getClass().getSimpleName()
                 if kind == "StreamingRelationV2":
                     found.append(source_record(str(leaf.sourceName()), leaf.extraOptions().get))
-                elif kind == "StreamingRelation":  # a source of the first API (files): a Scala map of options
+                elif kind == "StreamingRelation":  # a source of the first API (files, Delta): a Scala map of options
                     options = leaf.dataSource().options()
-                    found.append(source_record(str(leaf.sourceName()),
-                                               lambda name, options=options: options.apply(name)
-                                               if options.contains(name) else None))
+                    record = source_record(str(leaf.sourceName()), lambda name, options=options: options.apply(name)
+                                           if options.contains(name) else None)
+                    if "path" in record:  # a Delta table, as the application named it: qualified as Delta does
+                        record["path"] = _qualified(query, record["path"])
+                    found.append(record)
         except Exception:  # noqa: BLE001 - py4j's errors, from a Spark whose internals differ: nothing recorded
             found = []
         _PLAN_SOURCES[key] = found

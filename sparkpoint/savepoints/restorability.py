@@ -32,10 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sparkpoint.adapters.kafka_log import BROKER_SECONDS, LogBounds, log_bounds
-from sparkpoint.errors import InputGoneError, UnreachableError
+from sparkpoint.adapters.storage import storage_for
+from sparkpoint.errors import InputGoneError, SparkpointError, UnreachableError
 from sparkpoint.results import WHEN_SET, Result
 from sparkpoint.savepoints.savepoint import Savepoint
-from sparkpoint.spark.sources import kafka_offsets
+from sparkpoint.spark.delta_log import DeltaLog, source_gone
+from sparkpoint.spark.sources import delta_offset, kafka_offsets
 from sparkpoint.times import answers_within
 
 T = TypeVar("T")
@@ -241,11 +243,14 @@ def _gap(read: KafkaRead, partition: int, needed: int, log: dict[int, LogBounds]
 
 
 def require_input(savepoint: Savepoint, kafka: Mapping[str, Any], allow_data_loss: bool,
-                  warn: Callable[[str], None], ask: Callable[..., dict] = log_bounds) -> InputCheck | None:
+                  warn: Callable[[str], None], ask: Callable[..., dict] = log_bounds,
+                  storage_options: Mapping[str, Any] | None = None) -> InputCheck | None:
     """Before a restore starts anything: refuse a savepoint whose input is partly gone (InputGoneError, exit 20),
     or whose broker does not answer (UnreachableError, exit 14), unless ``allow_data_loss``; then say what is
     lost, and what Spark will do of it. A savepoint that reads no Kafka topic passes as it is; one whose broker
-    is known neither to it nor to the configuration is let through with a warning (nothing can be asked)."""
+    is known neither to it nor to the configuration is let through with a warning (nothing can be asked).
+    Its Delta sources are checked too (``delta_gone``)."""
+    _require_delta_input(savepoint, allow_data_loss, warn, storage_options)
     checked = check_input([savepoint], kafka, ask)[savepoint.path]
     if checked is None:
         return None
@@ -274,3 +279,63 @@ def require_input(savepoint: Savepoint, kafka: Mapping[str, Any], allow_data_los
         warn(f"{partition.topic}[{partition.partition}] is new since savepoint {name}: a query that subscribes to "
              f"the topic ({partition.query}) reads it from offset 0")
     return checked
+
+
+@dataclass(frozen=True)
+class DeltaRead:
+    """What one Delta source of a savepoint's query reads next."""
+
+    query: str
+    source: int
+    table: str | None  # the table's path, as the savepoint recorded it from the running plan
+    version: int  # the table version it reads on from
+    snapshot: bool  # it reads that version's snapshot whole (a first batch), then the commits after
+
+
+def delta_reads(savepoint: Savepoint) -> list[DeltaRead]:
+    reads = []
+    for query in savepoint.queries:
+        inputs = query.get("inputs") or []
+        for index, offset in enumerate(query["offsets"]):
+            parsed = delta_offset(offset)
+            if parsed is not None:
+                table = inputs[index].get("path") if index < len(inputs) else None
+                reads.append(DeltaRead(query["name"], index, table, *parsed))
+    return reads
+
+
+def delta_gone(savepoint: Savepoint, storage_options: Mapping[str, Any] | None = None) -> tuple[list[str], list[str]]:
+    """(what each Delta source of the savepoint reads that its table no longer holds, one line each; the sources
+    that could not be checked, and why). Delta's twin of Kafka's retention: VACUUM deletes the data files, log
+    cleanup the commits, that a savepoint taken long enough ago still reads."""
+    gone, unchecked = [], []
+    for read in delta_reads(savepoint):
+        where = f"query {read.query}'s Delta source {read.source}"
+        if read.table is None:
+            unchecked.append(f"{where}: the savepoint does not record its table (taken of a plain checkpoint, or "
+                             "before sparkpoint recorded it)")
+            continue
+        try:
+            storage, path = storage_for(read.table, storage_options)
+            why = source_gone(DeltaLog(storage, path), read.version, read.snapshot)
+        except SparkpointError as exc:
+            unchecked.append(f"{where} ({read.table}): {exc}")
+            continue
+        if why is not None:
+            gone.append(f"{where} ({read.table}) reads on from version {read.version}: {why}")
+    return gone, unchecked
+
+
+def _require_delta_input(savepoint: Savepoint, allow_data_loss: bool, warn: Callable[[str], None],
+                         storage_options: Mapping[str, Any] | None) -> None:
+    gone, unchecked = delta_gone(savepoint, storage_options)
+    name = savepoint.manifest["id"]
+    for line in unchecked:
+        warn(f"whether the input of savepoint {name} is still there was not checked for {line}")
+    if gone and not allow_data_loss:
+        raise InputGoneError(f"savepoint {name} cannot be restored exactly, so nothing was started: "
+                             f"{'; '.join(gone)} (restore a newer savepoint, or --allow-data-loss to restore it "
+                             "without them)")
+    for line in gone:
+        warn(f"--allow-data-loss: savepoint {name} is restored although {line}; Spark's Delta source fails on "
+             "what is gone unless the application reads it so that it tolerates that")

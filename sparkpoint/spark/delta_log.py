@@ -16,12 +16,15 @@ import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from sparkpoint.adapters.storage import Storage, join, translate_errors
 from sparkpoint.errors import NotACheckpointError, NotFoundError
 
 LOG_DIR = "_delta_log"
 COMMIT_FILE = re.compile(r"(\d{20})\.json", re.ASCII)
+# A checkpoint: classic (V.checkpoint.parquet), multi-part (V.checkpoint.P.N.parquet), v2 (V.checkpoint.<uuid>.json).
+CHECKPOINT_FILE = re.compile(r"(\d{20})\.checkpoint(?:\.[^/]+)?\.(?:parquet|json)", re.ASCII)
 MAX_COMMIT_BYTES = 256 << 20  # a commit of ~1 million file actions
 DELTA_SINK = "delta"
 
@@ -99,6 +102,7 @@ class DeltaLog:
             self.present = storage.is_dir(self.directory)
             names = [e.name for e in storage.list(self.directory) if not e.is_dir] if self.present else []
         self.versions = sorted(int(m.group(1)) for m in map(COMMIT_FILE.fullmatch, names) if m)
+        self.checkpoints = sorted({int(m.group(1)) for m in map(CHECKPOINT_FILE.fullmatch, names) if m})
 
     @property
     def latest(self) -> int | None:
@@ -168,3 +172,40 @@ def sink_cut(log: DeltaLog, app_id: str, batch: int) -> SinkCut:
         ahead.append(commit)
     reached_start = bool(log.versions) and log.versions[0] == 0 and len(ahead) == len(log.versions)
     return SinkCut(log.table, app_id, batch, None, None, ahead, reached_start)
+
+
+def source_gone(log: DeltaLog, version: int, snapshot: bool) -> str | None:
+    """Why the table no longer holds what a Delta source resuming at ``version`` reads (its snapshot at that
+    version when ``snapshot``, then every commit after; else the commits from that version on, and the data files
+    they add); None when it holds all of it. The snapshot's own data files are not checked: they need the log
+    replayed through its checkpoint (Delta's VACUUM keeps a live file)."""
+    if not log.present or not log.versions:
+        return f"{log.table} is no longer a Delta table: it has no {LOG_DIR} commits"
+    latest = log.latest
+    # A source that has read every version waits for the next one: it reads on from the newest plus one.
+    if version > latest + 1:
+        return (f"the table's log ends at version {latest}, before version {version - 1} the source has read: the "
+                "table was deleted and made again")
+    held = set(log.versions)
+    first = version + 1 if snapshot else version
+    missing = [v for v in range(first, latest + 1) if v not in held]
+    if missing:
+        return (f"{len(missing)} commits it reads are gone from the table's log (from version {missing[0]}): "
+                "Delta's log cleanup removed them (delta.logRetentionDuration)")
+    if snapshot and not (any(c <= version for c in log.checkpoints) or all(v in held for v in range(version + 1))):
+        return f"the table's version {version}, whose snapshot it reads, can no longer be read: no checkpoint at or " \
+               "below it, and commits before it are gone"
+    gone = [path for v in range(first, latest + 1) for path, _size in log.commit(v).added
+            if not log.storage.exists(data_file(log.table, path))]
+    if gone:
+        return (f"{len(gone)} data files that the commits it reads add are gone (VACUUM after "
+                f"delta.deletedFileRetentionDuration), {gone[0]} the first")
+    return None
+
+
+def data_file(table: str, path: str) -> str:
+    """A data file an ``add`` action names: a path relative to the table, percent-encoded, or an absolute URI."""
+    split = urlsplit(path)
+    if split.scheme:
+        return path if split.scheme not in ("file", "") else unquote(split.path)
+    return join(table, unquote(path))

@@ -5,12 +5,15 @@ offsets (the horizon, a savepoint's restorability) asks here.
 - the file source, ``{"logOffset": N}``;
 - Kafka, ``{"<topic>": {"<partition>": <offset>}}`` (KafkaSourceOffset);
 - the rate source, a number (seconds since its start), and ``rate-micro-batch``, ``{"offset": N, "timestamp": T}``;
+- a Delta table, ``{"sourceVersion": 1, "reservoirId": <the table's id>, "reservoirVersion": V, "index": I,
+  "isStartingVersion": B}`` (DeltaSourceOffset, Delta 3.3 to 4.4): it reads on from the table's version V (its
+  snapshot at V when B, as a first batch does; else the commits from V, past the file action I of V);
 - any other source: ``other``, no order assumed.
 
 What a source reads, as a savepoint records it (``source_record``), comes from its reader's options in the
 running query's plan: for Kafka, where (the bootstrap servers) and what (the topics, a pattern, or assigned
-partitions). Nothing else of the options: they also carry the client's secrets (``kafka.sasl.jaas.config``,
-``kafka.ssl.*.password``), which never enter a savepoint.
+partitions); for a Delta table, its path (qualified in the driver). Nothing else of the options: they also
+carry the client's secrets (``kafka.sasl.jaas.config``, ``kafka.ssl.*.password``), which never enter a savepoint.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from typing import Any
 
 from sparkpoint.spark.fields import is_number
 
-FILE, KAFKA, RATE, RATE_MICRO_BATCH, OTHER = "file", "kafka", "rate", "rate-micro-batch", "other"
+FILE, KAFKA, RATE, RATE_MICRO_BATCH, DELTA, OTHER = "file", "kafka", "rate", "rate-micro-batch", "delta", "other"
+_DELTA_OFFSET = {"reservoirId", "reservoirVersion", "index", "isStartingVersion"}
 # The Kafka reader's options a savepoint records, and the keys it records them under.
 KAFKA_READS = {"kafka.bootstrap.servers": "bootstrap_servers", "subscribe": "subscribe",
                "subscribePattern": "subscribe_pattern", "assign": "assign"}
@@ -40,6 +44,9 @@ def kind_of(offset: Any) -> str:
             return FILE
         if offset.keys() == {"offset", "timestamp"} and all(_is_int(v) for v in offset.values()):
             return RATE_MICRO_BATCH
+        if offset.keys() >= _DELTA_OFFSET:
+            return DELTA if _is_int(offset["reservoirVersion"]) and offset["reservoirVersion"] >= 0 and isinstance(
+                offset["isStartingVersion"], bool) else OTHER
         if offset and all(isinstance(partitions, dict) and partitions
                           and all(is_number(p) and _is_int(o) and o >= 0 for p, o in partitions.items())
                           for partitions in offset.values()):
@@ -55,11 +62,23 @@ def kafka_offsets(offset: Any) -> dict[str, dict[int, int]]:
             for topic, partitions in offset.items()}
 
 
+def delta_offset(offset: Any) -> tuple[int, bool] | None:
+    """A Delta source's offset as (the table version it reads on from, whether it reads that version's snapshot
+    whole); None for another source's."""
+    if kind_of(offset) != DELTA:
+        return None
+    return offset["reservoirVersion"], offset["isStartingVersion"]
+
+
 def source_record(source_name: str, option: Callable[[str], str | None]) -> dict[str, str]:
     """What a savepoint records of a source: its kind (Spark's short name, e.g. ``kafka``) and, for Kafka, the
     options KAFKA_READS names, ``option(name)`` giving each (None when unset)."""
     # The file source is of Spark's first source API, named after its path ("FileSource[/in]").
     record = {"kind": FILE if source_name.startswith("FileSource[") else source_name[:MAX_OPTION_CHARS]}
+    if source_name == DELTA:
+        path = option("path")
+        if isinstance(path, str) and 0 < len(path) <= MAX_OPTION_CHARS:
+            record["path"] = path
     if source_name == KAFKA:
         for name, key in KAFKA_READS.items():
             value = option(name)
@@ -73,7 +92,7 @@ def as_recorded(report: Any) -> dict[str, str] | None:
     each a string; None when it is not one."""
     if not isinstance(report, dict) or not isinstance(report.get("kind"), str):
         return None
-    keys = ("kind", *KAFKA_READS.values())
+    keys = ("kind", "path", *KAFKA_READS.values())
     return {key: report[key][:MAX_OPTION_CHARS] for key in keys if isinstance(report.get(key), str)}
 
 

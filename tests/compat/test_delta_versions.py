@@ -180,3 +180,52 @@ def test_a_delta_sink_restored_with_its_table_rolled_back(tmp_path, minor):
     from deltalake import DeltaTable
 
     assert len(DeltaTable(str(table), version=before).to_pyarrow_table()) == len(expected(range(9), 8))
+
+
+COUNTS = str(ROOT / "tests" / "spark" / "apps" / "delta_counts.py")
+
+
+def test_a_delta_source_s_savepoint_is_refused_once_vacuum_deleted_what_it_reads(tmp_path):
+    """Delta's twin of Kafka's retention, with Spark 4.2 reading a table: the stop's savepoint records the source's
+    table from the running plan, and the version it reads on from (the next one, once it has read them all); two
+    appends, an overwrite and a VACUUM later, the files of the versions it has yet to read are gone, and `check`
+    and `run -s` refuse it before any Spark starts (exit 20)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    home, source, counts = tmp_path / "home", tmp_path / "source", tmp_path / "counts"
+    for version in range(3):
+        write_deltalake(str(source), pa.table({"key": pa.array([f"k{version % 2}"] * 2)}), mode="append")
+    launch = ["--spark-home", spark_home("4.2"), *(arg for conf in [*SESSION_CONFS, ROCKSDB]
+                                                   for arg in ("--conf", conf))]
+    application = ["--jars", ",".join(delta_jars("4.2")), COUNTS, str(source), str(counts)]
+    job = cli_json(home, "run", "--detach", "--name", "counts", *launch, *application)
+    wait_for(lambda: sorted(rows_of(counts)) == [("k0", 4), ("k1", 2)], what="the counts of versions 0-2",
+             timeout=180)
+    stopped = cli_json(home, "stop", job["id"])
+    saved = json.loads((Path(stopped["path"]) / "manifest.json").read_text())["queries"][0]
+    assert saved["inputs"] == [{"kind": "delta", "path": f"file:{source}"}], saved["inputs"]
+    offset = saved["offsets"][0]
+    assert (offset["reservoirId"], offset["reservoirVersion"], offset["isStartingVersion"]) == (
+        DeltaTable(str(source)).metadata().id, 3, False), offset
+
+    # Versions 3 and 4 come after the stop: the savepoint reads them on restore. An overwrite removes them from the
+    # table, and a VACUUM with no retention deletes their files.
+    for _ in range(2):
+        write_deltalake(str(source), pa.table({"key": pa.array(["k0"])}), mode="append")
+    write_deltalake(str(source), pa.table({"key": pa.array(["k9"])}), mode="overwrite")
+    DeltaTable(str(source)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    for command in (["check", "-s", stopped["id"]], ["run", "-s", stopped["id"]]):
+        code, _out, err = cli(home, *command, *launch, *application)
+        assert code == 20 and "query counts's Delta source 0" in err, err
+        assert "reads on from version 3: 2 data files that the commits it reads add are gone" in err, err
+
+
+def rows_of(table: Path) -> list[tuple[str, int]]:
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return [(r["key"], r["count"]) for r in DeltaTable(str(table)).to_pyarrow_table().to_pylist()]
+    except TableNotFoundError:
+        return []

@@ -201,3 +201,52 @@ def test_a_restore_into_a_table_written_past_the_cut_is_refused_unless_chosen(ca
     # A table gone since, or not written past the cut, is no trap.
     savepoint.queries[0]["sink"] = at_cut(sink_record(f"DeltaSink[file:{tmp_path / 'gone'}]"), QUERY, 3)
     assert refuse_sinks_ahead(settings, savepoint, False, False, print) == []
+
+
+def test_a_delta_source_s_version_vacuumed_or_cleaned_from_the_log_is_refused_before_a_restore(
+        capsys, home, tmp_path):
+    """Delta's twin of Kafka's retention: VACUUM deletes the data files a savepoint taken long ago still reads,
+    log cleanup its commits; `check` and `run -s` refuse it (exit 20) unless --allow-data-loss."""
+    from sparkpoint.config import load_settings
+    from sparkpoint.errors import InputGoneError
+    from sparkpoint.savepoints import catalog
+    from sparkpoint.savepoints.restorability import delta_gone, require_input
+    from sparkpoint.spark.sources import DELTA, as_recorded, kind_of
+
+    saved = savepoint_of_checkpoint(capsys, tmp_path)
+    table = tmp_path / "source"
+    for number in range(4):
+        batch(table, number, query="the-writer")  # versions 0..3
+    settings = load_settings()
+    savepoint = catalog.load(settings, saved)
+    offset = {"sourceVersion": 1, "reservoirId": "b1e2", "reservoirVersion": 2, "index": -1,
+              "isStartingVersion": False}
+    assert kind_of(offset) == DELTA and kind_of({**offset, "reservoirVersion": "2"}) != DELTA
+    record = {"kind": "delta", "path": str(table)}
+    assert as_recorded(record) == record
+    savepoint.queries[0]["offsets"] = [offset]
+    savepoint.queries[0]["inputs"] = [record]
+    assert delta_gone(savepoint) == ([], [])
+    require_input(savepoint, {}, False, print)  # all there: passes
+
+    # An overwrite removes every file; VACUUM with no retention deletes them: versions 2 and 3's adds are gone.
+    deltalake.write_deltalake(str(table), pa.table({"batch": pa.array([9], pa.int64()),
+                                                    "i": pa.array([0], pa.int64())}), mode="overwrite")
+    deltalake.DeltaTable(str(table)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    (gone,), unchecked = delta_gone(savepoint)
+    assert unchecked == [] and "reads on from version 2: 2 data files that the commits it reads add are gone" in gone
+    with pytest.raises(InputGoneError, match="cannot be restored exactly, so nothing was started") as refused:
+        require_input(savepoint, {}, False, print)
+    assert refused.value.exit_code == 20
+    heard = []
+    require_input(savepoint, {}, True, heard.append)
+    assert heard and heard[0].startswith("--allow-data-loss:")
+
+    (table / "_delta_log" / f"{2:020d}.json").unlink()  # Delta's log cleanup
+    assert "1 commits it reads are gone from the table's log (from version 2)" in delta_gone(savepoint)[0][0]
+    savepoint.queries[0]["offsets"] = [{**offset, "reservoirVersion": 5}]  # all read, waiting for version 5
+    assert delta_gone(savepoint)[0] == []
+    savepoint.queries[0]["offsets"] = [{**offset, "reservoirVersion": 40}]
+    assert "the table was deleted and made again" in delta_gone(savepoint)[0][0]
+    savepoint.queries[0]["inputs"] = [{"kind": "delta"}]  # a savepoint of a plain checkpoint: not recorded
+    assert delta_gone(savepoint)[0] == [] and "does not record its table" in delta_gone(savepoint)[1][0]

@@ -175,7 +175,8 @@ def inspect_cmd(app, loaded, with_state, limit, output):
     """Show a savepoint: its cut, source offsets, operators and sizes, optionally the state rows."""
     from sparkpoint.savepoints.inspect import inspect
 
-    emit(output, inspect(loaded, limit if with_state else None, app.settings.kafka), _render_inspected)
+    emit(output, inspect(loaded, limit if with_state else None, app.settings.kafka, app.settings.storage_options),
+         _render_inspected)
 
 
 def _offsets_shown(offset, read: dict) -> str:
@@ -211,6 +212,12 @@ def _render_inspected(inspected: Inspected) -> None:
         for new in checked.new_partitions:
             console.print(text(f"  {new.topic}[{new.partition}] is new since: a query that subscribes to the topic "
                                f"({new.query}) reads it from offset 0"), highlight=False)
+    if inspected.delta_input is not None:
+        gone, unchecked = inspected.delta_input["gone"], inspected.delta_input["unchecked"]
+        console.print(text("Delta input: " + ("unrestorable: " + "; ".join(gone) if gone else
+                                              "every commit and file it reads is in its table")), highlight=False)
+        for line in unchecked:
+            console.print(text(f"  not checked: {line}"), highlight=False)
     for q in inspected.queries:
         planned = f" (batch {q['planned_batch_id']} planned)" if q.get("planned_batch_id") is not None else ""
         console.print()

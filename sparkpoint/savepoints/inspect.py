@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkpoint.results import WHEN_SET, Result
-from sparkpoint.savepoints.restorability import InputCheck, check_input
+from sparkpoint.savepoints.restorability import InputCheck, check_input, delta_gone, delta_reads
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.spark import state_rows
@@ -40,6 +40,8 @@ class Inspected(Result):
     manifest: dict[str, Any]
     state: list[StoreRows] | None = field(default=None, metadata=WHEN_SET)
     input: InputCheck | None = field(default=None, metadata=WHEN_SET)  # a savepoint that reads Kafka: is it there
+    # A savepoint that reads a Delta table: what of it is gone (lines), which sources could not be checked.
+    delta_input: dict[str, list[str]] | None = field(default=None, metadata=WHEN_SET)
 
     @property
     def queries(self) -> list[dict[str, Any]]:
@@ -51,15 +53,21 @@ class Inspected(Result):
         shown |= {"path": self.path, "queries": self.queries}
         if self.input is not None:
             shown["input"] = self.input.to_json()
+        if self.delta_input is not None:
+            shown["delta_input"] = self.delta_input
         return shown if self.state is None else {**shown, "state": [store.to_json() for store in self.state]}
 
 
-def inspect(savepoint: Savepoint, state_limit: int | None = None, kafka: Mapping[str, Any] | None = None) -> Inspected:
+def inspect(savepoint: Savepoint, state_limit: int | None = None, kafka: Mapping[str, Any] | None = None,
+            storage_options: Mapping[str, Any] | None = None) -> Inspected:
     """The savepoint's manifest; whether its Kafka input is still in the log (asked of the broker ``kafka``
-    names); with ``state_limit``, every store's row count and first rows too."""
+    names), and its Delta sources' tables still hold what they read; with ``state_limit``, every store's row
+    count and first rows too."""
     state = _state_rows(savepoint, state_limit) if state_limit is not None else None
     checked = check_input([savepoint], kafka or {})[savepoint.path]
-    return Inspected(path=savepoint.path, manifest=savepoint.manifest, state=state, input=checked)
+    gone, unchecked = delta_gone(savepoint, storage_options)
+    delta = {"gone": gone, "unchecked": unchecked} if delta_reads(savepoint) else None
+    return Inspected(path=savepoint.path, manifest=savepoint.manifest, state=state, input=checked, delta_input=delta)
 
 
 def _state_rows(savepoint: Savepoint, limit: int) -> list[StoreRows]:

@@ -242,6 +242,10 @@ def test_a_delta_source_s_version_vacuumed_or_cleaned_from_the_log_is_refused_be
     require_input(savepoint, {}, True, heard.append)
     assert heard and heard[0].startswith("--allow-data-loss:")
 
+    from sparkpoint.savepoints.inspect import inspect
+
+    assert inspect(savepoint).to_json()["delta_input"] == {"gone": [gone], "unchecked": []}
+
     (table / "_delta_log" / f"{2:020d}.json").unlink()  # Delta's log cleanup
     assert "1 commits it reads are gone from the table's log (from version 2)" in delta_gone(savepoint)[0][0]
     savepoint.queries[0]["offsets"] = [{**offset, "reservoirVersion": 5}]  # all read, waiting for version 5

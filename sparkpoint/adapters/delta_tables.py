@@ -34,10 +34,24 @@ def _deltalake():
 
 
 def _uri(table: str) -> str:
-    if is_url(table) and not table.startswith("file:"):
+    if is_url(table):
         raise SinkRollbackRefusedError(f"{table}: sparkpoint rolls back Delta tables on a local or mounted file "
-                                       "system only; on object storage run Delta's RESTORE TABLE yourself")
+                                       "system only; elsewhere restore the table with Delta's RESTORE TABLE, and the "
+                                       "savepoint with --fork (Delta keeps the query's transaction where it was)")
     return local_path(table)
+
+
+def transaction_version(table: str, app_id: str) -> int | None:
+    """The table's txn version for ``app_id`` as Delta reads it (through its checkpoint, when its log cleanup
+    removed the commits): None when the query never wrote it, the deltalake package is missing, or the table
+    cannot be read here."""
+    try:
+        deltalake = _deltalake()
+        return deltalake.DeltaTable(_uri(table)).transaction_version(app_id)
+    except (EnvironmentSetupError, SinkRollbackRefusedError):
+        return None
+    except Exception:  # noqa: BLE001 - delta-rs's own errors (a table it cannot load): not known
+        return None
 
 
 def restore(table: str, version: int, expected: int, app_id: str, batch: int) -> Restored:
@@ -60,8 +74,8 @@ def restore(table: str, version: int, expected: int, app_id: str, batch: int) ->
         if "Unsupported table features" in str(exc):  # delta-rs cannot write them (row tracking, identity, ...)
             raise SinkRollbackRefusedError(
                 f"{table}: delta-rs cannot write this table ({exc}); nothing was changed: run Delta's RESTORE "
-                f"TABLE delta.`{uri}` TO VERSION AS OF {version} on a Spark with Delta, then set the query's txn "
-                f"back to batch {batch}") from None
+                f"TABLE delta.`{uri}` TO VERSION AS OF {version} on a Spark with Delta, and restore the savepoint "
+                "with --fork (Delta's RESTORE keeps the query's transaction where it was)") from None
         raise SinkRollbackRefusedError(f"{table}: another commit landed at version {expected + 1} first (another "
                                        f"rollback, a writer); nothing was changed: {exc}") from None
     except (deltalake.exceptions.DeltaError, OSError) as exc:

@@ -44,6 +44,7 @@ from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, client_for, describe_job, state_of
 from sparkpoint.jobs.rollback import HealthCondition, Probation, parse_condition, watch_probation
 from sparkpoint.jobs.replace import HandoverFailedError, take_over
+from sparkpoint.spark.delta_log import DELTA_SINK
 from sparkpoint.savepoints import catalog, restorability
 from sparkpoint.savepoints.migration import Move
 from sparkpoint.savepoints.rescale import needs_rescale, rescale
@@ -104,7 +105,7 @@ def run_job(settings: Settings, request: RunRequest, progress: Progress | None =
     before the launch, of what the restored version will not do (a file sink that skips its batches)."""
     rolled: list[SinkRolledBack | TableRolledBack] = []
     view = _run_job(settings, request, progress, sleep, clock, start_timeout, rollback_of, warn or _unheard, rolled)
-    return replace(view, sink_rollbacks=rolled) if request.rollback_sink else view
+    return replace(view, sink_rollbacks=rolled) if request.rollback_sink or rolled else view
 
 
 def _unheard(_message: str) -> None:
@@ -162,7 +163,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     # A job to replace is known by the savepoint its pre-check took (the hand-over's comes later, at the boundary).
     conf_args += spark_submit.conf_arguments(moved.launch_confs or (upgrade_check or {}).get("confs", []))
     # A sink is rolled back once the check has let the first query go: an upgrade refused moves nothing.
-    sink_notes = (_sinks_before_launch(settings, request, saved, warn, rolled)
+    sink_notes = (_sinks_before_launch(settings, request, saved, warn, rolled, rollback_of)
                   if saved and not (checked_in_driver and request.rollback_sink) else [])
     follows = (rollback_of or replaced or way_back and way_back.previous or _taken_of(registry, saved))
     job = registry.new_job(
@@ -218,17 +219,33 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
 
 
 def _sinks_before_launch(settings: Settings, request: RunRequest, saved: Savepoint, warn: Callable[[str], None],
-                         rolled: list[SinkRolledBack | TableRolledBack]) -> list[tuple[str, str]]:
-    """With --rollback-sink, the file sinks rolled back to the savepoint's cut (into ``rolled``); without, a
-    warning for each that holds batches after the cut, which the restored version would skip. What was said,
-    for the job's history."""
+                         rolled: list[SinkRolledBack | TableRolledBack],
+                         rollback_of: Job | None = None) -> list[tuple[str, str]]:
+    """With --rollback-sink, the file sinks and Delta tables rolled back to the savepoint's cut (into
+    ``rolled``); without, a warning for each file sink that holds batches after the cut, which the restored
+    version would skip, and on a probation's way back (``rollback_of``) its Delta tables rolled back. What was
+    said, for the job's history."""
     if request.rollback_sink:
         rolled.extend(roll_back_sinks(settings, saved, compact_interval=log_interval(request.confs)))
         return [("sink_rollback", r.said()) for r in rolled]
+    if rollback_of is not None:
+        _tables_back(settings, saved, warn, rolled)
     said = pending(settings, saved, log_interval(request.confs))
     for warning in said:
         warn(warning)
-    return [("sink_skips", warning) for warning in said]
+    return [("sink_rollback", r.said()) for r in rolled] + [("sink_skips", warning) for warning in said]
+
+
+def _tables_back(settings: Settings, saved: Savepoint, warn: Callable[[str], None],
+                 rolled: list[SinkRolledBack | TableRolledBack]) -> None:
+    """A probation's way back: the Delta tables the failed version wrote, under the query id it took from the
+    savepoint, go back to its cut, or the version started again would skip those batches (keeping the failed
+    version's rows) or, keeping state, fail after them. Refused (another writer committed after the cut), it is
+    said, and the version starts all the same: the way back does not stop half-way."""
+    try:
+        rolled.extend(roll_back_sinks(settings, saved, only=DELTA_SINK))
+    except SparkpointError as exc:
+        warn(f"the Delta tables of savepoint {saved.manifest['id']} were not rolled back for the way back: {exc}")
 
 
 def _rolled_back_before_the_first_query(settings: Settings, registry: Registry, job: Job, request: RunRequest,

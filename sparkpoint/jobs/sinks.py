@@ -85,13 +85,13 @@ def output_queries(savepoint: Savepoint, output: str | None, query: str | None,
             raise BadArgumentError(f"savepoint {savepoint.manifest['id']} has no query {query!r}: it holds "
                                    + ", ".join(q["name"] for q in savepoint.queries))
     if output is None:
-        return [(q, q["sink"]["path"], q["sink"]["kind"]) for q in queries
-                if (q.get("sink") or {}).get("kind") in WITH_OUTPUT]
+        return [(q, record["path"], record["kind"]) for q in queries
+                if (record := _recognised(q.get("sink"))) is not None and record["kind"] in WITH_OUTPUT]
     if len(queries) != 1:
         raise BadArgumentError(f"savepoint {savepoint.manifest['id']} holds {len(queries)} queries: name the one "
                                "that writes to the output with --query")
     (saved,) = queries
-    sink = saved.get("sink")
+    sink = _recognised(saved.get("sink"))
     if sink is not None and sink["kind"] not in WITH_OUTPUT:
         raise SinkRollbackRefusedError(f"query {saved['name']} writes to {sink['description']}, not to Spark's file "
                                        "sink or a Delta table: only those can be rolled back")
@@ -101,24 +101,41 @@ def output_queries(savepoint: Savepoint, output: str | None, query: str | None,
     return [(saved, output, DELTA_SINK if storage.is_dir(join(path, LOG_DIR)) else FILE_SINK)]
 
 
+def _recognised(sink: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A recorded sink; one a sparkpoint before Delta was known recorded as "other" is recognised again from
+    Spark's description of it (its cut then unknown)."""
+    if sink is not None and sink["kind"] == "other":
+        return {**sink, **(sink_record(sink["description"]) or {})}
+    return sink
+
+
+def sink_batch(saved: dict[str, Any]) -> int:
+    """The batch a query's sink stands at in the savepoint: the query's own, but for a rescaled savepoint, whose own
+    batch wrote nothing to the sink (its source's is kept)."""
+    return (saved.get("sink") or {}).get("batch_id", saved["batch_id"])
+
+
 def unrecorded(savepoint: Savepoint) -> list[str]:
     """The queries of the savepoint that record no sink (savepoints of plain checkpoints, or by sparkpoint < 0.13)."""
     return [q["name"] for q in savepoint.queries if "sink" not in q]
 
 
 def roll_back_sinks(settings: Settings, savepoint: Savepoint, output: str | None = None, query: str | None = None,
-                    dry_run: bool = False, compact_interval: int | None = None
+                    dry_run: bool = False, compact_interval: int | None = None, only: str | None = None
                     ) -> list[SinkRolledBack | TableRolledBack]:
-    """Bring the file sinks' outputs and Delta tables back to the savepoint's cut: every recorded one, or
-    ``output``. All are planned (and refused) before any is changed. ``compact_interval``: the file sink log's,
-    as the restored version sets it (else what the savepoint recorded)."""
-    pairs = output_queries(savepoint, output, query, settings)
-    if output is None and not pairs:
+    """Bring the file sinks' outputs and Delta tables back to the savepoint's cut: every recorded one (of kind
+    ``only``, when given), or ``output``. All are planned (and refused) before any is changed.
+    ``compact_interval``: the file sink log's, as the restored version sets it (else what the savepoint
+    recorded)."""
+    pairs = [pair for pair in output_queries(savepoint, output, query, settings) if only in (None, pair[2])]
+    if output is None and not pairs and only is None:
         missing = unrecorded(savepoint)
         raise SinkRollbackRefusedError(
             f"savepoint {savepoint.manifest['id']} records no file sink or Delta table"
             + (f" (query {', '.join(missing)} records no sink at all: a savepoint of a plain checkpoint, or by "
                "sparkpoint < 0.13); name the output: sparkpoint rollback-sink SAVEPOINT OUTPUT_DIR" if missing else ""))
+    if not pairs:
+        return []
     writers = {} if dry_run else _running_writers(settings)
     with contextlib.ExitStack() as locks:
         planned = []
@@ -144,12 +161,19 @@ def _table_plan(storage, table: str, saved: dict[str, Any]) -> SinkCut:
     log = DeltaLog(storage, table)
     if not log.present or not log.versions:
         raise SinkRollbackRefusedError(f"{table} has no {LOG_DIR} commits: it is not a Delta table")
-    cut = sink_cut(log, saved["query_id"], saved["batch_id"])
+    cut = sink_cut(log, saved["query_id"], sink_batch(saved))
+    behind = _behind(cut, saved)
+    if behind:
+        raise SinkRollbackRefusedError(f"{table}: {behind}; nothing was changed")
     if cut.later_batches and cut.target is None:
         raise SinkRollbackRefusedError(
             f"{table}: Delta's log no longer holds the commits from where query {saved['name']}'s batches after "
-            f"{saved['batch_id']} begin (its oldest is version {log.versions[0]}: log retention removed the rest), "
+            f"{cut.batch} begin (its oldest is version {log.versions[0]}: log retention removed the rest), "
             "so the version to restore is not known")
+    if cut.target is not None and cut.target < 0:
+        raise SinkRollbackRefusedError(
+            f"{table}: the table's first commit is the query's batch {cut.later_batches[0]}, after the savepoint's "
+            f"batch {cut.batch}: it was made after the cut, and there is no version to restore; nothing was changed")
     foreign = cut.foreign()
     if foreign:
         raise SinkRollbackRefusedError(
@@ -159,13 +183,25 @@ def _table_plan(storage, table: str, saved: dict[str, Any]) -> SinkCut:
     return cut
 
 
+def _behind(cut: SinkCut, saved: dict[str, Any]) -> str | None:
+    """Why the table stands before the savepoint's cut (an earlier rollback to an older savepoint took it there):
+    the restored query would never write the batches between. None when it does not."""
+    recorded = (saved.get("sink") or {}).get("cut_batch")
+    if cut.cut_batch is None or recorded is None or cut.cut_batch >= recorded:
+        return None
+    return (f"the table holds query {saved['name']}'s batches up to {cut.cut_batch} only (version "
+            f"{cut.table_version}), before the savepoint's batch {recorded}: an earlier rollback took it past the cut, "
+            f"and the restored query would not write batches {cut.cut_batch + 1}..{recorded}; restore the savepoint "
+            "that rollback went to, or one older")
+
+
 def _table_done(saved: dict[str, Any], cut: SinkCut, dry_run: bool) -> TableRolledBack:
     latest = cut.ahead[0].version if cut.ahead else cut.table_version
     if not cut.later_batches:
-        return TableRolledBack(DELTA_SINK, saved["name"], cut.table, saved["batch_id"], [], latest, None, None,
+        return TableRolledBack(DELTA_SINK, saved["name"], cut.table, cut.batch, [], latest, None, None,
                                None, dry_run)
     restored = None if dry_run else delta_tables.restore(cut.table, cut.target, latest, cut.app_id, cut.batch)
-    return TableRolledBack(DELTA_SINK, saved["name"], cut.table, saved["batch_id"], cut.later_batches, latest,
+    return TableRolledBack(DELTA_SINK, saved["name"], cut.table, cut.batch, cut.later_batches, latest,
                            cut.target, restored.version if restored else None,
                            restored.removed_files if restored else None, dry_run)
 
@@ -173,7 +209,7 @@ def _table_done(saved: dict[str, Any], cut: SinkCut, dry_run: bool) -> TableRoll
 def _cut(saved: dict[str, Any], compact_interval: int | None) -> sink_rollback.Cut:
     sink = saved.get("sink") or {}
     return sink_rollback.Cut(
-        sink_batch=sink.get("batch_id", saved["batch_id"]), query_batch=saved["batch_id"],
+        sink_batch=sink_batch(saved), query_batch=saved["batch_id"],
         known=bool(sink.get("cut_known")), last_file=sink.get("last_file"),
         compact_interval=compact_interval or sink.get("compact_interval"),
     )
@@ -258,36 +294,54 @@ def refuse_sinks_ahead(settings: Settings, savepoint: Savepoint, fork: bool, kee
     Delta's sink would skip those batches, or write them twice under a new query id (``fork``). With ``keep``,
     each is said instead (to ``warn``) and returned; but a stateful query's skip is refused all the same: a batch
     the sink skips never runs its plan, no state version is written for it, and the next batch fails to load it
-    (seen on Spark 4.2 with Delta 4.4: CANNOT_READ_DELTA_FILE_NOT_EXISTS). A table that is gone, or cannot be
-    read, is passed over: the restored query makes or reads it as Spark will."""
+    (seen on Spark 4.2 with Delta 4.4: CANNOT_READ_DELTA_FILE_NOT_EXISTS). Refused too: a table an earlier
+    rollback took past the cut. A table that is gone is passed over (the restored query makes it again); one that
+    cannot be read is warned of."""
     said = []
     for saved, location, kind in output_queries(savepoint, None, None):
         if kind == FILE_SINK:
             _refuse_stateful_file_skip(settings, saved, location)
             continue
+        batch = sink_batch(saved)
         try:
             storage, path = storage_for(location, settings.storage_options)
             log = DeltaLog(storage, path)
-            batches = sink_cut(log, saved["query_id"], saved["batch_id"]).later_batches if log.present else []
-        except SparkpointError:
+            if not log.present:
+                continue  # gone: the restored query makes it again
+            cut = sink_cut(log, saved["query_id"], batch)
+        except SparkpointError as exc:
+            warn(f"whether Delta table {location} holds batches of query {saved['name']} after the savepoint's cut "
+                 f"was not checked: {exc}")
             continue
+        behind = _behind(cut, saved)
+        if behind:
+            raise SinkAheadError(f"Delta table {location}: {behind}")
+        batches = cut.later_batches
+        if not batches and not cut.complete and cut.table_version is None:
+            # Delta's log cleanup took the query's commits; its checkpoint keeps the query's transaction.
+            newest = delta_tables.transaction_version(path, saved["query_id"])
+            if newest is None:
+                warn(f"whether Delta table {location} holds batches of query {saved['name']} after the savepoint's "
+                     "cut was not checked: Delta's log cleanup removed its commits (the deltalake package reads "
+                     "the checkpoint that keeps them)")
+            batches = list(range(batch + 1, newest + 1)) if newest is not None else []
         if not batches:
             continue
         held = (f"Delta table {location} holds {len(batches)} batches of query {saved['name']} after the savepoint's "
-                f"batch {saved['batch_id']} ({batches[0]}..{batches[-1]})")
+                f"batch {batch} ({batches[0]}..{batches[-1]})")
         if fork:
             line = (f"{held}: the fork, a query of its own to Delta, would write them a second time beside them; "
-                    "write the fork to another table and pass --keep-sink-output, or pass --rollback-sink to take "
-                    "the table back to the cut")
+                    "write the fork to another table and pass --keep-sink-output, or restore with --rollback-sink "
+                    "to take the table back to the cut")
         else:
             line = (f"{held}: the restored version would skip them (Delta's sink takes them as done) and keep the old "
-                    "version's rows; pass --rollback-sink to restore the table to the cut with the state, or "
-                    "--keep-sink-output to accept the skip")
+                    "version's rows; restore with --rollback-sink to take the table back to the cut with the state, "
+                    "or pass --keep-sink-output to accept the skip")
         if keep and not fork and saved["operators"]:
             raise SinkAheadError(
                 f"{held}: --keep-sink-output cannot keep them for this query: it keeps state, and Spark writes no "
                 "state for a batch its sink skips, so the restored query would fail at its first batch after them "
-                "(a state file missing); pass --rollback-sink, or --fork into another table")
+                "(a state file missing); restore with --rollback-sink, or with --fork into another table")
         if not keep:
             raise SinkAheadError(line)
         kept = f"{held}, kept as they are (--keep-sink-output)" + (

@@ -80,6 +80,7 @@ def describe(query) -> dict[str, Any]:
 # status request (a busy scraper's).
 _PLAN_SOURCES: dict[str, list[dict[str, str]]] = {}
 _REAL_TIME_SECONDS: dict[str, float | None] = {}
+_SINKS: dict[str, str] = {}
 
 
 def _run_key(query) -> str:
@@ -169,10 +170,13 @@ def _checkpoint(query) -> str:
 def sink_of(query) -> str:
     """Spark's description of the query's sink: the file sink's names its qualified output path; Delta's names the
     path as the application gave it (relative, perhaps), qualified here as Delta resolves it."""
-    said = str(query._jsq.streamingQuery().sink())  # py4j's str() is the object's toString()
-    if said.startswith("DeltaSink[") and said.endswith("]"):
-        said = f"DeltaSink[{_qualified(query, said[len('DeltaSink['):-1])}]"
-    return said
+    key = _run_key(query)
+    if key not in _SINKS:  # a run's sink does not change: its Hadoop conf copied once, not at every status
+        said = str(query._jsq.streamingQuery().sink())  # py4j's str() is the object's toString()
+        if said.startswith("DeltaSink[") and said.endswith("]"):
+            said = f"DeltaSink[{_qualified(query, said[len('DeltaSink['):-1])}]"
+        _SINKS[key] = said
+    return _SINKS[key]
 
 
 def _qualified(query, path: str) -> str:

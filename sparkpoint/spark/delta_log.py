@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from sparkpoint.adapters.storage import Storage, join, translate_errors
-from sparkpoint.errors import NotACheckpointError, NotFoundError
+from sparkpoint.errors import NotACheckpointError
 
 LOG_DIR = "_delta_log"
 COMMIT_FILE = re.compile(r"(\d{20})\.json", re.ASCII)
@@ -34,7 +34,6 @@ class Commit:
     version: int
     transactions: dict[str, int]  # txn appId -> version
     operation: str | None  # commitInfo's, when the writer recorded one
-    timestamp_ms: int | None
     engine: str | None
     changes_data: bool  # a file added or removed with dataChange, or the schema or protocol changed
     added: list[tuple[str, int]] = field(default_factory=list, compare=False)  # data files added: (path, size)
@@ -52,7 +51,7 @@ class Commit:
 
 def parse_commit(raw: bytes, version: int, where: str) -> Commit:
     transactions: dict[str, int] = {}
-    operation = timestamp = engine = None
+    operation = engine = None
     changes = False
     added: list[tuple[str, int]] = []
     for number, line in enumerate(raw.decode("utf-8", "replace").split("\n"), 1):
@@ -60,7 +59,7 @@ def parse_commit(raw: bytes, version: int, where: str) -> Commit:
             continue
         try:
             action = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # ValueError: JSON's, and an integer too long to convert
             raise NotACheckpointError(f"{where}: line {number} is not JSON: not a Delta commit") from None
         if not isinstance(action, dict) or len(action) != 1:
             raise NotACheckpointError(f"{where}: line {number} is not one Delta action")
@@ -75,8 +74,6 @@ def parse_commit(raw: bytes, version: int, where: str) -> Commit:
         elif kind == "commitInfo":
             operation = _text(body.get("operation"))
             engine = _text(body.get("engineInfo"))
-            stamp = body.get("timestamp")
-            timestamp = stamp if isinstance(stamp, int) and not isinstance(stamp, bool) else None
         elif kind in ("add", "remove"):
             changes = changes or body.get("dataChange", True) is not False
             if kind == "add" and body.get("dataChange", True) is not False and isinstance(body.get("path"), str):
@@ -84,7 +81,7 @@ def parse_commit(raw: bytes, version: int, where: str) -> Commit:
                 added.append((body["path"], size if isinstance(size, int) else -1))
         elif kind in ("metaData", "protocol"):
             changes = True
-    return Commit(version, transactions, operation, timestamp, engine, changes, added)
+    return Commit(version, transactions, operation, engine, changes, added)
 
 
 def _text(value: Any) -> str | None:
@@ -100,7 +97,8 @@ class DeltaLog:
         self.directory = join(table, LOG_DIR)
         with translate_errors(self.directory):
             self.present = storage.is_dir(self.directory)
-            names = [e.name for e in storage.list(self.directory) if not e.is_dir] if self.present else []
+            # foreign: a stray link or FIFO among the log's files is not Delta's, and not read
+            names = [e.name for e in storage.list(self.directory, foreign=True) if not e.is_dir] if self.present else []
         self.versions = sorted(int(m.group(1)) for m in map(COMMIT_FILE.fullmatch, names) if m)
         self.checkpoints = sorted({int(m.group(1)) for m in map(CHECKPOINT_FILE.fullmatch, names) if m})
 
@@ -108,21 +106,16 @@ class DeltaLog:
     def latest(self) -> int | None:
         return self.versions[-1] if self.versions else None
 
-    def require(self) -> DeltaLog:
-        if not self.present or not self.versions:
-            raise NotFoundError(f"{self.table} is not a Delta table: it has no {LOG_DIR} commits")
-        return self
-
     def commit(self, version: int) -> Commit:
         path = join(self.directory, f"{version:020d}.json")
         with translate_errors(path):
             return parse_commit(self.storage.read_bytes(path, MAX_COMMIT_BYTES), version, path)
 
-    def newest_first(self, after: int = -1):
-        """The commits above ``after``, newest first, while their files are there without a gap."""
+    def newest_first(self):
+        """The commits, newest first, while their files are there without a gap."""
         expected = None
         for version in reversed(self.versions):
-            if version <= after or (expected is not None and version != expected):
+            if expected is not None and version != expected:
                 return
             yield self.commit(version)
             expected = version - 1
@@ -144,7 +137,7 @@ class SinkCut:
     @property
     def later_batches(self) -> list[int]:
         """The query's batches after the cut that the table holds, oldest first."""
-        return sorted(b for c in self.ahead if (b := c.by(self.app_id)) is not None and b > self.batch)
+        return sorted({b for c in self.ahead if (b := c.by(self.app_id)) is not None and b > self.batch})
 
     @property
     def target(self) -> int | None:

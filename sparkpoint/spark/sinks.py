@@ -62,7 +62,7 @@ def _delta_cut(table: str, query_id: str, batch_id: int, storage_options: dict |
     try:
         storage, path = storage_for(table, storage_options)
         cut = sink_cut(DeltaLog(storage, path), query_id, batch_id)
-    except (SparkpointError, OSError):
+    except (SparkpointError, OSError, ValueError):
         return {"cut_known": False, "table_version": None, "cut_batch": None}
     return {"cut_known": cut.table_version is not None, "table_version": cut.table_version,
             "cut_batch": cut.cut_batch}

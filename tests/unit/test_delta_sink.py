@@ -16,7 +16,7 @@ pa = pytest.importorskip("pyarrow")
 deltalake = pytest.importorskip("deltalake")
 
 from sparkpoint.adapters.storage import Storage  # noqa: E402
-from sparkpoint.errors import NotACheckpointError, SinkAheadError  # noqa: E402
+from sparkpoint.errors import NotACheckpointError, SinkAheadError, SinkRollbackRefusedError  # noqa: E402
 from sparkpoint.spark.delta_log import DeltaLog, parse_commit, sink_cut  # noqa: E402
 from sparkpoint.spark.sinks import at_cut, sink_record  # noqa: E402
 
@@ -254,3 +254,73 @@ def test_a_delta_source_s_version_vacuumed_or_cleaned_from_the_log_is_refused_be
     assert "the table was deleted and made again" in delta_gone(savepoint)[0][0]
     savepoint.queries[0]["inputs"] = [{"kind": "delta"}]  # a savepoint of a plain checkpoint: not recorded
     assert delta_gone(savepoint)[0] == [] and "does not record its table" in delta_gone(savepoint)[1][0]
+
+
+def test_review_cases_a_rescaled_cut_a_table_behind_the_cut_and_one_made_after_it(capsys, home, tmp_path):
+    from sparkpoint.config import load_settings
+    from sparkpoint.jobs.sinks import refuse_sinks_ahead, roll_back_sinks
+    from sparkpoint.savepoints import catalog
+
+    saved = savepoint_of_checkpoint(capsys, tmp_path)
+    settings = load_settings()
+    table = tmp_path / "t"
+    for number in range(9):
+        batch(table, number)
+    savepoint = catalog.load(settings, saved)
+    query = savepoint.queries[0]
+    # A rescaled savepoint: its own batch (4) wrote nothing to the sink, which stands at batch 3.
+    query["batch_id"] = 4
+    query["sink"] = {**at_cut(sink_record(f"DeltaSink[file:{table}]"), QUERY, 3), "batch_id": 3}
+    (dry,) = roll_back_sinks(settings, savepoint, dry_run=True)
+    assert (dry.batches, dry.restored_to, dry.cut) == ([4, 5, 6, 7, 8], 3, 3)
+    with pytest.raises(SinkAheadError, match=r"after the savepoint's batch 3 \(4\.\.8\)"):
+        refuse_sinks_ahead(settings, savepoint, False, False, print)
+
+    # An earlier rollback took the table to batch 1: a savepoint at batch 3 would never get batches 2..3 written.
+    query["batch_id"] = 3
+    query["sink"] = at_cut(sink_record(f"DeltaSink[file:{table}]"), QUERY, 3)
+    deltalake.DeltaTable(str(table)).restore(1, commit_properties=deltalake.CommitProperties(
+        app_transactions=[deltalake.Transaction(QUERY, 1)]))
+    with pytest.raises(SinkAheadError, match=r"up to 1 only .* not write batches 2\.\.3"):
+        refuse_sinks_ahead(settings, savepoint, False, False, print)
+    with pytest.raises(SinkRollbackRefusedError, match="an earlier rollback took it past the cut"):
+        roll_back_sinks(settings, savepoint)
+
+    # A table made after the cut: no version to restore.
+    young = tmp_path / "young"
+    for number in range(5, 7):
+        batch(young, number)
+    query["sink"] = at_cut(sink_record(f"DeltaSink[file:{young}]"), QUERY, 3)
+    with pytest.raises(SinkRollbackRefusedError, match="made after the cut"):
+        roll_back_sinks(settings, savepoint)
+
+
+def test_review_cases_log_cleanup_a_stray_link_and_a_number_too_long(capsys, home, tmp_path):
+    from sparkpoint.config import load_settings
+    from sparkpoint.jobs.sinks import refuse_sinks_ahead
+    from sparkpoint.savepoints import catalog
+
+    saved = savepoint_of_checkpoint(capsys, tmp_path)
+    settings = load_settings()
+    table = tmp_path / "t"
+    for number in range(9):
+        batch(table, number)
+    for _ in range(3):
+        foreign_write(table)
+    deltalake.DeltaTable(str(table)).create_checkpoint()
+    for version in range(9):  # Delta's log cleanup: the query's commits are only in the checkpoint now
+        (table / "_delta_log" / f"{version:020d}.json").unlink()
+    savepoint = catalog.load(settings, saved)
+    savepoint.queries[0]["sink"] = at_cut(sink_record(f"DeltaSink[file:{table}]"), QUERY, 3)
+    with pytest.raises(SinkAheadError, match=r"holds 5 batches .* \(4\.\.8\)"):
+        refuse_sinks_ahead(settings, savepoint, False, False, print)
+    (table / "_delta_log" / "notes.txt").symlink_to(tmp_path)  # not Delta's: passed over, not a blind spot
+    assert DeltaLog(LOCAL, str(table)).versions == [9, 10, 11]
+
+    (table / "_delta_log" / f"{11:020d}.json").write_text('{"commitInfo": {"timestamp": 1' + "0" * 5000 + "}}")
+    with pytest.raises(NotACheckpointError, match="not JSON"):
+        DeltaLog(LOCAL, str(table)).commit(11)
+    assert at_cut(sink_record(f"DeltaSink[file:{table}]"), QUERY, 3)["cut_known"] is False
+    heard = []
+    assert refuse_sinks_ahead(settings, savepoint, False, False, heard.append) == []
+    assert "was not checked" in heard[0]

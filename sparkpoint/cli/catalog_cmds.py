@@ -256,6 +256,8 @@ def _lines(source: SourceHorizon) -> list[tuple[str, str, str | None]]:
             for p in source.partitions]
     if source.kind in ("rate", "rate-micro-batch"):
         return [("", f"offset {source.offset}", source.held_by)]
+    if source.kind == "delta":
+        return [("", f"version {source.version}" + (" (its snapshot)" if source.snapshot else ""), source.held_by)]
     return [(held.query, held.offset, held.held_by) for held in source.offsets]
 
 

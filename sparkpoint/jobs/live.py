@@ -31,6 +31,7 @@ class LiveSource(Result):
     topics: list[str]  # the topics it subscribes to or is assigned ([] for a pattern, and for other sources)
     subscribe_pattern: str | None
     offsets_behind_latest: int | None  # offsets in the log its last batch did not reach, all partitions summed
+    path: str | None = None  # a Delta table's, as the driver qualified it
 
     @classmethod
     def from_report(cls, report: Any) -> LiveSource:
@@ -39,7 +40,8 @@ class LiveSource(Result):
         return cls(kind=_text(report.get("kind")) or "unknown", description=_text(report.get("description")),
                    bootstrap_servers=_text(report.get("bootstrap_servers")), topics=topics_of(report),
                    subscribe_pattern=_text(report.get("subscribe_pattern")),
-                   offsets_behind_latest=behind if isinstance(behind, int) and not isinstance(behind, bool) else None)
+                   offsets_behind_latest=behind if isinstance(behind, int) and not isinstance(behind, bool) else None,
+                   path=_text(report.get("path")))
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,9 @@ Sources are recognised by their offsets, as Spark 4.3 writes them:
   the first record at or after that offset (restorability's broker: the configured one, else the holder's own).
 - the rate source, a number (seconds since the start it logs in ``sources/<i>/0``), and ``rate-micro-batch``,
   ``{"offset": N, "timestamp": T}`` (N values read): the smallest, per query and source.
+- a Delta table, ``{"reservoirVersion": V, "isStartingVersion": B, ...}`` (DeltaSourceOffset): the table
+  version each holder reads on from (its snapshot at V when B), the smallest per table. VACUUM and Delta's log
+  cleanup must keep what that version needs (restorability says whether they have).
 - any other source: each holder's offset as Spark wrote it; no order is assumed.
 """
 
@@ -53,7 +56,17 @@ from sparkpoint.savepoints import savepoint as sp
 from sparkpoint.savepoints.restorability import ask_brokers, client_options
 from sparkpoint.spark.checkpoint import CheckpointReader, is_checkpoint
 from sparkpoint.spark.checkpoint_files import VanishedError
-from sparkpoint.spark.sources import FILE, KAFKA, OTHER, RATE, RATE_MICRO_BATCH, kafka_offsets, kind_of
+from sparkpoint.spark.sources import (
+    DELTA,
+    FILE,
+    KAFKA,
+    OTHER,
+    RATE,
+    RATE_MICRO_BATCH,
+    delta_offset,
+    kafka_offsets,
+    kind_of,
+)
 
 ACTIVE = ("starting", "running")  # the job states whose checkpoints count (jobs.registry.ACTIVE_STATES)
 UNREADABLE = "malformed"  # the state of a job whose record cannot be read (jobs.listing.MALFORMED)
@@ -132,6 +145,15 @@ class CountingHorizon(SourceHorizon):
 
 
 @dataclass(frozen=True)
+class DeltaHorizon(SourceHorizon):
+    """A Delta table (``source``: its path): the oldest version some holder reads on from."""
+
+    version: int
+    snapshot: bool  # that holder reads the version's snapshot whole, then the commits after it
+    held_by: str
+
+
+@dataclass(frozen=True)
 class OtherHorizon(SourceHorizon):
     offsets: list[HeldOffset]
 
@@ -169,7 +191,7 @@ class _Need:
     query: str
     kind: str
     key: str  # the source, before file sources nested in one another are merged
-    value: Any  # file: _FileLog; kafka: {partition: offset}; rate: int; other: str
+    value: Any  # file: _FileLog; kafka: {partition: offset}; rate: int; delta: (version, snapshot); other: str
     timestamp_ms: int | None = None  # rate: when the row at ``value`` was generated
     bootstrap: str | None = None  # kafka: the brokers the source reads, as the holder recorded them
 
@@ -199,8 +221,9 @@ def _directory(paths: list[str]) -> str:
 
 
 def _query_needs(holder: str, query: str, offsets: list[Any], reader: CheckpointReader,
-                 warnings: list[str], brokers: list[str | None] = ()) -> list[_Need]:
-    """What one query of a holder needs of each source; ``brokers``: each source's Kafka brokers, where known."""
+                 warnings: list[str], brokers: list[str | None] = (), tables: list[str | None] = ()) -> list[_Need]:
+    """What one query of a holder needs of each source; ``brokers``: each source's Kafka brokers, ``tables``: each
+    source's Delta table, where known."""
     needs = []
     for index, offset in enumerate(offsets):
         kind, own = kind_of(offset), f"{query}[{index}]"
@@ -227,6 +250,8 @@ def _query_needs(holder: str, query: str, offsets: list[Any], reader: Checkpoint
             needs.append(_Need(holder, query, RATE, own, offset, started_ms + offset * 1000))
         elif kind == RATE_MICRO_BATCH:
             needs.append(_Need(holder, query, RATE_MICRO_BATCH, own, offset["offset"]))
+        elif kind == DELTA and index < len(tables) and tables[index]:
+            needs.append(_Need(holder, query, DELTA, tables[index], delta_offset(offset)))
         else:
             needs.append(_Need(holder, query, OTHER, own, offset if isinstance(offset, str) else json.dumps(offset)))
     return needs
@@ -246,8 +271,10 @@ def _load_savepoint(entry: catalog.Entry, storage_options: dict | None, warnings
     for query in savepoint.queries:
         reader = CheckpointReader(storage, join(path, mf.QUERIES_DIR, query["name"]))
         try:
+            reads = query.get("inputs") or []
             needs += _query_needs(manifest["id"], query["name"], query["offsets"], reader, warnings,
-                                  [read.get("bootstrap_servers") for read in query.get("inputs") or []])
+                                  [read.get("bootstrap_servers") for read in reads],
+                                  [read.get("path") for read in reads])
         except VanishedError as gone:
             raise SavepointInvalidError(f"savepoint {manifest['id']} lacks {query['name']}/{gone}: run "
                                         "`sparkpoint verify` on it") from None
@@ -278,13 +305,15 @@ def _load_job(job: Any, storage_options: dict | None, warnings: list[str]) -> _L
         return None
     queries, needs = [], []
     brokers = {query.name: [source.bootstrap_servers for source in query.sources] for query in job.queries}
+    tables = {query.name: [source.path for source in query.sources] for query in job.queries}
     for name, location in locations.items():
         storage, path = storage_for(location, storage_options)
         for attempt in range(1, ATTEMPTS + 1):
             reader = CheckpointReader(storage, path)
             try:
                 cut = reader.cut()
-                found = _query_needs(job.id, name, cut.offsets.sources, reader, warnings, brokers.get(name, []))
+                found = _query_needs(job.id, name, cut.offsets.sources, reader, warnings, brokers.get(name, []),
+                                     tables.get(name, []))
             except CutUnavailableError:  # Spark purged a log file meanwhile (VanishedError): read its newer state
                 if attempt == ATTEMPTS:
                     raise
@@ -443,6 +472,11 @@ def _assemble(directory: str, job: str | None, loaded: list[_Loaded], storage_op
             sources.append(_file_horizon(common, group, storage_options, warnings))
         elif kind == KAFKA:
             sources.append(_kafka_horizon(common, group, order, times))
+        elif kind == DELTA:
+            # At one version, a snapshot read needs more than reading on from its commits: it holds older files.
+            version, reads_commits, _, holder = min((n.value[0], not n.value[1], order[n.holder], n.holder)
+                                                    for n in group)
+            sources.append(DeltaHorizon(**common, version=version, snapshot=not reads_commits, held_by=holder))
         elif kind in (RATE, RATE_MICRO_BATCH):
             offset, _, holder, timestamp_ms = min((n.value, order[n.holder], n.holder, n.timestamp_ms)
                                                   for n in group)

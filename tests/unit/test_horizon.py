@@ -434,3 +434,27 @@ def test_the_renderings(capsys, monkeypatch):
         └──────────────────────────┴────────────────────────────────────┴────────────┴─────────────────┴────────────┘
         """))
     assert err == ""
+
+
+def test_a_delta_source_s_horizon_is_the_oldest_table_version_a_holder_reads_on_from(tmp_path, capsys):
+    """DeltaSourceOffset's JSON, as Delta 3.3 to 4.4 write it: batch b of the checkpoint reads on from table
+    version 10 + b; batch 0 read version 10's snapshot whole."""
+    table = "file:/data/clicks-table"
+
+    def delta_line(batch: int) -> str:
+        return json.dumps({"sourceVersion": 1, "reservoirId": "5d6c0b1e-table-id", "reservoirVersion": 10 + batch,
+                           "index": -1, "isStartingVersion": batch == 0}, separators=(",", ":"))
+
+    root = checkpoint(tmp_path / "ckpt" / "counts", [[delta_line(b)] for b in range(6)], committed=5)
+    storage, path = storage_for(str(root))
+    target_storage, target = storage_for(str(tmp_path / "savepoints" / "counts"))
+    for batch, age in ((0, 3), (4, 1)):
+        create([QuerySource("counts", path, inputs=[{"kind": "delta", "path": table}])], storage, target,
+               target_storage, job="counts", batch_id=batch, clock=lambda age=age: NOW - age * 86400)
+    (source,) = of_catalog(tmp_path).sources
+    assert (source.kind, source.source, source.version, source.snapshot) == ("delta", table, 10, True)
+    assert source.held_by.startswith("savepoint-counts-") and source.held_by in source.holders
+    (newer,) = of_catalog(tmp_path, keep_last=1).sources  # the older savepoint pruned: version 14 is held
+    assert (newer.version, newer.snapshot) == (14, False)
+    assert main(["horizon", "--dir", str(tmp_path / "savepoints")]) == 0
+    assert "version 10 (its snapshot)" in capsys.readouterr().out

@@ -45,9 +45,10 @@ EXPECTED = {
         "session_windows_hdfs": "partitioned by part of its key",
         "aggregate_rocksdb": "needs the operator metadata Spark 3.5 does not write",
     },
-    # Operator metadata from 4.0: every one is rescaled, RocksDB's by the CLI's Spark's own repartitioner.
+    # Operator metadata from 4.0: every one is rescaled, RocksDB's by the CLI's Spark's own repartitioner. 4.1 writes
+    # what 4.0 and 4.2 write (the same metadata version and state layout), so the ends of the range stand for it.
     **{minor: dict.fromkeys(["aggregate_hdfs", "join_hdfs", "dedup_within_watermark_hdfs", "session_windows_hdfs",
-                             "aggregate_rocksdb"]) for minor in ("4.0", "4.1", "4.2")},
+                             "aggregate_rocksdb"]) for minor in ("4.0", "4.2")},
 }
 
 

@@ -226,7 +226,9 @@ def test_the_test_cluster_comes_up_on_each_spark_as_secure_as_it_allows(tmp_path
         cli(None, "cluster", "stop", "--dir", str(directory), timeout=60)
 
 
-@pytest.mark.parametrize("minor", ["3.5", "4.0", "4.1", "4.2"])  # 4.3: the full suite (tests/spark)
+# The two ends of the older minors (4.3: the full suite, tests/spark): 4.0 and 4.1 run the same hand-over, stop
+# and restore in their Delta and Kafka scenarios, and the check's error mapping is the same from 4.0 to 4.2.
+@pytest.mark.parametrize("minor", ["3.5", "4.2"])
 def test_check_probation_rollback_and_fork_on_each_spark(tmp_path, minor):
     """The upgrade's safety nets with the job's own Spark: `check` refuses an incompatible version by that
     Spark's own error (exit 16, never "could not decide"); `run --replace` to Spark 4.3 of a version that passes

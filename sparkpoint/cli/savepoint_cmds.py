@@ -229,6 +229,8 @@ def _render_inspected(inspected: Inspected) -> None:
             console.print(text(f"  source {index}: {_offsets_shown(offset, read)}"), highlight=False)
         if q.get("sink"):
             console.print(text(f"  sink: {q['sink']['description']}{_sink_cut(q['sink'])}"), highlight=False)
+        for write in q.get("delta_writes") or []:
+            console.print(text(f"  writes: {write['description']}{_sink_cut(write)}"), highlight=False)
         table = Table("operator", "name", "stores", "partitions", "size")
         for op in q.get("operators") or []:
             table.add_row(text(op["id"]), text(op["name"] or "?"), text(", ".join(op["stores"])),

@@ -27,7 +27,7 @@ def job_sources(queries: list[dict[str, Any]]) -> list[QuerySource]:
         inputs = [as_recorded(source) or {"kind": OTHER} for source in reads]
         sources.append(QuerySource(query["name"], local_path(query["checkpoint"]),
                                    sinks.sink_record(query.get("sink"), query.get("sink_log_interval")),
-                                   inputs or None))
+                                   inputs or None, sinks.batch_write_records(query.get("delta_writes"))))
     return sources
 
 

@@ -75,9 +75,10 @@ class TableRolledBack(Result):
 
 
 def output_queries(savepoint: Savepoint, output: str | None, query: str | None,
-                   settings: Settings | None = None) -> list[tuple[dict, str, str]]:
-    """(saved query, output, sink kind) to roll back: every query with a recorded file sink or Delta table, or the
-    one ``output`` is given for (``query`` names it when the savepoint holds several)."""
+                   settings: Settings | None = None) -> list[tuple[dict, dict]]:
+    """(saved query, its output's record) to roll back: every recorded file sink and Delta table (a query's sink,
+    and the tables its foreachBatch writes with a transaction), or the one ``output`` is given for (``query``
+    names the query when the savepoint holds several). A record's ``path`` is where the output is."""
     queries = savepoint.queries
     if query is not None:
         queries = [q for q in queries if q["name"] == query]
@@ -85,20 +86,30 @@ def output_queries(savepoint: Savepoint, output: str | None, query: str | None,
             raise BadArgumentError(f"savepoint {savepoint.manifest['id']} has no query {query!r}: it holds "
                                    + ", ".join(q["name"] for q in savepoint.queries))
     if output is None:
-        return [(q, record["path"], record["kind"]) for q in queries
-                if (record := _recognised(q.get("sink"))) is not None and record["kind"] in WITH_OUTPUT]
+        return [(q, record) for q in queries for record in outputs_of(q)]
     if len(queries) != 1:
         raise BadArgumentError(f"savepoint {savepoint.manifest['id']} holds {len(queries)} queries: name the one "
                                "that writes to the output with --query")
     (saved,) = queries
+    options = settings.storage_options if settings else None
+    storage, path = storage_for(output, options)
+    written = next((w for w in saved.get("delta_writes") or [] if storage_for(w["path"], options)[1] == path), None)
+    if written is not None:
+        return [(saved, {**written, "path": output})]
     sink = _recognised(saved.get("sink"))
     if sink is not None and sink["kind"] not in WITH_OUTPUT:
         raise SinkRollbackRefusedError(f"query {saved['name']} writes to {sink['description']}, not to Spark's file "
                                        "sink or a Delta table: only those can be rolled back")
     if sink is not None:
-        return [(saved, output, sink["kind"])]
-    storage, path = storage_for(output, settings.storage_options if settings else None)
-    return [(saved, output, DELTA_SINK if storage.is_dir(join(path, LOG_DIR)) else FILE_SINK)]
+        return [(saved, {**sink, "path": output})]
+    return [(saved, {"kind": DELTA_SINK if storage.is_dir(join(path, LOG_DIR)) else FILE_SINK, "path": output})]
+
+
+def outputs_of(saved: dict[str, Any]) -> list[dict[str, Any]]:
+    """The outputs a saved query records a cut of: its file sink or Delta sink, and its foreachBatch's Delta
+    writes with a transaction."""
+    sink = _recognised(saved.get("sink"))
+    return ([sink] if sink is not None and sink["kind"] in WITH_OUTPUT else []) + list(saved.get("delta_writes") or [])
 
 
 def _recognised(sink: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -109,10 +120,16 @@ def _recognised(sink: dict[str, Any] | None) -> dict[str, Any] | None:
     return sink
 
 
-def sink_batch(saved: dict[str, Any]) -> int:
-    """The batch a query's sink stands at in the savepoint: the query's own, but for a rescaled savepoint, whose own
-    batch wrote nothing to the sink (its source's is kept)."""
-    return (saved.get("sink") or {}).get("batch_id", saved["batch_id"])
+def sink_batch(saved: dict[str, Any], output: dict[str, Any]) -> int:
+    """The batch an output stands at in the savepoint: the query's own, but for a rescaled savepoint, whose own
+    batch wrote nothing to it (its source's is kept)."""
+    return output.get("batch_id", saved["batch_id"])
+
+
+def app_id_of(saved: dict[str, Any], output: dict[str, Any]) -> str:
+    """Whose transaction a Delta table keeps for the output: Delta's sink's is the query id; a foreachBatch write
+    names its own (txnAppId), the same whatever the query id."""
+    return output.get("app_id") or saved["query_id"]
 
 
 def unrecorded(savepoint: Savepoint) -> list[str]:
@@ -127,7 +144,7 @@ def roll_back_sinks(settings: Settings, savepoint: Savepoint, output: str | None
     ``only``, when given), or ``output``. All are planned (and refused) before any is changed.
     ``compact_interval``: the file sink log's, as the restored version sets it (else what the savepoint
     recorded)."""
-    pairs = [pair for pair in output_queries(savepoint, output, query, settings) if only in (None, pair[2])]
+    pairs = [pair for pair in output_queries(savepoint, output, query, settings) if only in (None, pair[1]["kind"])]
     if output is None and not pairs and only is None:
         missing = unrecorded(savepoint)
         raise SinkRollbackRefusedError(
@@ -139,30 +156,36 @@ def roll_back_sinks(settings: Settings, savepoint: Savepoint, output: str | None
     writers = {} if dry_run else _running_writers(settings)
     with contextlib.ExitStack() as locks:
         planned = []
-        for saved, location, kind in pairs:
+        for saved, written in pairs:
+            location = written["path"]
             storage, path = storage_for(location, settings.storage_options)
             writer = writers.get(path)
             if writer:
                 raise SinkRollbackRefusedError(f"{writer} still writes to {location}: stop or cancel it first")
             if not dry_run:
                 locks.enter_context(sink_rollback.exclusive(storage, path))
-            if kind == DELTA_SINK:
-                planned.append((saved, storage, _table_plan(storage, path, saved)))
+            if written["kind"] == DELTA_SINK:
+                planned.append((saved, storage, _table_plan(storage, path, saved, written)))
             else:
-                planned.append((saved, storage, sink_rollback.plan(storage, path, _cut(saved, compact_interval))))
+                planned.append((saved, storage, sink_rollback.plan(storage, path,
+                                                                   _cut(saved, written, compact_interval))))
         return [_table_done(saved, plan, dry_run) if isinstance(plan, SinkCut)
                 else _done(saved, plan, None if dry_run else sink_rollback.apply(storage, plan), dry_run)
                 for saved, storage, plan in planned]
 
 
-def _table_plan(storage, table: str, saved: dict[str, Any]) -> SinkCut:
+def _table_plan(storage, table: str, saved: dict[str, Any], written: dict[str, Any]) -> SinkCut:
     """The query's commits after the cut; refused when the table cannot be brought back to it without undoing
     another writer's rows, or Delta's log no longer reaches the cut."""
     log = DeltaLog(storage, table)
     if not log.present or not log.versions:
         raise SinkRollbackRefusedError(f"{table} has no {LOG_DIR} commits: it is not a Delta table")
-    cut = sink_cut(log, saved["query_id"], sink_batch(saved))
-    behind = _behind(cut, saved)
+    if written.get("follows_batches") is False:
+        raise SinkRollbackRefusedError(
+            f"{table}: query {saved['name']}'s foreachBatch writes it with txnVersion values that are not its batch "
+            "ids, so its commits do not say which batches they hold; nothing was changed")
+    cut = sink_cut(log, app_id_of(saved, written), sink_batch(saved, written))
+    behind = _behind(cut, saved, written)
     if behind:
         raise SinkRollbackRefusedError(f"{table}: {behind}; nothing was changed")
     if cut.later_batches and cut.target is None:
@@ -183,10 +206,10 @@ def _table_plan(storage, table: str, saved: dict[str, Any]) -> SinkCut:
     return cut
 
 
-def _behind(cut: SinkCut, saved: dict[str, Any]) -> str | None:
+def _behind(cut: SinkCut, saved: dict[str, Any], written: dict[str, Any]) -> str | None:
     """Why the table stands before the savepoint's cut (an earlier rollback to an older savepoint took it there):
     the restored query would never write the batches between. None when it does not."""
-    recorded = (saved.get("sink") or {}).get("cut_batch")
+    recorded = written.get("cut_batch")
     if cut.cut_batch is None or recorded is None or cut.cut_batch >= recorded:
         return None
     return (f"the table holds query {saved['name']}'s batches up to {cut.cut_batch} only (version "
@@ -206,10 +229,9 @@ def _table_done(saved: dict[str, Any], cut: SinkCut, dry_run: bool) -> TableRoll
                            restored.removed_files if restored else None, dry_run)
 
 
-def _cut(saved: dict[str, Any], compact_interval: int | None) -> sink_rollback.Cut:
-    sink = saved.get("sink") or {}
+def _cut(saved: dict[str, Any], sink: dict[str, Any], compact_interval: int | None) -> sink_rollback.Cut:
     return sink_rollback.Cut(
-        sink_batch=sink_batch(saved), query_batch=saved["batch_id"],
+        sink_batch=sink_batch(saved, sink), query_batch=saved["batch_id"],
         known=bool(sink.get("cut_known")), last_file=sink.get("last_file"),
         compact_interval=compact_interval or sink.get("compact_interval"),
     )
@@ -249,9 +271,10 @@ def _running_writers(settings: Settings) -> dict[str, str]:
             if "sink" not in live:
                 raise SinkRollbackRefusedError(f"{unknown} (its agent, of an earlier sparkpoint, does not say)")
             record = sink_record(live["sink"])
-            if record and record["kind"] in WITH_OUTPUT:
-                output = storage_for(record["path"], settings.storage_options)[1]
-                writers[output] = f"job {job.id}'s query {live.get('name')}"
+            written = [record["path"]] if record and record["kind"] in WITH_OUTPUT else []
+            written += [w["path"] for w in live.get("delta_writes") or [] if isinstance(w, dict) and "path" in w]
+            for location in written:
+                writers[storage_for(location, settings.storage_options)[1]] = f"job {job.id}'s query {live.get('name')}"
     return writers
 
 
@@ -260,15 +283,16 @@ def pending(settings: Settings, savepoint: Savepoint, compact_interval: int | No
     batches after the cut its log has (the restored query skips them), a batch the log lacks, or why it could not
     be rolled back. An output that does not exist, or cannot be read, is passed over."""
     said = []
-    for saved, location, kind in output_queries(savepoint, None, None):
-        if kind != FILE_SINK:
+    for saved, written in output_queries(savepoint, None, None):
+        if written["kind"] != FILE_SINK:
             continue
+        location = written["path"]
         where = f"the file sink of query {saved['name']} ({location})"
         try:
             storage, path = storage_for(location, settings.storage_options)
             if not storage.exists(join(path, METADATA_DIR)):
                 continue
-            plan = sink_rollback.plan(storage, path, _cut(saved, compact_interval))
+            plan = sink_rollback.plan(storage, path, _cut(saved, written, compact_interval))
         except SinkRollbackRefusedError as exc:
             said.append(f"{where} cannot be rolled back to the savepoint, and the restored version may fail or skip "
                         f"batches there: {exc}")
@@ -291,53 +315,37 @@ def refuse_sinks_ahead(settings: Settings, savepoint: Savepoint, fork: bool, kee
                        warn: Callable[[str], None]) -> list[str]:
     """Refuse (SinkAheadError) a restore from ``savepoint`` into a Delta table its query wrote past the cut, or
     into a file sink's output past it when the query keeps state (``_refuse_stateful_file_skip``):
-    Delta's sink would skip those batches, or write them twice under a new query id (``fork``). With ``keep``,
-    each is said instead (to ``warn``) and returned; but a stateful query's skip is refused all the same: a batch
-    the sink skips never runs its plan, no state version is written for it, and the next batch fails to load it
-    (seen on Spark 4.2 with Delta 4.4: CANNOT_READ_DELTA_FILE_NOT_EXISTS). Refused too: a table an earlier
-    rollback took past the cut. A table that is gone is passed over (the restored query makes it again); one that
-    cannot be read is warned of."""
+    Delta's sink would skip those batches, or write them twice under a new query id (``fork``); a foreachBatch
+    write with a transaction of its own is skipped under its app id, a fork's too. With ``keep``, each is said
+    instead (to ``warn``) and returned; but a stateful query's skip by Delta's sink is refused all the same: a
+    batch the sink skips never runs its plan, no state version is written for it, and the next batch fails to
+    load it (seen on Spark 4.2 with Delta 4.4: CANNOT_READ_DELTA_FILE_NOT_EXISTS). A foreachBatch batch runs its
+    plan whatever Delta does with the write. Refused too: a table an earlier rollback took past the cut. A table
+    that is gone is passed over (the restored query makes it again); one that cannot be read is warned of."""
     said = []
-    for saved, location, kind in output_queries(savepoint, None, None):
-        if kind == FILE_SINK:
-            _refuse_stateful_file_skip(settings, saved, location)
+    for saved, written in output_queries(savepoint, None, None):
+        location = written["path"]
+        if written["kind"] == FILE_SINK:
+            _refuse_stateful_file_skip(settings, saved, written)
             continue
-        batch = sink_batch(saved)
-        try:
-            storage, path = storage_for(location, settings.storage_options)
-            log = DeltaLog(storage, path)
-            if not log.present:
-                continue  # gone: the restored query makes it again
-            cut = sink_cut(log, saved["query_id"], batch)
-        except SparkpointError as exc:
-            warn(f"whether Delta table {location} holds batches of query {saved['name']} after the savepoint's cut "
-                 f"was not checked: {exc}")
-            continue
-        behind = _behind(cut, saved)
-        if behind:
-            raise SinkAheadError(f"Delta table {location}: {behind}")
-        batches = cut.later_batches
-        if not batches and not cut.complete and cut.table_version is None:
-            # Delta's log cleanup took the query's commits; its checkpoint keeps the query's transaction.
-            newest = delta_tables.transaction_version(path, saved["query_id"])
-            if newest is None:
-                warn(f"whether Delta table {location} holds batches of query {saved['name']} after the savepoint's "
-                     "cut was not checked: Delta's log cleanup removed its commits (the deltalake package reads "
-                     "the checkpoint that keeps them)")
-            batches = list(range(batch + 1, newest + 1)) if newest is not None else []
+        batches = _batches_ahead(settings, saved, written, warn)
         if not batches:
             continue
-        held = (f"Delta table {location} holds {len(batches)} batches of query {saved['name']} after the savepoint's "
-                f"batch {batch} ({batches[0]}..{batches[-1]})")
-        if fork:
+        batch, own = sink_batch(saved, written), "app_id" in written
+        held = (f"Delta table {location} holds {len(batches)} batch{'es' if len(batches) > 1 else ''} of query "
+                f"{saved['name']} after the savepoint's batch {batch} ({batches[0]}..{batches[-1]})"
+                + (f", written by its foreachBatch under txnAppId {written['app_id']}" if own else ""))
+        if fork and not own:
             line = (f"{held}: the fork, a query of its own to Delta, would write them a second time beside them; "
                     "write the fork to another table and pass --keep-sink-output, or restore with --rollback-sink "
                     "to take the table back to the cut")
         else:
-            line = (f"{held}: the restored version would skip them (Delta's sink takes them as done) and keep the old "
-                    "version's rows; restore with --rollback-sink to take the table back to the cut with the state, "
-                    "or pass --keep-sink-output to accept the skip")
-        if keep and not fork and saved["operators"]:
+            skips = ("Delta skips a write whose txnVersion the table holds for its txnAppId" if own
+                     else "Delta's sink takes them as done")
+            line = (f"{held}: the restored version would skip them ({skips}) and keep the old version's rows; "
+                    "restore with --rollback-sink to take the table back to the cut with the state, or pass "
+                    "--keep-sink-output to accept the skip")
+        if keep and not fork and not own and saved["operators"]:
             raise SinkAheadError(
                 f"{held}: --keep-sink-output cannot keep them for this query: it keeps state, and Spark writes no "
                 "state for a batch its sink skips, so the restored query would fail at its first batch after them "
@@ -345,24 +353,58 @@ def refuse_sinks_ahead(settings: Settings, savepoint: Savepoint, fork: bool, kee
         if not keep:
             raise SinkAheadError(line)
         kept = f"{held}, kept as they are (--keep-sink-output)" + (
-            ": the fork writes them again" if fork else ": the restored version skips them")
+            ": the fork writes them again" if fork and not own else ": the restored version skips them")
         warn(kept)
         said.append(kept)
     return said
 
 
-def _refuse_stateful_file_skip(settings: Settings, saved: dict[str, Any], location: str) -> None:
+def _batches_ahead(settings: Settings, saved: dict[str, Any], written: dict[str, Any],
+                   warn: Callable[[str], None]) -> list[int]:
+    """The batches after the cut a Delta table holds of the query (under its app id): refused (SinkAheadError)
+    when an earlier rollback took it past the cut; [] with a warning when that cannot be told."""
+    location, batch, app_id = written["path"], sink_batch(saved, written), app_id_of(saved, written)
+    unchecked = (f"whether Delta table {location} holds batches of query {saved['name']} after the savepoint's cut "
+                 "was not checked")
+    if written.get("follows_batches") is False:
+        warn(f"{unchecked}: its foreachBatch writes it with txnVersion values that are not its batch ids")
+        return []
+    try:
+        storage, path = storage_for(location, settings.storage_options)
+        log = DeltaLog(storage, path)
+        if not log.present:
+            return []  # gone: the restored query makes it again
+        cut = sink_cut(log, app_id, batch)
+    except SparkpointError as exc:
+        warn(f"{unchecked}: {exc}")
+        return []
+    behind = _behind(cut, saved, written)
+    if behind:
+        raise SinkAheadError(f"Delta table {location}: {behind}")
+    if cut.later_batches or cut.complete or cut.table_version is not None:
+        return cut.later_batches
+    # Delta's log cleanup took the query's commits; its checkpoint keeps the query's transaction.
+    newest = delta_tables.transaction_version(path, app_id)
+    if newest is None:
+        warn(f"{unchecked}: Delta's log cleanup removed its commits (the deltalake package reads the checkpoint "
+             "that keeps them)")
+        return []
+    return list(range(batch + 1, newest + 1))
+
+
+def _refuse_stateful_file_skip(settings: Settings, saved: dict[str, Any], sink: dict[str, Any]) -> None:
     """A query that keeps state, restored into a file sink whose log holds batches after the cut, fails: the sink
     skips them, Spark writes no state version for a skipped batch, and the next batch cannot load its state (seen
     on Spark 4.3: CANNOT_READ_DELTA_FILE_NOT_EXISTS). Refused; a stateless query's skip is only warned of
     (``pending``). An output that does not exist, or cannot be read or rolled back, is passed over here."""
     if not saved["operators"]:
         return
+    location = sink["path"]
     try:
         storage, path = storage_for(location, settings.storage_options)
         if not storage.exists(join(path, METADATA_DIR)):
             return
-        batches = sink_rollback.plan(storage, path, _cut(saved, None)).batches
+        batches = sink_rollback.plan(storage, path, _cut(saved, sink, None)).batches
     except SparkpointError:
         return
     if batches:

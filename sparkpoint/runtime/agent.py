@@ -31,6 +31,7 @@ from sparkpoint.jobs.protocol import real_time_stop_seconds, write_agent_file
 from sparkpoint.times import iso, poll_until
 from sparkpoint.runtime.boundary import (real_time_batch, real_time_seconds, stop_at_next_boundary, stop_when_idle,
                                         stream_thread)
+from sparkpoint.runtime.batch_writes import seen_by
 from sparkpoint.runtime.endpoint import ControlServer
 from sparkpoint.spark.sources import kind_of, offsets_behind, source_record
 
@@ -71,6 +72,7 @@ def describe(query) -> dict[str, Any]:
         "checkpoint": _checkpoint(query),
         "sink": sink_of(query),
         "sink_log_interval": sink_log_interval(query),
+        "delta_writes": seen_by(str(query.id)),
         "sources": sources_of(query, progress),
         "real_time_batch_seconds": _real_time_seconds(query),
     }
@@ -113,7 +115,7 @@ def plan_sources(query) -> list[dict[str, str]]:
                     record = source_record(str(leaf.sourceName()), lambda name, options=options: options.apply(name)
                                            if options.contains(name) else None)
                     if "path" in record:  # a Delta table, as the application named it: qualified as Delta does
-                        record["path"] = _qualified(query, record["path"])
+                        record["path"] = qualified(query._jsq.sparkSession(), record["path"])
                     found.append(record)
         except Exception:  # noqa: BLE001 - py4j's errors, from a Spark whose internals differ: nothing recorded
             found = []
@@ -174,19 +176,19 @@ def sink_of(query) -> str:
     if key not in _SINKS:  # a run's sink does not change: its Hadoop conf copied once, not at every status
         said = str(query._jsq.streamingQuery().sink())  # py4j's str() is the object's toString()
         if said.startswith("DeltaSink[") and said.endswith("]"):
-            said = f"DeltaSink[{_qualified(query, said[len('DeltaSink['):-1])}]"
+            said = f"DeltaSink[{qualified(query._jsq.sparkSession(), said[len('DeltaSink['):-1])}]"
         _SINKS[key] = said
     return _SINKS[key]
 
 
-def _qualified(query, path: str) -> str:
-    """``path`` as the driver's Hadoop file system qualifies it (a relative path against its working directory);
-    as given when that fails."""
+def qualified(session, path: str) -> str:
+    """``path`` as the driver's Hadoop file system qualifies it for the (JVM) ``session`` (a relative path against
+    its working directory); as given when that fails."""
     from pyspark import SparkContext
 
     try:
         hadoop_path = SparkContext._jvm.org.apache.hadoop.fs.Path(path)
-        fs = hadoop_path.getFileSystem(query._jsq.sparkSession().sessionState().newHadoopConf())
+        fs = hadoop_path.getFileSystem(session.sessionState().newHadoopConf())
         return str(fs.makeQualified(hadoop_path).toString())
     except Exception:  # noqa: BLE001 - py4j gone, a scheme without a file system here: the path as the sink has it
         return path
@@ -227,7 +229,8 @@ class Stop:
         self.delivered = threading.Event()  # the final report has been read by the caller
         self._queries = [(query, {"name": query.name, "id": str(query.id), "checkpoint": _checkpoint(query),
                                   "sink": sink_of(query), "sink_log_interval": sink_log_interval(query),
-                                  "sources": plan_sources(query), "state": "waiting", "at_boundary": None, "how": None,
+                                  "delta_writes": [], "sources": plan_sources(query), "state": "waiting",
+                                  "at_boundary": None, "how": None,
                                   "seconds": None, "real_time": _real_time_seconds(query) is not None})
                          for query in queries]
         self._threads = [threading.Thread(target=self._stop_one, args=(query, record, jvm, spark_version),
@@ -247,7 +250,9 @@ class Stop:
             record.update(at_boundary=False, how=f"error: {type(exc).__name__}")
             with contextlib.suppress(Exception):  # the JVM is gone, and the query with it
                 query.stop()
-        record.update(state="stopped", seconds=round(self._clock() - self.started, 3))
+        # Its writes as of its last batch, which the stop's savepoint cuts at.
+        record.update(state="stopped", seconds=round(self._clock() - self.started, 3),
+                      delta_writes=seen_by(record["id"]))
 
     @property
     def done(self) -> bool:

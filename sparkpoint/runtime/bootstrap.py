@@ -55,6 +55,7 @@ def main(argv: list[str]) -> int:
 
     from sparkpoint.jobs.protocol import await_handover
     from sparkpoint.runtime.agent import Agent
+    from sparkpoint.runtime.batch_writes import intercept_batch_writes
     from sparkpoint.runtime.gate import install_from_environment
 
     expected = tuple(n for n in os.environ.get("SPARKPOINT_EXPECTED_QUERIES", "").split(",") if n)
@@ -74,6 +75,7 @@ def main(argv: list[str]) -> int:
     agent.start()
     _hand_the_cluster_secret_to_spark()
     install_from_environment()
+    intercept_batch_writes()
 
     # The application sees itself as __main__ with its own arguments and directory, as under spark-submit.
     sys.argv = [app, *app_args]

@@ -61,6 +61,8 @@ class QuerySource:
     # What each of its sources reads, in the order of its offsets (spark.sources.source_record), when the running
     # query's plan told: the savepoint's `inputs`.
     inputs: list[dict[str, str]] | None = field(default=None, compare=False)
+    # The Delta tables its foreachBatch writes with a transaction of its own (``sinks.batch_write_records``).
+    delta_writes: list[dict[str, Any]] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # The name becomes a directory of the savepoint, and comes from the application (its queryName):
@@ -343,6 +345,9 @@ def _query_entry(source: QuerySource, plan: Plan, results: list[transfer.Result]
     }
     if source.sink is not None:
         entry["sink"] = sinks.at_cut(source.sink, plan.query_id, cut.batch_id, storage_options)
+    if source.delta_writes:
+        entry["delta_writes"] = [sinks.at_cut(write, plan.query_id, cut.batch_id, storage_options)
+                                 for write in source.delta_writes]
     if source.inputs is not None:
         entry["inputs"] = source.inputs
     return entry

@@ -78,6 +78,7 @@ _FILE_SINK_FIELDS = {"path": str, "batch_id": int, "cut_known": bool, "last_file
                      "compact_interval": (int, _OPTIONAL)}
 _DELTA_SINK_FIELDS = {"path": str, "batch_id": int, "cut_known": bool, "table_version": (int, _OPTIONAL),
                       "cut_batch": (int, _OPTIONAL)}
+_DELTA_WRITE_FIELDS = {"app_id": str, "follows_batches": bool}
 
 
 def _check_fields(data: Any, fields: dict[str, Any], what: str) -> dict[str, Any]:
@@ -125,6 +126,14 @@ def validate(data: Any, where: str) -> dict[str, Any]:
                 _check_fields(sink, _FILE_SINK_FIELDS, f"{where}: the file sink of query {name!r}")
             elif sink["kind"] == "delta":
                 _check_fields(sink, _DELTA_SINK_FIELDS, f"{where}: the Delta sink of query {name!r}")
+        if "delta_writes" in query:
+            if not isinstance(query["delta_writes"], list):
+                raise SavepointInvalidError(f"{where}: query {name!r} has a malformed 'delta_writes'")
+            for write in query["delta_writes"]:
+                what = f"{where}: a foreachBatch Delta write of query {name!r}"
+                _check_fields(write, {**_SINK_FIELDS, **_DELTA_SINK_FIELDS, **_DELTA_WRITE_FIELDS}, what)
+                if write["kind"] != "delta":
+                    raise SavepointInvalidError(f"{what} is not a Delta table's")
         if "inputs" in query and (not isinstance(query["inputs"], list)
                                   or any(as_recorded(read) != read for read in query["inputs"])):
             raise SavepointInvalidError(f"{where}: query {name!r} has a malformed 'inputs'")

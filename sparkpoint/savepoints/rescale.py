@@ -81,6 +81,7 @@ def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_di
             locations = {q.name: q.checkpoint for q in restored.queries}
             sinks = {q["name"]: q.get("sink") for q in savepoint.queries}
             inputs = {q["name"]: q.get("inputs") for q in savepoint.queries}
+            writes = {q["name"]: q.get("delta_writes") for q in savepoint.queries}
             results = {q["name"]: _unchanged(q) for q in savepoint.queries if q["name"] not in chosen}
             progress.start(f"rescale {savepoint.manifest['id']} to {partitions} partitions",
                            sum(op["bytes"] for q in chosen.values() for op in q["operators"]))
@@ -91,7 +92,7 @@ def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_di
         created = take(settings, savepoint.manifest["job"],
                        # The sink's cut stays the source's: the rescale's batch wrote nothing to the sink, and
                        # read nothing of the sources.
-                       [QuerySource(name, location, sinks.get(name), inputs.get(name))
+                       [QuerySource(name, location, sinks.get(name), inputs.get(name), writes.get(name))
                         for name, location in locations.items()],
                        storage_for(scratch)[0], target_dir,
                        origin={"kind": ORIGIN_KIND, "savepoint": savepoint.manifest["id"], "partitions": partitions,

@@ -41,15 +41,37 @@ def sink_record(description: str | None, log_interval: str | None = None) -> dic
     return {"kind": OTHER_SINK, "path": None, "description": description}
 
 
+def batch_write_records(writes: Any) -> list[dict] | None:
+    """The Delta tables a query's foreachBatch writes with a transaction of its own (txnAppId, txnVersion), as the
+    driver saw them (runtime.batch_writes), recorded as Delta sinks under that app id; None when the driver did
+    not say (an agent of an earlier sparkpoint). ``follows_batches``: the newest write's txnVersion was its batch
+    id, so the table's transaction for the app id says which batches it holds."""
+    if not isinstance(writes, list):
+        return None
+    records = []
+    for write in writes:
+        if not isinstance(write, dict) or not all(isinstance(write.get(key), str) for key in ("path", "app_id")):
+            continue
+        version, batch = write.get("txn_version"), write.get("batch_id")
+        records.append({"kind": DELTA_SINK, "path": write["path"], "app_id": write["app_id"],
+                        "description": f"foreachBatch Delta write to {write['path']} (txnAppId {write['app_id']})",
+                        "follows_batches": isinstance(version, int) and version == batch})
+    return records
+
+
 def at_cut(record: dict, query_id: str, batch_id: int, storage_options: dict | None = None) -> dict:
     """``record`` with the sink's position at the cut: for a file sink, the batch and the newest output file as
-    of it; for a Delta table, its version then (the query's commit for the cut's batch). A record that has its
-    cut (a rescaled savepoint keeps its source's) is kept. An output that cannot be read leaves the cut unknown:
-    the savepoint is taken all the same, and a rollback then needs the log's own files."""
+    of it; for a Delta table, its version then (the commit of the cut's batch under the query id, or under the
+    app id a foreachBatch write names). A record that has its cut (a rescaled savepoint keeps its source's) is
+    kept. An output that cannot be read leaves the cut unknown: the savepoint is taken all the same, and a
+    rollback then needs the log's own files."""
     if record["kind"] not in WITH_OUTPUT or "batch_id" in record:
         return record
     if record["kind"] == DELTA_SINK:
-        return {**record, "batch_id": batch_id, **_delta_cut(record["path"], query_id, batch_id, storage_options)}
+        if record.get("follows_batches") is False:  # its transaction says nothing of the batches
+            return {**record, "batch_id": batch_id, "cut_known": False, "table_version": None, "cut_batch": None}
+        app_id = record.get("app_id", query_id)
+        return {**record, "batch_id": batch_id, **_delta_cut(record["path"], app_id, batch_id, storage_options)}
     try:
         storage, output = storage_for(record["path"], storage_options)
         known, last = SinkLog(storage, output).last_file_at(batch_id)

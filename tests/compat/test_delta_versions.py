@@ -189,7 +189,9 @@ def test_a_delta_source_s_savepoint_is_refused_once_vacuum_deleted_what_it_reads
     """Delta's twin of Kafka's retention, with Spark 4.2 reading a table: the stop's savepoint records the source's
     table from the running plan, and the version it reads on from (the next one, once it has read them all); two
     appends, an overwrite and a VACUUM later, the files of the versions it has yet to read are gone, and `check`
-    and `run -s` refuse it before any Spark starts (exit 20)."""
+    and `run -s` refuse it before any Spark starts (exit 20). The job's foreachBatch writes its counts with a
+    transaction of its own (txnAppId): the agent sees the writes, a savepoint records the table under that app id,
+    and a restore from a savepoint the table was written past is refused (exit 22), as for Delta's sink."""
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
@@ -202,14 +204,31 @@ def test_a_delta_source_s_savepoint_is_refused_once_vacuum_deleted_what_it_reads
     job = cli_json(home, "run", "--detach", "--name", "counts", *launch, *application)
     wait_for(lambda: sorted(rows_of(counts)) == [("k0", 4), ("k1", 2)], what="the counts of versions 0-2",
              timeout=180)
+    live = cli_json(home, "savepoint", job["id"])
+    (written,) = json.loads((Path(live["path"]) / "manifest.json").read_text())["queries"][0]["delta_writes"]
+    assert written == {"kind": "delta", "path": f"file:{counts}", "app_id": "counts-app", "follows_batches": True,
+                       "description": f"foreachBatch Delta write to file:{counts} (txnAppId counts-app)",
+                       "batch_id": 2, "cut_known": True, "table_version": 2, "cut_batch": 2}, written
+    write_deltalake(str(source), pa.table({"key": pa.array(["k0"])}), mode="append")  # version 3: batch 3
+    wait_for(lambda: sorted(rows_of(counts)) == [("k0", 5), ("k1", 2)], what="the counts of version 3", timeout=60)
     stopped = cli_json(home, "stop", job["id"])
     saved = json.loads((Path(stopped["path"]) / "manifest.json").read_text())["queries"][0]
     assert saved["inputs"] == [{"kind": "delta", "path": f"file:{source}"}], saved["inputs"]
+    assert [(w["app_id"], w["batch_id"], w["table_version"]) for w in saved["delta_writes"]] == [("counts-app", 3, 3)]
     offset = saved["offsets"][0]
     assert (offset["reservoirId"], offset["reservoirVersion"], offset["isStartingVersion"]) == (
-        DeltaTable(str(source)).metadata().id, 3, False), offset
+        DeltaTable(str(source)).metadata().id, 4, False), offset
 
-    # Versions 3 and 4 come after the stop: the savepoint reads them on restore. An overwrite removes them from the
+    # The live savepoint's batch 3 is in the counts table under the app id: the restored version's write of it
+    # would be skipped by Delta.
+    code, _out, err = cli(home, "check", "-s", live["id"], *launch, *application)
+    assert code == 22 and (f"Delta table file:{counts} holds 1 batch of query counts after the savepoint's batch 2 "
+                           "(3..3), written by its foreachBatch under txnAppId counts-app: the restored version "
+                           "would skip them") in err, err
+    assert [(r["batches"], r["restored_to"]) for r in cli_json(home, "rollback-sink", live["id"], "--dry-run")] == [
+        ([3], 2)]
+
+    # Versions 4 and 5 come after the stop: the savepoint reads them on restore. An overwrite removes them from the
     # table, and a VACUUM with no retention deletes their files.
     for _ in range(2):
         write_deltalake(str(source), pa.table({"key": pa.array(["k0"])}), mode="append")
@@ -218,7 +237,7 @@ def test_a_delta_source_s_savepoint_is_refused_once_vacuum_deleted_what_it_reads
     for command in (["check", "-s", stopped["id"]], ["run", "-s", stopped["id"]]):
         code, _out, err = cli(home, *command, *launch, *application)
         assert code == 20 and "query counts's Delta source 0" in err, err
-        assert "reads on from version 3: 2 data files that the commits it reads add are gone" in err, err
+        assert "reads on from version 4: 2 data files that the commits it reads add are gone" in err, err
 
 
 def rows_of(table: Path) -> list[tuple[str, int]]:

@@ -247,8 +247,9 @@ def test_a_stop_that_ends_the_application_still_gets_its_outcome(tmp_path):
     # A session without Spark's internals: the fallback, stopping when no trigger is active.
     assert report["done"] and report["queries"] == [
         {"name": "alarms", "id": EndingQuery.id, "checkpoint": "file:/ckpt/alarms",
-         "sink": "FileSink[file:/out/alarms]", "sink_log_interval": None, "sources": [], "state": "stopped",
-         "at_boundary": True, "how": "fallback", "seconds": report["queries"][0]["seconds"], "real_time": False}]
+         "sink": "FileSink[file:/out/alarms]", "sink_log_interval": None, "delta_writes": [], "sources": [],
+         "state": "stopped", "at_boundary": True, "how": "fallback", "seconds": report["queries"][0]["seconds"],
+         "real_time": False}]
     assert finished.wait(5) and read_agent_file(job.directory)["state"] == "finished"
 
 

@@ -16,7 +16,8 @@ pa = pytest.importorskip("pyarrow")
 deltalake = pytest.importorskip("deltalake")
 
 from sparkpoint.adapters.storage import Storage  # noqa: E402
-from sparkpoint.errors import NotACheckpointError, SinkAheadError, SinkRollbackRefusedError  # noqa: E402
+from sparkpoint.errors import (NotACheckpointError, SavepointInvalidError, SinkAheadError,  # noqa: E402
+                               SinkRollbackRefusedError)
 from sparkpoint.spark.delta_log import DeltaLog, parse_commit, sink_cut  # noqa: E402
 from sparkpoint.spark.sinks import at_cut, sink_record  # noqa: E402
 
@@ -256,9 +257,10 @@ def test_a_delta_source_s_version_vacuumed_or_cleaned_from_the_log_is_refused_be
     assert delta_gone(savepoint)[0] == [] and "does not record its table" in delta_gone(savepoint)[1][0]
 
 
-def test_review_cases_a_rescaled_cut_a_table_behind_the_cut_and_one_made_after_it(capsys, home, tmp_path):
+@pytest.fixture
+def nine_batches(capsys, home, tmp_path):
+    """(settings, the savepoint of a checkpoint cut at batch 3, table ``t`` holding its query's batches 0..8)."""
     from sparkpoint.config import load_settings
-    from sparkpoint.jobs.sinks import refuse_sinks_ahead, roll_back_sinks
     from sparkpoint.savepoints import catalog
 
     saved = savepoint_of_checkpoint(capsys, tmp_path)
@@ -266,7 +268,13 @@ def test_review_cases_a_rescaled_cut_a_table_behind_the_cut_and_one_made_after_i
     table = tmp_path / "t"
     for number in range(9):
         batch(table, number)
-    savepoint = catalog.load(settings, saved)
+    return settings, catalog.load(settings, saved), table
+
+
+def test_review_cases_a_rescaled_cut_a_table_behind_the_cut_and_one_made_after_it(nine_batches, tmp_path):
+    from sparkpoint.jobs.sinks import refuse_sinks_ahead, roll_back_sinks
+
+    settings, savepoint, table = nine_batches
     query = savepoint.queries[0]
     # A rescaled savepoint: its own batch (4) wrote nothing to the sink, which stands at batch 3.
     query["batch_id"] = 4
@@ -295,22 +303,15 @@ def test_review_cases_a_rescaled_cut_a_table_behind_the_cut_and_one_made_after_i
         roll_back_sinks(settings, savepoint)
 
 
-def test_review_cases_log_cleanup_a_stray_link_and_a_number_too_long(capsys, home, tmp_path):
-    from sparkpoint.config import load_settings
+def test_review_cases_log_cleanup_a_stray_link_and_a_number_too_long(nine_batches, tmp_path):
     from sparkpoint.jobs.sinks import refuse_sinks_ahead
-    from sparkpoint.savepoints import catalog
 
-    saved = savepoint_of_checkpoint(capsys, tmp_path)
-    settings = load_settings()
-    table = tmp_path / "t"
-    for number in range(9):
-        batch(table, number)
+    settings, savepoint, table = nine_batches
     for _ in range(3):
         foreign_write(table)
     deltalake.DeltaTable(str(table)).create_checkpoint()
     for version in range(9):  # Delta's log cleanup: the query's commits are only in the checkpoint now
         (table / "_delta_log" / f"{version:020d}.json").unlink()
-    savepoint = catalog.load(settings, saved)
     savepoint.queries[0]["sink"] = at_cut(sink_record(f"DeltaSink[file:{table}]"), QUERY, 3)
     with pytest.raises(SinkAheadError, match=r"holds 5 batches .* \(4\.\.8\)"):
         refuse_sinks_ahead(settings, savepoint, False, False, print)
@@ -324,3 +325,54 @@ def test_review_cases_log_cleanup_a_stray_link_and_a_number_too_long(capsys, hom
     heard = []
     assert refuse_sinks_ahead(settings, savepoint, False, False, heard.append) == []
     assert "was not checked" in heard[0]
+
+
+def test_a_foreach_batch_write_with_a_transaction_of_its_own_is_cut_refused_and_rolled_back(nine_batches, tmp_path):
+    """A foreachBatch that writes a table with txnAppId/txnVersion: Delta skips what the table holds for that app
+    id, a fork's writes too (the app id is the application's); the rollback sets that app id's txn back."""
+    from sparkpoint.jobs.sinks import refuse_sinks_ahead, roll_back_sinks
+    from sparkpoint.savepoints.manifest import validate
+    from sparkpoint.spark.sinks import batch_write_records
+
+    settings, savepoint, _ = nine_batches
+    table = tmp_path / "totals"
+    for number in range(9):
+        batch(table, number, query="totals")
+    seen = [{"path": f"file:{table}", "app_id": "totals", "txn_version": 8, "batch_id": 8},
+            {"path": 3, "app_id": "x"}, "not a write"]
+    (record,) = batch_write_records(seen)
+    assert record == {"kind": "delta", "path": f"file:{table}", "app_id": "totals", "follows_batches": True,
+                      "description": f"foreachBatch Delta write to file:{table} (txnAppId totals)"}
+    assert batch_write_records(None) is None
+    query = savepoint.queries[0]
+    query["sink"] = sink_record("ForeachBatchSink")
+    query["delta_writes"] = [at_cut(record, QUERY, 3)]  # the cut under the app id, not the query id
+    assert query["delta_writes"][0] == {**record, "batch_id": 3, "cut_known": True, "table_version": 3,
+                                        "cut_batch": 3}
+    validate(savepoint.manifest, "the manifest")
+    with pytest.raises(SinkAheadError, match=r"holds 5 batches .* \(4\.\.8\), written by its foreachBatch under "
+                                             r"txnAppId totals: the restored version would skip them \(Delta skips"):
+        refuse_sinks_ahead(settings, savepoint, False, False, print)
+    with pytest.raises(SinkAheadError, match="the restored version would skip them"):  # a fork's writes too
+        refuse_sinks_ahead(settings, savepoint, True, False, print)
+    heard = []  # kept for a stateful query: its batches run their plan; only the write is skipped
+    assert refuse_sinks_ahead(settings, savepoint, False, True, heard.append) == heard
+    assert len(heard) == 1 and "the restored version skips them" in heard[0]
+
+    (rolled,) = roll_back_sinks(settings, savepoint)
+    assert (rolled.output, rolled.batches, rolled.restored_to) == (str(table), [4, 5, 6, 7, 8], 3)
+    assert deltalake.DeltaTable(str(table)).transaction_version("totals") == 3
+    assert refuse_sinks_ahead(settings, savepoint, False, False, print) == []
+
+    # txnVersion values that are not batch ids say nothing of the batches: not checked, and not rolled back.
+    (unlike,) = batch_write_records([{**seen[0], "txn_version": 1000 + 8}])
+    query["delta_writes"] = [at_cut(unlike, QUERY, 3)]
+    assert query["delta_writes"][0]["cut_known"] is False
+    heard = []
+    assert refuse_sinks_ahead(settings, savepoint, False, False, heard.append) == []
+    assert "txnVersion values that are not its batch ids" in heard[0]
+    with pytest.raises(SinkRollbackRefusedError, match="txnVersion values that are not its batch ids"):
+        roll_back_sinks(settings, savepoint)
+    query["delta_writes"] = [{**query["delta_writes"][0], "app_id": 7}]
+    with pytest.raises(SavepointInvalidError, match="'app_id' is missing or not of the right type"):
+        validate(savepoint.manifest, "the manifest")

@@ -1,5 +1,6 @@
-"""Counts a Delta table's rows per key as they are appended, into another Delta table (complete mode): a job
-reading Delta, for the Delta-source half of the Delta tests.
+"""Counts a Delta table's rows per key as they are appended, into another Delta table that its foreachBatch
+overwrites at each batch with a transaction of its own (txnAppId ``counts-app``, txnVersion the batch id): a job
+reading Delta, and writing it the way Delta's idempotent writes outside its sink are made.
 
 usage: delta_counts.py SOURCE_TABLE COUNTS_TABLE
 The source table has a column ``key``. Needs Delta's jars (scripts/local_delta.py).
@@ -13,6 +14,13 @@ source, counts = sys.argv[1:3]
 spark = (SparkSession.builder.appName("delta-counts").config("spark.ui.enabled", "false")
          .config("spark.sql.shuffle.partitions", "2").getOrCreate())
 rows = spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(source)
-(rows.groupBy("key").count().writeStream.queryName("counts").format("delta").outputMode("complete")
- .trigger(processingTime="500 milliseconds").start(counts))
+
+
+def write(batch, batch_id):
+    (batch.write.format("delta").option("txnAppId", "counts-app").option("txnVersion", batch_id)
+     .mode("overwrite").save(counts))
+
+
+(rows.groupBy("key").count().writeStream.queryName("counts").outputMode("complete").foreachBatch(write)
+ .trigger(processingTime="500 milliseconds").start())
 spark.streams.awaitAnyTermination()

@@ -12,6 +12,7 @@ from sparkpoint.errors import JobFailedError, SparkpointError
 from sparkpoint.jobs.drivers import await_end, end_driver
 from sparkpoint.jobs.protocol import answer_handover, handover_waiting
 from sparkpoint.jobs.registry import Job, Registry
+from sparkpoint.jobs.sinks import refuse_sinks_ahead
 from sparkpoint.jobs.stop import Stopped, record_stopped, stop_with_savepoint
 from sparkpoint.savepoints import savepoint
 from sparkpoint.savepoints.restore import restore
@@ -38,6 +39,10 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
         stopped, exiting = stop_with_savepoint(settings, registry, replaced, savepoint_path,
                                                 stop_timeout, progress, sleep, clock)
         saved = savepoint.load(stopped.path, settings.storage_options)
+        # A stop cut short (a batch outlasting the timeout) may leave a batch in a Delta table that the new version
+        # replays: Delta would skip it, or a stateful query fail after it. Refused (SinkAheadError) before the
+        # restore: the caller's way back (or run -s --rollback-sink) takes the table back with the state.
+        refuse_sinks_ahead(settings, saved, False, False, lambda line: job.note("sink_unchecked", line))
         restore(saved, job.checkpoint_root, mode="auto", workers=settings.transfer_workers,
                 progress=progress)
     except BaseException as exc:

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -376,3 +377,45 @@ def test_a_foreach_batch_write_with_a_transaction_of_its_own_is_cut_refused_and_
     query["delta_writes"] = [{**query["delta_writes"][0], "app_id": 7}]
     with pytest.raises(SavepointInvalidError, match="'app_id' is missing or not of the right type"):
         validate(savepoint.manifest, "the manifest")
+
+
+def test_a_hand_over_whose_stop_left_a_batch_in_the_table_is_refused_before_the_restore(
+        capsys, home, tmp_path, monkeypatch):
+    """`run --replace` whose stop was cut short: the old version's sink committed the batch in flight, which the
+    stop's savepoint (at the last batch Spark committed) does not hold. The new version would replay it and Delta
+    skip it; the hand-over is refused before anything is restored, naming the table, and the error carries the
+    savepoint to go back to. The old job's stop is the one thing not run here (tests/spark: real stops)."""
+    from sparkpoint.config import load_settings
+    from sparkpoint.jobs import replace as handover
+    from sparkpoint.jobs.protocol import HANDOVER_FILE
+    from sparkpoint.jobs.registry import Registry
+    from sparkpoint.jobs.stop import Stopped
+    from sparkpoint.savepoints import catalog
+
+    saved = savepoint_of_checkpoint(capsys, tmp_path)  # the stop's savepoint: batch 3
+    settings = load_settings()
+    path = catalog.load(settings, saved).path
+    manifest = Path(path) / "manifest.json"
+    table = tmp_path / "t"
+    for number in range(5):  # batch 4, the one in flight when the stop timed out, committed by Delta's sink
+        batch(table, number)
+    data = json.loads(manifest.read_text())
+    data["queries"][0]["sink"] = at_cut(sink_record(f"DeltaSink[file:{table}]"), QUERY, 3)
+    manifest.write_text(json.dumps(data))
+    registry = Registry(str(home))
+    old = registry.new_job("old", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    new = registry.new_job("new", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    monkeypatch.setattr(handover, "_await_handover_waiting", lambda *args: None)
+    stopped = Stopped(path=path, id=saved, job="old", created_at="t", bytes=1, file_count=1, queries=[],
+                      phases={"boundary": 0.1, "savepoint": 0.1})
+    monkeypatch.setattr(handover, "stop_with_savepoint", lambda *args: (stopped, SimpleNamespace(wait=lambda: 0.1)))
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    with pytest.raises(handover.HandoverFailedError) as failed:
+        handover.take_over(settings, registry, new, ended, old, None, 60, None, lambda s: None, lambda: 0.0, 10)
+    assert failed.value.savepoint == path
+    assert f"Delta table file:{table} holds 1 batch of query " in str(failed.value), failed.value
+    assert "--rollback-sink" in str(failed.value)
+    said = json.loads((Path(new.directory) / HANDOVER_FILE).read_text())
+    assert said["abort"].startswith(f"the hand-over from {old.id} failed")
+    assert not (Path(new.checkpoint_root) / "ck").exists()  # nothing restored

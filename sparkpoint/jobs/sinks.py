@@ -328,10 +328,12 @@ def refuse_sinks_ahead(settings: Settings, savepoint: Savepoint, fork: bool, kee
         if written["kind"] == FILE_SINK:
             _refuse_stateful_file_skip(settings, saved, written)
             continue
-        batches = _batches_ahead(settings, saved, written, warn)
+        batches, cut = _batches_ahead(settings, saved, written, warn)
+        batch, own = sink_batch(saved, written), "app_id" in written
+        if fork and not own and not batches and cut is not None and cut.other_streams():
+            said.extend(_refuse_fork_over_a_fork(saved, written, cut, keep, warn))
         if not batches:
             continue
-        batch, own = sink_batch(saved, written), "app_id" in written
         held = (f"Delta table {location} holds {len(batches)} batch{'es' if len(batches) > 1 else ''} of query "
                 f"{saved['name']} after the savepoint's batch {batch} ({batches[0]}..{batches[-1]})"
                 + (f", written by its foreachBatch under txnAppId {written['app_id']}" if own else ""))
@@ -359,37 +361,55 @@ def refuse_sinks_ahead(settings: Settings, savepoint: Savepoint, fork: bool, kee
     return said
 
 
+def _refuse_fork_over_a_fork(saved: dict[str, Any], written: dict[str, Any], cut: SinkCut, keep: bool,
+                             warn: Callable[[str], None]) -> list[str]:
+    """A fork into a table other streaming queries wrote after the cut (an earlier fork of this savepoint, most
+    likely): it would write the same batches beside theirs. Refused (SinkAheadError) unless ``keep``; then said."""
+    streams = "; ".join(f"{app_id}: batches {batches[0]}..{batches[-1]}" for app_id, batches
+                        in cut.other_streams().items())
+    held = (f"Delta table {written['path']} holds batches of other streaming queries after the savepoint's cut "
+            f"(version {cut.table_version}; {streams})")
+    if not keep:
+        raise SinkAheadError(f"{held}: if one is an earlier fork of this savepoint, this fork would write the same "
+                             "batches a second time beside it; write the fork to another table, or pass "
+                             "--keep-sink-output to write there all the same")
+    kept = f"{held}, kept as they are (--keep-sink-output): the fork writes its batches beside them"
+    warn(kept)
+    return [kept]
+
+
 def _batches_ahead(settings: Settings, saved: dict[str, Any], written: dict[str, Any],
-                   warn: Callable[[str], None]) -> list[int]:
-    """The batches after the cut a Delta table holds of the query (under its app id): refused (SinkAheadError)
-    when an earlier rollback took it past the cut; [] with a warning when that cannot be told."""
+                   warn: Callable[[str], None]) -> tuple[list[int], SinkCut | None]:
+    """The batches after the cut a Delta table holds of the query (under its app id), and the cut read from its
+    log: refused (SinkAheadError) when an earlier rollback took it past the cut; no batches and perhaps no cut,
+    with a warning, when that cannot be told."""
     location, batch, app_id = written["path"], sink_batch(saved, written), app_id_of(saved, written)
     unchecked = (f"whether Delta table {location} holds batches of query {saved['name']} after the savepoint's cut "
                  "was not checked")
     if written.get("follows_batches") is False:
         warn(f"{unchecked}: its foreachBatch writes it with txnVersion values that are not its batch ids")
-        return []
+        return [], None
     try:
         storage, path = storage_for(location, settings.storage_options)
         log = DeltaLog(storage, path)
         if not log.present:
-            return []  # gone: the restored query makes it again
+            return [], None  # gone: the restored query makes it again
         cut = sink_cut(log, app_id, batch)
     except SparkpointError as exc:
         warn(f"{unchecked}: {exc}")
-        return []
+        return [], None
     behind = _behind(cut, saved, written)
     if behind:
         raise SinkAheadError(f"Delta table {location}: {behind}")
     if cut.later_batches or cut.complete or cut.table_version is not None:
-        return cut.later_batches
+        return cut.later_batches, cut
     # Delta's log cleanup took the query's commits; its checkpoint keeps the query's transaction.
     newest = delta_tables.transaction_version(path, app_id)
     if newest is None:
         warn(f"{unchecked}: Delta's log cleanup removed its commits (the deltalake package reads the checkpoint "
              "that keeps them)")
-        return []
-    return list(range(batch + 1, newest + 1))
+        return [], cut
+    return list(range(batch + 1, newest + 1)), cut
 
 
 def _refuse_stateful_file_skip(settings: Settings, saved: dict[str, Any], sink: dict[str, Any]) -> None:

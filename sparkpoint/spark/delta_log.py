@@ -147,6 +147,16 @@ class SinkCut:
         later = [c.version for c in self.ahead if (c.by(self.app_id) or -1) > self.batch]
         return min(later) - 1 if later and self.complete else None
 
+    def other_streams(self) -> dict[str, list[int]]:
+        """Other streaming writers' batches after the cut, by app id (a query id, or a foreachBatch's txnAppId):
+        an earlier fork of the same savepoint writes its batches from the cut on under a query id of its own."""
+        streams: dict[str, set[int]] = {}
+        for commit in self.ahead:
+            for app_id, batch in commit.transactions.items():
+                if app_id != self.app_id:
+                    streams.setdefault(app_id, set()).add(batch)
+        return {app_id: sorted(batches) for app_id, batches in sorted(streams.items())}
+
     def foreign(self) -> list[Commit]:
         """The commits after ``target`` that are not the query's and change rows, oldest first: a rollback to
         the cut would undo them too."""

@@ -419,3 +419,31 @@ def test_a_hand_over_whose_stop_left_a_batch_in_the_table_is_refused_before_the_
     said = json.loads((Path(new.directory) / HANDOVER_FILE).read_text())
     assert said["abort"].startswith(f"the hand-over from {old.id} failed")
     assert not (Path(new.checkpoint_root) / "ck").exists()  # nothing restored
+
+
+def test_a_second_fork_into_the_table_an_earlier_fork_wrote_past_the_cut_is_refused(capsys, home, tmp_path):
+    """The first fork of a savepoint wrote its batches from the cut on under a query id of its own; a second fork
+    into that table would write the same batches beside them (the savepoint's own query wrote nothing after it)."""
+    from sparkpoint.config import load_settings
+    from sparkpoint.jobs.sinks import refuse_sinks_ahead
+    from sparkpoint.savepoints import catalog
+
+    saved = savepoint_of_checkpoint(capsys, tmp_path)
+    settings = load_settings()
+    table = tmp_path / "t"
+    for number in range(4):
+        batch(table, number)
+    for number in range(4, 7):
+        batch(table, number, query="the-first-fork")
+    savepoint = catalog.load(settings, saved)
+    savepoint.queries[0]["sink"] = at_cut(sink_record(f"DeltaSink[file:{table}]"), QUERY, 3)
+    with pytest.raises(SinkAheadError, match=r"holds batches of other streaming queries after the savepoint's cut "
+                                             r"\(version 3; the-first-fork: batches 4\.\.6\): if one is an earlier "
+                                             "fork of this savepoint"):
+        refuse_sinks_ahead(settings, savepoint, True, False, print)
+    heard = []
+    assert refuse_sinks_ahead(settings, savepoint, True, True, heard.append) == heard
+    assert len(heard) == 1 and "the fork writes its batches beside them" in heard[0]
+    # Not a fork: other streams writing the table (a shared table's co-writers, as at every hand-over) are not
+    # the savepoint's to refuse.
+    assert refuse_sinks_ahead(settings, savepoint, False, False, print) == []

@@ -171,6 +171,10 @@ def _render_job(job: JobView) -> None:
 @click.option("--keep-sink-output", is_flag=True,
               help="Check a savepoint whose query wrote a Delta table past the cut, saying so, instead of refusing "
                    "it (exit 22; as for run).")
+@click.option("--rollback-sink", is_flag=True,
+              help="The restore will roll its file sinks and Delta tables back to the cut (run -s --rollback-sink): "
+                   "check that it can (exit 18 if not) instead of refusing a table written past the cut. Nothing "
+                   "is rolled back.")
 @click.option("--restore-grace", type=Seconds(min=1), default=60.0, show_default=True,
               help="Seconds after the application starts for every saved query to start.")
 @click.option("--timeout", type=Seconds(min=1), default=300.0, show_default=True,
@@ -183,8 +187,8 @@ def _render_job(job: JobView) -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, required=True,
                 metavar="[SPARK_SUBMIT_OPTIONS] APP.py [APP_ARGS]")
 @pass_app
-def check_cmd(app, saved, allow_non_restored_state, allow_data_loss, keep_sink_output, restore_grace, timeout, confs,
-              spark_home, output, args):
+def check_cmd(app, saved, allow_non_restored_state, allow_data_loss, keep_sink_output, rollback_sink, restore_grace,
+              timeout, confs, spark_home, output, args):
     """Will this application restore from this savepoint? Answered before any downtime.
 
     The application runs against a throwaway restore of the savepoint, with every sink replaced by
@@ -194,7 +198,7 @@ def check_cmd(app, saved, allow_non_restored_state, allow_data_loss, keep_sink_o
     in local mode (one empty batch needs no cluster). Exits 16, one line per problem, when it will not
     restore; 11 when the check cannot decide (Spark failed for another reason, or too slowly). Before any
     Spark starts: exit 20 when the savepoint's Kafka input is gone, 22 when a Delta table its query writes
-    holds batches after the cut.
+    holds batches after the cut (with --rollback-sink, 18 when the rollback would be refused).
     """
     from sparkpoint.adapters.spark_submit import split_arguments
     from sparkpoint.errors import IncompatibleUpgradeError
@@ -204,7 +208,7 @@ def check_cmd(app, saved, allow_non_restored_state, allow_data_loss, keep_sink_o
     request = check.CheckRequest(app=application, app_args=app_args, submit_args=submit_args,
                                  confs=list(confs), allow_non_restored_state=allow_non_restored_state,
                                  allow_data_loss=allow_data_loss, keep_sink_output=keep_sink_output,
-                                 restore_grace=restore_grace, timeout=timeout,
+                                 rollback_sink=rollback_sink, restore_grace=restore_grace, timeout=timeout,
                                  spark_home=spark_home)
     checked = check.check_savepoint(app.settings, saved, request, _warn, progress=app.progress())
     emit(output, checked, _render_checked)

@@ -22,9 +22,9 @@ from sparkpoint.adapters.local_files import MalformedRecord, read_json_record, w
 from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
 from sparkpoint.adapters.transfer import NullProgress, Progress
 from sparkpoint.config import Settings
-from sparkpoint.errors import NotFoundError, SparkFailureError, SparkpointError
+from sparkpoint.errors import BadArgumentError, NotFoundError, SparkFailureError, SparkpointError
 from sparkpoint.jobs.protocol import CHECK_REPORT, CHECK_REQUEST, START_CHECK_DIR, answer_outcome, read_outcome
-from sparkpoint.jobs.sinks import refuse_sinks_ahead
+from sparkpoint.jobs.sinks import refuse_sinks_ahead, roll_back_sinks
 from sparkpoint.savepoints import compat, migration, restorability
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.times import poll_until
@@ -53,6 +53,8 @@ class Launch:
 @dataclass
 class CheckRequest(Launch):
     timeout: float = 300.0  # seconds for the whole check, the driver's start-up included
+    # The restore will roll the outputs back to the cut (run -s --rollback-sink): checked that it can, not done.
+    rollback_sink: bool = False
 
 
 # The check's driver: local, whatever the master (see the module's docstring).
@@ -64,11 +66,19 @@ MARGIN = 60.0
 def check_savepoint(settings: Settings, saved: Savepoint, request: CheckRequest, warn: Callable[[str], None],
                     progress: Progress | None = None) -> compat.Checked:
     """`sparkpoint check`: is the savepoint's input still there (refused before any Spark starts if not,
-    InputGoneError), does a Delta table it writes hold batches after the cut (SinkAheadError), then will the
-    application restore from it (check_upgrade)."""
+    InputGoneError), does a Delta table it writes hold batches after the cut (SinkAheadError) or, for a restore
+    that will roll its outputs back, can they be (SinkRollbackRefusedError: another writer, a running job), then
+    will the application restore from it (check_upgrade)."""
+    if request.keep_sink_output and request.rollback_sink:
+        raise BadArgumentError("--keep-sink-output keeps what --rollback-sink would undo: choose one")
     restorability.require_input(saved, settings.kafka, request.allow_data_loss, warn,
                                 storage_options=settings.storage_options)
-    refuse_sinks_ahead(settings, saved, False, request.keep_sink_output, warn)
+    if request.rollback_sink:
+        for planned in roll_back_sinks(settings, saved, dry_run=True):
+            if planned.batches:
+                warn(f"--rollback-sink: {planned.said()}")
+    else:
+        refuse_sinks_ahead(settings, saved, False, request.keep_sink_output, warn)
     return check_upgrade(settings, saved, request, progress)
 
 

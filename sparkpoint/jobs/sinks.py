@@ -47,6 +47,10 @@ class SinkRolledBack(Result):
     dry_run: bool
 
     def said(self) -> str:
+        if self.dry_run:
+            return f"{self.query}: {self.output} would be rolled back to batch {self.cut}" + (
+                f", batches {self.batches[0]}..{self.batches[-1]} moved aside" if self.batches
+                else ", nothing after it")
         return f"{self.query}: {self.output} rolled back to batch {self.cut}" + (
             f", batches {self.batches[0]}..{self.batches[-1]} moved to {self.trash}" if self.batches
             else ", nothing after it")
@@ -70,8 +74,12 @@ class TableRolledBack(Result):
     def said(self) -> str:
         if not self.batches:
             return f"{self.query}: Delta table {self.output} holds nothing after batch {self.cut}"
+        batches = f"batches {self.batches[0]}..{self.batches[-1]}"
+        if self.dry_run:
+            return (f"{self.query}: Delta table {self.output} would be restored from version {self.latest_version} "
+                    f"to {self.restored_to} (batch {self.cut}), {batches} undone")
         return (f"{self.query}: Delta table {self.output} restored to version {self.restored_to} (batch {self.cut}), "
-                f"batches {self.batches[0]}..{self.batches[-1]} undone in version {self.commit}")
+                f"{batches} undone in version {self.commit}")
 
 
 def output_queries(savepoint: Savepoint, output: str | None, query: str | None,

@@ -447,3 +447,29 @@ def test_a_second_fork_into_the_table_an_earlier_fork_wrote_past_the_cut_is_refu
     # Not a fork: other streams writing the table (a shared table's co-writers, as at every hand-over) are not
     # the savepoint's to refuse.
     assert refuse_sinks_ahead(settings, savepoint, False, False, print) == []
+
+
+def test_check_with_rollback_sink_asks_whether_the_rollback_would_go_through_and_rolls_nothing_back(
+        capsys, nine_batches, tmp_path):
+    """`check --rollback-sink`: the restore it checks for will roll the table back, so a table written past the cut
+    is no refusal; a rollback that would be refused (another writer) is, before any Spark starts (exit 18)."""
+    from sparkpoint.cli.main import main
+
+    settings, savepoint, table = nine_batches
+    manifest = Path(savepoint.path) / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["queries"][0]["sink"] = at_cut(sink_record(f"DeltaSink[file:{table}]"), QUERY, 3)
+    manifest.write_text(json.dumps(data))
+    absent = str(tmp_path / "absent_app.py")  # past the sinks, the check stops here: no Spark in a unit test
+    assert main(["check", "-s", savepoint.path, absent]) == 22
+    assert "holds 5 batches of query" in capsys.readouterr().err
+    assert main(["check", "-s", savepoint.path, "--rollback-sink", absent]) == 4
+    err = capsys.readouterr().err
+    assert "--rollback-sink: " in err, err
+    assert "would be restored from version 8 to 3 (batch 3), batches 4..8 undone" in err, err
+    assert f"application {absent} does not exist" in err
+    assert deltalake.DeltaTable(str(table)).version() == 8  # nothing rolled back
+    foreign_write(table)
+    assert main(["check", "-s", savepoint.path, "--rollback-sink", absent]) == 18
+    assert "was committed by another writer after the cut" in capsys.readouterr().err
+    assert main(["check", "-s", savepoint.path, "--rollback-sink", "--keep-sink-output", absent]) == 2

@@ -13,7 +13,8 @@ from typing import Any
 from sparkpoint.adapters import delta_tables
 from sparkpoint.adapters.storage import join, storage_for
 from sparkpoint.config import Settings
-from sparkpoint.errors import BadArgumentError, SinkAheadError, SinkRollbackRefusedError, SparkpointError
+from sparkpoint.errors import (BadArgumentError, NotACheckpointError, SinkAheadError, SinkRollbackRefusedError,
+                               SparkpointError)
 from sparkpoint.jobs.registry import ACTIVE_STATES, Registry, client_for, state_of
 from sparkpoint.results import Result
 from sparkpoint.savepoints.savepoint import Savepoint
@@ -188,6 +189,8 @@ def _table_plan(storage, table: str, saved: dict[str, Any], written: dict[str, A
     log = DeltaLog(storage, table)
     if not log.present or not log.versions:
         raise SinkRollbackRefusedError(f"{table} has no {LOG_DIR} commits: it is not a Delta table")
+    if log.unread():
+        raise SinkRollbackRefusedError(f"{log.unread()}; nothing was changed")
     if written.get("follows_batches") is False:
         raise SinkRollbackRefusedError(
             f"{table}: query {saved['name']}'s foreachBatch writes it with txnVersion values that are not its batch "
@@ -402,6 +405,8 @@ def _batches_ahead(settings: Settings, saved: dict[str, Any], written: dict[str,
         log = DeltaLog(storage, path)
         if not log.present:
             return [], None  # gone: the restored query makes it again
+        if log.unread():
+            raise NotACheckpointError(log.unread())
         cut = sink_cut(log, app_id, batch)
     except SparkpointError as exc:
         warn(f"{unchecked}: {exc}")

@@ -23,6 +23,10 @@ from sparkpoint.errors import NotACheckpointError
 
 LOG_DIR = "_delta_log"
 COMMIT_FILE = re.compile(r"(\d{20})\.json", re.ASCII)
+# Where a commit coordinator stages commits before it backfills them into the log: _commits (coordinated commits,
+# Delta 3.3 to 4.0), _staged_commits (catalog-managed commits, Delta 4.0 on); each a V.<uuid>.json.
+STAGED_DIRS = ("_commits", "_staged_commits")
+STAGED_FILE = re.compile(r"(\d{20})\.[0-9A-Za-z-]+\.json", re.ASCII)
 # A checkpoint: classic (V.checkpoint.parquet), multi-part (V.checkpoint.P.N.parquet), v2 (V.checkpoint.<uuid>.json).
 CHECKPOINT_FILE = re.compile(r"(\d{20})\.checkpoint(?:\.[^/]+)?\.(?:parquet|json)", re.ASCII)
 MAX_COMMIT_BYTES = 256 << 20  # a commit of ~1 million file actions
@@ -101,6 +105,28 @@ class DeltaLog:
             names = [e.name for e in storage.list(self.directory, foreign=True) if not e.is_dir] if self.present else []
         self.versions = sorted(int(m.group(1)) for m in map(COMMIT_FILE.fullmatch, names) if m)
         self.checkpoints = sorted({int(m.group(1)) for m in map(CHECKPOINT_FILE.fullmatch, names) if m})
+        self.staged = self._staged() if self.present else []
+
+    def _staged(self) -> list[int]:
+        """Commits newer than the log's, staged by a commit coordinator (coordinated or catalog-managed commits)
+        and not yet backfilled into the log: only the coordinator knows which of them count."""
+        found = set()
+        for name in STAGED_DIRS:
+            directory = join(self.directory, name)
+            with translate_errors(directory):
+                if not self.storage.is_dir(directory):
+                    continue
+                entries = self.storage.list(directory, foreign=True)
+            found |= {int(m.group(1)) for e in entries if (m := STAGED_FILE.fullmatch(e.name))}
+        return sorted(v for v in found if self.latest is None or v > self.latest)
+
+    def unread(self) -> str | None:
+        """Why the log sparkpoint reads does not hold the table's newest commits; None when it does."""
+        if not self.staged:
+            return None
+        return (f"{self.table} has commits staged by a commit coordinator and not yet in its log (versions "
+                f"{self.staged[0]}..{self.staged[-1]}: coordinated, or catalog-managed, commits), which only the "
+                "coordinator can say count; sparkpoint reads the log's own commits only")
 
     @property
     def latest(self) -> int | None:

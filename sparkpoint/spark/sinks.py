@@ -83,7 +83,10 @@ def at_cut(record: dict, query_id: str, batch_id: int, storage_options: dict | N
 def _delta_cut(table: str, query_id: str, batch_id: int, storage_options: dict | None) -> dict[str, Any]:
     try:
         storage, path = storage_for(table, storage_options)
-        cut = sink_cut(DeltaLog(storage, path), query_id, batch_id)
+        log = DeltaLog(storage, path)
+        if log.unread():
+            return {"cut_known": False, "table_version": None, "cut_batch": None}
+        cut = sink_cut(log, query_id, batch_id)
     except (SparkpointError, OSError, ValueError):
         return {"cut_known": False, "table_version": None, "cut_batch": None}
     return {"cut_known": cut.table_version is not None, "table_version": cut.table_version,

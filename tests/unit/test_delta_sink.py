@@ -473,3 +473,25 @@ def test_check_with_rollback_sink_asks_whether_the_rollback_would_go_through_and
     assert main(["check", "-s", savepoint.path, "--rollback-sink", absent]) == 18
     assert "was committed by another writer after the cut" in capsys.readouterr().err
     assert main(["check", "-s", savepoint.path, "--rollback-sink", "--keep-sink-output", absent]) == 2
+
+
+def test_commits_a_coordinator_staged_beyond_the_log_are_not_taken_for_the_table_s_end(nine_batches):
+    """Coordinated (catalog-managed) commits: the newest commits wait in _delta_log/_staged_commits until the
+    coordinator backfills them. The log alone would say nothing is after the cut: not checked, said; a rollback
+    is refused; a savepoint records its cut unknown."""
+    from sparkpoint.jobs.sinks import refuse_sinks_ahead, roll_back_sinks
+
+    settings, savepoint, table = nine_batches
+    record = sink_record(f"DeltaSink[file:{table}]")
+    for version in range(4, 9):  # as if the coordinator had not backfilled batches 4..8 yet
+        (table / "_delta_log" / f"{version:020d}.json").unlink()
+    staged = table / "_delta_log" / "_staged_commits"
+    staged.mkdir()
+    (staged / f"{4:020d}.0b6a1c2e-7d4f-4e1a-9c3b-5f2e8a7d6c10.json").write_text("{}")
+    savepoint.queries[0]["sink"] = {**record, "batch_id": 3, "cut_known": True, "table_version": 3, "cut_batch": 3}
+    heard = []
+    assert refuse_sinks_ahead(settings, savepoint, False, False, heard.append) == []
+    assert "not checked" in heard[0] and "staged by a commit coordinator" in heard[0], heard
+    with pytest.raises(SinkRollbackRefusedError, match=r"versions 4\.\.4: coordinated, or catalog-managed"):
+        roll_back_sinks(settings, savepoint)
+    assert at_cut(record, QUERY, 3)["cut_known"] is False

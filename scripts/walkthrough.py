@@ -4,7 +4,8 @@ The demo's motion-alarm job (scripts/demo_apps/motion_alarms.py, v1 and v2) goes
 guides describe, each command printed as a shell line (`$ sparkpoint ...`) and followed by what it printed:
 upgrade (check, then replace with probation), a scheduled savepoint with retention and the horizon, pause and
 resume, an A/B fork, a rescale, a restore for another launcher, a move to another cluster (another home), an
-upgrade `check` refuses (exit 16), reprocessing a file sink's output, a job that reads Kafka and a savepoint whose
+upgrade `check` refuses (exit 16), reprocessing a file sink's output and a Delta table's (on Spark 4.2, when
+scripts/spark-versions.sh has installed it), a job that reads Kafka and a savepoint whose
 input retention deleted (exit 20), a move from Spark 3.5 to 4.3 (when scripts/spark-versions.sh has installed 3.5),
 a standalone cluster, and the lineage of the savepoints all this made. Paths are relative to a fresh work directory
 (printed first) whose home is `home/` (SPARKPOINT_HOME); tables are 110 columns wide. The Kafka part runs a broker
@@ -26,6 +27,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import local_delta
 import local_kafka
 from demo import APP, alarms, appears, drop, feed, say
 
@@ -144,6 +146,40 @@ def kafka(sh: Shell, work: Path) -> None:
             broker.stop()
 
 
+def delta(sh: Shell, work: Path) -> None:
+    """A stateful job writing a Delta table with Delta's own sink (tests/spark/apps/delta_values.py) on Spark 4.2,
+    the newest with a Delta release: v1's wrong values reach past a savepoint; the restore that would skip them is
+    refused (exit 22); v2 restored with the table rolled back to the cut replaces them."""
+    say("Reprocess a Delta table: v2 replaces v1's values from a savepoint, the table rolled back with the state")
+    spark_42 = ROOT / ".venv-spark" / "4.2" / "pyspark"
+    if not (spark_42 / "bin" / "spark-submit").is_file():
+        print(f"skipped: no Spark 4.2 in {spark_42} (scripts/spark-versions.sh installs it)")
+        return
+    shutil.copy(APPS / "delta_values.py", work / "delta_values.py")
+    jars = ",".join(local_delta.delta_jars("4.2"))
+    sh.export("DELTA_JARS", jars, ".venv/bin/python scripts/local_delta.py jars 4.2")
+    launch = ["--spark-home", str(spark_42), *(arg for conf in local_delta.SESSION_CONFS for arg in ("--conf", conf)),
+              "--jars", jars]
+    v1 = sh.job("--name", "totals", *launch, "delta_values.py", "v1", "totals-in", "totals")
+    drop(work / "totals-in", "rows-0.json", [{"file": 0, "n": 1}])
+    appears(Path(v1["checkpoint_root"]) / "values" / "commits" / "0")  # Spark's commit, after Delta's
+    sh("savepoint", v1["id"])
+    at_0 = sh.unseen("savepoints", "--job", "totals")[0]["id"]
+    for number in (1, 2):
+        drop(work / "totals-in", f"rows-{number}.json", [{"file": number, "n": number + 1}])
+        appears(Path(v1["checkpoint_root"]) / "values" / "commits" / str(number))
+    sh("stop", v1["id"])
+    sh.running.remove(v1["id"])
+    sh("inspect", at_0)
+    sh("run", "--name", "totals", "-s", at_0, *launch, "delta_values.py", "v2", "totals-in", "totals", expect=22)
+    sh("rollback-sink", at_0, "--dry-run")
+    fixed = sh.job("--name", "totals", "-s", at_0, "--rollback-sink", *launch, "delta_values.py", "v2", "totals-in",
+                   "totals")
+    appears(Path(fixed["checkpoint_root"]) / "values" / "commits" / "2")
+    sh("stop", fixed["id"])
+    sh.running.remove(fixed["id"])
+
+
 def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="sparkpoint-walk-"))
     shutil.copy(APP, work / "motion_alarms.py")
@@ -237,6 +273,7 @@ def main() -> None:
         sh("stop", fixed["id"])
         sh.running.remove(fixed["id"])
 
+        delta(sh, work)
         kafka(sh, work)
 
         say("Move a job to a newer Spark: started on Spark 3.5, stopped with a savepoint, continued on Spark 4.3")

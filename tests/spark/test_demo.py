@@ -44,5 +44,5 @@ def test_the_guides_walk_through_prints_what_the_guides_show(kafka_broker):
     # spark-versions.md's walk-through needs the Spark 3.5 scripts/spark-versions.sh installs (scripts/test.sh does).
     assert {page.name for page in GUIDES} >= {"upgrade.md", "reprocess.md", "fork.md", "rescale.md", "pause-resume.md",
                                               "move.md", "spark-versions.md", "scheduled-savepoints.md",
-                                              "other-launchers.md", "clusters.md", "catalog.md", "kafka.md"}
+                                              "other-launchers.md", "clusters.md", "catalog.md", "kafka.md", "delta.md"}
     assert {page.name: disagreements(shown(page), ran) for page in GUIDES} == {page.name: [] for page in GUIDES}

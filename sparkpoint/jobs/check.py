@@ -74,7 +74,7 @@ def check_savepoint(settings: Settings, saved: Savepoint, request: CheckRequest,
     restorability.require_input(saved, settings.kafka, request.allow_data_loss, warn,
                                 storage_options=settings.storage_options)
     if request.rollback_sink:
-        for planned in roll_back_sinks(settings, saved, dry_run=True):
+        for planned in roll_back_sinks(settings, saved, dry_run=True, writers_checked=True):
             if planned.batches:
                 warn(f"--rollback-sink: {planned.said()}")
     else:

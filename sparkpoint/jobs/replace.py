@@ -39,10 +39,11 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
         stopped, exiting = stop_with_savepoint(settings, registry, replaced, savepoint_path,
                                                 stop_timeout, progress, sleep, clock)
         saved = savepoint.load(stopped.path, settings.storage_options)
-        # A stop cut short (a batch outlasting the timeout) may leave a batch in a Delta table that the new version
-        # replays: Delta would skip it, or a stateful query fail after it. Refused (SinkAheadError) before the
-        # restore: the caller's way back (or run -s --rollback-sink) takes the table back with the state.
-        refuse_sinks_ahead(settings, saved, False, False, lambda line: job.note("sink_unchecked", line))
+        # A stop cut short (a batch outlasting the timeout) may leave its batch in a Delta table, committed by the
+        # old version's sink: the new version replays it and Delta skips it, which is the old version's own batch,
+        # kept (said in the history); but a query that keeps state would fail after it, refused (SinkAheadError)
+        # before the restore: the way back (or run -s --rollback-sink) takes the table back with the state.
+        refuse_sinks_ahead(settings, saved, False, False, lambda line: job.note("sink_kept", line), handover=True)
         restore(saved, job.checkpoint_root, mode="auto", workers=settings.transfer_workers,
                 progress=progress)
     except BaseException as exc:

@@ -242,10 +242,13 @@ def _tables_back(settings: Settings, saved: Savepoint, warn: Callable[[str], Non
     savepoint, go back to its cut, or the version started again would skip those batches (keeping the failed
     version's rows) or, keeping state, fail after them. Refused (another writer committed after the cut), it is
     said, and the version starts all the same: the way back does not stop half-way."""
+    def refused(why: str) -> None:
+        warn(f"a Delta table of savepoint {saved.manifest['id']} was not rolled back for the way back: {why}")
+
     try:
-        rolled.extend(roll_back_sinks(settings, saved, only=DELTA_SINK))
+        rolled.extend(roll_back_sinks(settings, saved, only=DELTA_SINK, on_refused=refused))
     except SparkpointError as exc:
-        warn(f"the Delta tables of savepoint {saved.manifest['id']} were not rolled back for the way back: {exc}")
+        refused(str(exc))
 
 
 def _rolled_back_before_the_first_query(settings: Settings, registry: Registry, job: Job, request: RunRequest,

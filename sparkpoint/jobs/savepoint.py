@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from sparkpoint.adapters.storage import storage_for
@@ -11,6 +12,7 @@ from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, JobNotRunningError, SparkpointError
 from sparkpoint.paths import local_path
 from sparkpoint.jobs.registry import Job, Registry, client_for, spark_version_of
+from sparkpoint.savepoints import savepoint
 from sparkpoint.savepoints.create import Created, QuerySource, take
 from sparkpoint.spark import sinks
 from sparkpoint.spark.sources import OTHER, as_recorded
@@ -53,6 +55,7 @@ def create_savepoint(settings: Settings, job: Job, sources: list[QuerySource], t
     registry = Registry(settings.home_url())
     started = time.monotonic()
     source_storage, _ = storage_for(job.checkpoint_root)
+    sources = _with_earlier_writes(settings, job, sources)
     try:
         created = take(settings, job.name, sources, source_storage, target_dir,
                        origin={"kind": "job", "job_id": job.id}, restored_from=job.restored_from,
@@ -62,3 +65,29 @@ def create_savepoint(settings: Settings, job: Job, sources: list[QuerySource], t
         raise
     registry.savepoint_taken(job, created.path, time.monotonic() - started, created.bytes)
     return created
+
+
+# What a savepoint records of a foreachBatch write at its cut, beside what the driver saw of it.
+_CUT_FIELDS = ("batch_id", "cut_known", "table_version", "cut_batch")
+
+
+def _with_earlier_writes(settings: Settings, job: Job, sources: list[QuerySource]) -> list[QuerySource]:
+    """Each query's foreachBatch Delta writes as its driver saw them, and those the savepoint it was restored from
+    recorded: a driver knows only the writes it made, and a query restored and idle since would otherwise record
+    none, and its savepoint restore into a table written after it without a word. A savepoint that cannot be read
+    any more adds nothing."""
+    if not job.restored_from:
+        return sources
+    try:
+        earlier = {q["name"]: q.get("delta_writes") or [] for q in savepoint.load(
+            job.restored_from, settings.storage_options).queries}
+    except SparkpointError:
+        return sources
+    merged = []
+    for source in sources:
+        seen = list(source.delta_writes or [])
+        known = {(w["path"], w["app_id"]) for w in seen}
+        seen += [{k: v for k, v in w.items() if k not in _CUT_FIELDS} for w in earlier.get(source.name, [])
+                 if (w["path"], w["app_id"]) not in known]
+        merged.append(replace(source, delta_writes=seen or source.delta_writes))
+    return merged

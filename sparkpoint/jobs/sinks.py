@@ -147,12 +147,15 @@ def unrecorded(savepoint: Savepoint) -> list[str]:
 
 
 def roll_back_sinks(settings: Settings, savepoint: Savepoint, output: str | None = None, query: str | None = None,
-                    dry_run: bool = False, compact_interval: int | None = None, only: str | None = None
+                    dry_run: bool = False, compact_interval: int | None = None, only: str | None = None,
+                    writers_checked: bool | None = None, on_refused: Callable[[str], None] | None = None
                     ) -> list[SinkRolledBack | TableRolledBack]:
     """Bring the file sinks' outputs and Delta tables back to the savepoint's cut: every recorded one (of kind
-    ``only``, when given), or ``output``. All are planned (and refused) before any is changed.
-    ``compact_interval``: the file sink log's, as the restored version sets it (else what the savepoint
-    recorded)."""
+    ``only``, when given), or ``output``. All are planned (and refused) before any is changed; with
+    ``on_refused``, an output whose rollback is refused is said to it and passed over, and the others are
+    rolled back (a probation's way back, which does not stop half-way). ``compact_interval``: the file sink
+    log's, as the restored version sets it (else what the savepoint recorded). ``writers_checked``: whether a
+    running job writing there refuses it (by default, unless a dry run)."""
     pairs = [pair for pair in output_queries(savepoint, output, query, settings) if only in (None, pair[1]["kind"])]
     if output is None and not pairs and only is None:
         missing = unrecorded(savepoint)
@@ -162,25 +165,34 @@ def roll_back_sinks(settings: Settings, savepoint: Savepoint, output: str | None
                "sparkpoint < 0.13); name the output: sparkpoint rollback-sink SAVEPOINT OUTPUT_DIR" if missing else ""))
     if not pairs:
         return []
-    writers = {} if dry_run else _running_writers(settings)
+    writers = _running_writers(settings) if (not dry_run if writers_checked is None else writers_checked) else {}
     with contextlib.ExitStack() as locks:
         planned = []
         for saved, written in pairs:
-            location = written["path"]
-            storage, path = storage_for(location, settings.storage_options)
-            writer = writers.get(path)
-            if writer:
-                raise SinkRollbackRefusedError(f"{writer} still writes to {location}: stop or cancel it first")
-            if not dry_run:
-                locks.enter_context(sink_rollback.exclusive(storage, path))
-            if written["kind"] == DELTA_SINK:
-                planned.append((saved, storage, _table_plan(storage, path, saved, written)))
-            else:
-                planned.append((saved, storage, sink_rollback.plan(storage, path,
-                                                                   _cut(saved, written, compact_interval))))
+            try:
+                planned.append(_plan_one(settings, saved, written, writers, locks, dry_run, compact_interval))
+            except SinkRollbackRefusedError as exc:
+                if on_refused is None:
+                    raise
+                on_refused(str(exc))
         return [_table_done(saved, plan, dry_run) if isinstance(plan, SinkCut)
                 else _done(saved, plan, None if dry_run else sink_rollback.apply(storage, plan), dry_run)
                 for saved, storage, plan in planned]
+
+
+def _plan_one(settings: Settings, saved: dict[str, Any], written: dict[str, Any], writers: dict[str, str],
+              locks: contextlib.ExitStack, dry_run: bool, compact_interval: int | None):
+    """(saved query, storage, plan) of one output's rollback, its lock taken unless a dry run."""
+    location = written["path"]
+    storage, path = storage_for(location, settings.storage_options)
+    writer = writers.get(path)
+    if writer:
+        raise SinkRollbackRefusedError(f"{writer} still writes to {location}: stop or cancel it first")
+    if not dry_run:
+        locks.enter_context(sink_rollback.exclusive(storage, path))
+    if written["kind"] == DELTA_SINK:
+        return saved, storage, _table_plan(storage, path, saved, written)
+    return saved, storage, sink_rollback.plan(storage, path, _cut(saved, written, compact_interval))
 
 
 def _table_plan(storage, table: str, saved: dict[str, Any], written: dict[str, Any]) -> SinkCut:
@@ -323,53 +335,79 @@ def pending(settings: Settings, savepoint: Savepoint, compact_interval: int | No
 
 
 def refuse_sinks_ahead(settings: Settings, savepoint: Savepoint, fork: bool, keep: bool,
-                       warn: Callable[[str], None]) -> list[str]:
+                       warn: Callable[[str], None], handover: bool = False) -> list[str]:
     """Refuse (SinkAheadError) a restore from ``savepoint`` into a Delta table its query wrote past the cut, or
     into a file sink's output past it when the query keeps state (``_refuse_stateful_file_skip``):
     Delta's sink would skip those batches, or write them twice under a new query id (``fork``); a foreachBatch
-    write with a transaction of its own is skipped under its app id, a fork's too. With ``keep``, each is said
-    instead (to ``warn``) and returned; but a stateful query's skip by Delta's sink is refused all the same: a
-    batch the sink skips never runs its plan, no state version is written for it, and the next batch fails to
-    load it (seen on Spark 4.2 with Delta 4.4: CANNOT_READ_DELTA_FILE_NOT_EXISTS). A foreachBatch batch runs its
-    plan whatever Delta does with the write. Refused too: a table an earlier rollback took past the cut. A table
-    that is gone is passed over (the restored query makes it again); one that cannot be read is warned of."""
+    write with a transaction of its own is skipped under its app id, a fork's too (and a fork running beside the
+    job would take its batches). With ``keep``, each is said instead (to ``warn``) and returned; but a stateful
+    query's skip is refused all the same: Delta skips a batch's write before running its plan, so no state
+    version is written for it, and the next batch fails to load it (seen on Spark 4.2 with Delta 4.4:
+    CANNOT_READ_DELTA_FILE_NOT_EXISTS). ``handover``: the savepoint of a `run --replace` stop cut short, whose
+    batch in flight the old version's sink committed: kept (the new version skips the old version's own batch)
+    unless the query keeps state. Refused too: a table an earlier rollback took past the cut. A table that is
+    gone is passed over (the restored query makes it again); one that cannot be read is warned of."""
     said = []
     for saved, written in output_queries(savepoint, None, None):
-        location = written["path"]
         if written["kind"] == FILE_SINK:
             _refuse_stateful_file_skip(settings, saved, written)
             continue
         batches, cut = _batches_ahead(settings, saved, written, warn)
-        batch, own = sink_batch(saved, written), "app_id" in written
-        if fork and not own and not batches and cut is not None and cut.other_streams():
+        own = "app_id" in written
+        if fork and own:
+            said.extend(_refuse_fork_beside_the_job(saved, written, keep, warn))
+        elif fork and not batches and cut is not None and cut.other_streams():
             said.extend(_refuse_fork_over_a_fork(saved, written, cut, keep, warn))
-        if not batches:
-            continue
-        held = (f"Delta table {location} holds {len(batches)} batch{'es' if len(batches) > 1 else ''} of query "
-                f"{saved['name']} after the savepoint's batch {batch} ({batches[0]}..{batches[-1]})"
-                + (f", written by its foreachBatch under txnAppId {written['app_id']}" if own else ""))
-        if fork and not own:
-            line = (f"{held}: the fork, a query of its own to Delta, would write them a second time beside them; "
-                    "write the fork to another table and pass --keep-sink-output, or restore with --rollback-sink "
-                    "to take the table back to the cut")
-        else:
-            skips = ("Delta skips a write whose txnVersion the table holds for its txnAppId" if own
-                     else "Delta's sink takes them as done")
-            line = (f"{held}: the restored version would skip them ({skips}) and keep the old version's rows; "
-                    "restore with --rollback-sink to take the table back to the cut with the state, or pass "
-                    "--keep-sink-output to accept the skip")
-        if keep and not fork and not own and saved["operators"]:
-            raise SinkAheadError(
-                f"{held}: --keep-sink-output cannot keep them for this query: it keeps state, and Spark writes no "
-                "state for a batch its sink skips, so the restored query would fail at its first batch after them "
-                "(a state file missing); restore with --rollback-sink, or with --fork into another table")
-        if not keep:
-            raise SinkAheadError(line)
-        kept = f"{held}, kept as they are (--keep-sink-output)" + (
-            ": the fork writes them again" if fork and not own else ": the restored version skips them")
-        warn(kept)
-        said.append(kept)
+        if batches:
+            said.extend(_refuse_batches_ahead(saved, written, batches, fork, keep or handover, handover, warn))
     return said
+
+
+def _refuse_batches_ahead(saved: dict[str, Any], written: dict[str, Any], batches: list[int], fork: bool,
+                          keep: bool, handover: bool, warn: Callable[[str], None]) -> list[str]:
+    own = "app_id" in written
+    held = (f"Delta table {written['path']} holds {len(batches)} batch{'es' if len(batches) > 1 else ''} of query "
+            f"{saved['name']} after the savepoint's batch {sink_batch(saved, written)} ({batches[0]}..{batches[-1]})"
+            + (f", written by its foreachBatch under txnAppId {written['app_id']}" if own else "")
+            + (", committed by the old version in the batch its stop cut short" if handover else ""))
+    doubled = fork and not own
+    if keep and not doubled and saved["operators"]:
+        raise SinkAheadError(
+            f"{held}: {'' if handover else '--keep-sink-output cannot keep them for this query: '}it keeps state, "
+            "and Delta skips a batch's write before its plan runs, so Spark writes no state for it and the restored "
+            "query would fail at its first batch after them (a state file missing); restore with --rollback-sink"
+            + ("" if handover else ", or with --fork into another table"))
+    if not keep:
+        if doubled:
+            raise SinkAheadError(
+                f"{held}: the fork, a query of its own to Delta, would write them a second time beside them; write "
+                "the fork to another table and pass --keep-sink-output, or restore with --rollback-sink to take the "
+                "table back to the cut")
+        skips = ("Delta skips a write whose txnVersion the table holds for its txnAppId" if own
+                 else "Delta's sink takes them as done")
+        raise SinkAheadError(
+            f"{held}: the restored version would skip them ({skips}) and keep the old version's rows; restore with "
+            "--rollback-sink to take the table back to the cut with the state, or pass --keep-sink-output to accept "
+            "the skip")
+    kept = (f"{held}: the new version skips them (the old version's own batch)" if handover
+            else f"{held}, kept as they are (--keep-sink-output)"
+            + (": the fork writes them again" if doubled else ": the restored version skips them"))
+    warn(kept)
+    return [kept]
+
+
+def _refuse_fork_beside_the_job(saved: dict[str, Any], written: dict[str, Any], keep: bool,
+                                warn: Callable[[str], None]) -> list[str]:
+    """A fork whose foreachBatch writes a table under the app id the savepoint's query writes it under: the two
+    take each other's batches (Delta keeps the first write of a txnVersion and skips the other's)."""
+    held = (f"query {saved['name']}'s foreachBatch writes Delta table {written['path']} under txnAppId "
+            f"{written['app_id']}, which a fork running the same code writes under too")
+    if not keep:
+        raise SinkAheadError(f"{held}: Delta keeps whichever writes a batch first and skips the other's; give the "
+                             "fork's writes another txnAppId and table, then pass --keep-sink-output")
+    kept = f"{held}, kept (--keep-sink-output): the fork's writes must use another txnAppId and table"
+    warn(kept)
+    return [kept]
 
 
 def _refuse_fork_over_a_fork(saved: dict[str, Any], written: dict[str, Any], cut: SinkCut, keep: bool,

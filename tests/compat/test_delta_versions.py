@@ -191,7 +191,8 @@ def test_a_delta_source_s_savepoint_is_refused_once_vacuum_deleted_what_it_reads
     appends, an overwrite and a VACUUM later, the files of the versions it has yet to read are gone, and `check`
     and `run -s` refuse it before any Spark starts (exit 20). The job's foreachBatch writes its counts with a
     transaction of its own (txnAppId): the agent sees the writes, a savepoint records the table under that app id,
-    and a restore from a savepoint the table was written past is refused (exit 22), as for Delta's sink."""
+    and a restore from a savepoint the table was written past is refused (exit 22), as for Delta's sink, with
+    --keep-sink-output too, as the query keeps state."""
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
@@ -227,8 +228,14 @@ def test_a_delta_source_s_savepoint_is_refused_once_vacuum_deleted_what_it_reads
                            "would skip them") in err, err
     assert [(r["batches"], r["restored_to"]) for r in cli_json(home, "rollback-sink", live["id"], "--dry-run")] == [
         ([3], 2)]
+    # Not kept for this query, which keeps state: Delta skips the write before the batch's plan runs, and Spark
+    # then fails the batch (seen here: STATE_STORE_COMMIT_VALIDATION_FAILED for batch 3).
+    code, _out, err = cli(home, "run", "--detach", "--name", "counts", "-s", live["id"], "--keep-sink-output",
+                          *launch, *application)
+    assert code == 22 and "it keeps state" in err, err
+    write_deltalake(str(source), pa.table({"key": pa.array(["k0"])}), mode="append")  # version 4
 
-    # Versions 4 and 5 come after the stop: the savepoint reads them on restore. An overwrite removes them from the
+    # Versions 4 to 6 come after the stop: its savepoint reads them on restore. An overwrite removes them from the
     # table, and a VACUUM with no retention deletes their files.
     for _ in range(2):
         write_deltalake(str(source), pa.table({"key": pa.array(["k0"])}), mode="append")
@@ -237,7 +244,7 @@ def test_a_delta_source_s_savepoint_is_refused_once_vacuum_deleted_what_it_reads
     for command in (["check", "-s", stopped["id"]], ["run", "-s", stopped["id"]]):
         code, _out, err = cli(home, *command, *launch, *application)
         assert code == 20 and "query counts's Delta source 0" in err, err
-        assert "reads on from version 4: 2 data files that the commits it reads add are gone" in err, err
+        assert "reads on from version 4: 3 data files that the commits it reads add are gone" in err, err
 
 
 def rows_of(table: Path) -> list[tuple[str, int]]:

@@ -192,7 +192,7 @@ def test_a_restore_into_a_table_written_past_the_cut_is_refused_unless_chosen(ca
     with pytest.raises(SinkAheadError, match="a second time beside them; write the fork to another table"):
         refuse_sinks_ahead(settings, savepoint, True, False, print)
     # Kept for a stateful query, the skip would fail it: Spark writes no state for a batch its sink skips.
-    with pytest.raises(SinkAheadError, match="it keeps state, and Spark writes no state for a batch its sink skips"):
+    with pytest.raises(SinkAheadError, match="it keeps state, and Delta skips a batch's write before its plan runs"):
         refuse_sinks_ahead(settings, savepoint, False, True, print)
     heard = []
     assert refuse_sinks_ahead(settings, savepoint, True, True, heard.append) == heard
@@ -354,9 +354,14 @@ def test_a_foreach_batch_write_with_a_transaction_of_its_own_is_cut_refused_and_
     with pytest.raises(SinkAheadError, match=r"holds 5 batches .* \(4\.\.8\), written by its foreachBatch under "
                                              r"txnAppId totals: the restored version would skip them \(Delta skips"):
         refuse_sinks_ahead(settings, savepoint, False, False, print)
-    with pytest.raises(SinkAheadError, match="the restored version would skip them"):  # a fork's writes too
+    # A fork running the same code writes under the same app id: the two would take each other's batches.
+    with pytest.raises(SinkAheadError, match="which a fork running the same code writes under too: Delta keeps"):
         refuse_sinks_ahead(settings, savepoint, True, False, print)
-    heard = []  # kept for a stateful query: its batches run their plan; only the write is skipped
+    # Kept for a query that keeps state, the skip would fail it: Delta skips the write before the plan runs.
+    with pytest.raises(SinkAheadError, match="it keeps state"):
+        refuse_sinks_ahead(settings, savepoint, False, True, print)
+    query["operators"] = []
+    heard = []
     assert refuse_sinks_ahead(settings, savepoint, False, True, heard.append) == heard
     assert len(heard) == 1 and "the restored version skips them" in heard[0]
 
@@ -419,6 +424,17 @@ def test_a_hand_over_whose_stop_left_a_batch_in_the_table_is_refused_before_the_
     said = json.loads((Path(new.directory) / HANDOVER_FILE).read_text())
     assert said["abort"].startswith(f"the hand-over from {old.id} failed")
     assert not (Path(new.checkpoint_root) / "ck").exists()  # nothing restored
+
+    # A query that keeps no state: the batch Delta skips is the old version's own, whole; the hand-over goes on,
+    # and says so in the new job's history.
+    data["queries"][0]["operators"] = []
+    manifest.write_text(json.dumps(data))
+    again = registry.new_job("new", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    handover.take_over(settings, registry, again, ended, old, None, 60, None, lambda s: None, lambda: 0.0, 10)
+    notes = [(e["event"], e["detail"]) for e in registry.load(again.id).history]
+    assert any(event == "sink_kept" and "the new version skips them (the old version's own batch)" in detail
+               for event, detail in notes), notes
+    assert (Path(again.checkpoint_root) / "ck").is_dir()
 
 
 def test_a_second_fork_into_the_table_an_earlier_fork_wrote_past_the_cut_is_refused(capsys, home, tmp_path):
@@ -495,3 +511,47 @@ def test_commits_a_coordinator_staged_beyond_the_log_are_not_taken_for_the_table
     with pytest.raises(SinkRollbackRefusedError, match=r"versions 4\.\.4: coordinated, or catalog-managed"):
         roll_back_sinks(settings, savepoint)
     assert at_cut(record, QUERY, 3)["cut_known"] is False
+
+
+def test_a_savepoint_keeps_the_writes_its_job_was_restored_with_and_the_way_back_rolls_back_what_it_can(
+        nine_batches, tmp_path):
+    """A driver knows only the writes it made: a query restored and idle since records those of the savepoint it
+    was restored from, at its own cut. The probation's way back rolls back each table it can, and says which it
+    cannot, rather than none."""
+    from checkpoints import hdfs_checkpoint
+
+    from sparkpoint.adapters.storage import storage_for
+    from sparkpoint.jobs.registry import Registry
+    from sparkpoint.jobs.run import _tables_back
+    from sparkpoint.jobs.savepoint import create_savepoint
+    from sparkpoint.savepoints.create import QuerySource
+    from sparkpoint.savepoints.savepoint import load
+    from sparkpoint.spark.sinks import batch_write_records
+
+    settings, savepoint, table = nine_batches
+    totals = tmp_path / "totals"
+    for number in range(9):
+        batch(totals, number, query="totals")
+    (record,) = batch_write_records([{"path": f"file:{totals}", "app_id": "totals", "txn_version": 3,
+                                      "batch_id": 3}])
+    manifest = Path(savepoint.path) / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["queries"][0]["delta_writes"] = [at_cut(record, QUERY, 3)]
+    manifest.write_text(json.dumps(data))
+    registry = Registry(settings.home)
+    job = registry.new_job("ck", app="app.py", app_args=[], master="local[2]", submit_args=[],
+                           restored_from=savepoint.path)
+    _, location = storage_for(str(hdfs_checkpoint(tmp_path / "again", committed=5)))
+    created = create_savepoint(settings, job, [QuerySource("ck", location, delta_writes=[])], None, None)
+    (carried,) = load(created.path).queries[0]["delta_writes"]
+    assert (carried["path"], carried["app_id"], carried["batch_id"], carried["table_version"]) == (
+        f"file:{totals}", "totals", 5, 5)
+
+    # The way back: the query's sink (table t) and its foreachBatch table; the latter cannot be rolled back.
+    query = savepoint.queries[0]
+    query["sink"] = at_cut(sink_record(f"DeltaSink[file:{table}]"), QUERY, 3)
+    query["delta_writes"] = [{**at_cut(record, QUERY, 3), "follows_batches": False}]
+    warned, rolled = [], []
+    _tables_back(settings, savepoint, warned.append, rolled)
+    assert [(r.output, r.batches) for r in rolled] == [(str(table), [4, 5, 6, 7, 8])]
+    assert len(warned) == 1 and "was not rolled back for the way back" in warned[0] and "txnVersion" in warned[0]

@@ -42,8 +42,11 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
         # A stop cut short (a batch outlasting the timeout) may leave its batch in a Delta table, committed by the
         # old version's sink: the new version replays it and Delta skips it, which is the old version's own batch,
         # kept (said in the history); but a query that keeps state would fail after it, refused (SinkAheadError)
-        # before the restore: the way back (or run -s --rollback-sink) takes the table back with the state.
-        refuse_sinks_ahead(settings, saved, False, False, lambda line: job.note("sink_kept", line), handover=True)
+        # before the restore: the way back (or run -s --rollback-sink) takes the table back with the state. A stop
+        # at the boundary replays nothing, and its downtime reads no table.
+        if any(q.replayed_batch_id is not None for q in stopped.queries):
+            refuse_sinks_ahead(settings, saved, False, False, lambda line: job.note("sink_kept", line),
+                               handover=True)
         restore(saved, job.checkpoint_root, mode="auto", workers=settings.transfer_workers,
                 progress=progress)
     except BaseException as exc:

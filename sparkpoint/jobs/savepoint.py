@@ -67,9 +67,6 @@ def create_savepoint(settings: Settings, job: Job, sources: list[QuerySource], t
     return created
 
 
-# What a savepoint records of a foreachBatch write at its cut, beside what the driver saw of it.
-_CUT_FIELDS = ("batch_id", "cut_known", "table_version", "cut_batch")
-
 
 def _with_earlier_writes(settings: Settings, job: Job, sources: list[QuerySource]) -> list[QuerySource]:
     """Each query's foreachBatch Delta writes as its driver saw them, and those the savepoint it was restored from
@@ -87,7 +84,6 @@ def _with_earlier_writes(settings: Settings, job: Job, sources: list[QuerySource
     for source in sources:
         seen = list(source.delta_writes or [])
         known = {(w["path"], w["app_id"]) for w in seen}
-        seen += [{k: v for k, v in w.items() if k not in _CUT_FIELDS} for w in earlier.get(source.name, [])
-                 if (w["path"], w["app_id"]) not in known]
+        seen += [sinks.without_cut(w) for w in earlier.get(source.name, []) if (w["path"], w["app_id"]) not in known]
         merged.append(replace(source, delta_writes=seen or source.delta_writes))
     return merged

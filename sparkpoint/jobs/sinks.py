@@ -21,7 +21,7 @@ from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.spark import sink_rollback
 from sparkpoint.spark.delta_log import DELTA_SINK, LOG_DIR, DeltaLog, SinkCut, sink_cut
 from sparkpoint.spark.file_sink import METADATA_DIR, parse_interval
-from sparkpoint.spark.sinks import FILE_SINK, WITH_OUTPUT, sink_record
+from sparkpoint.spark.sinks import FILE_SINK, WITH_OUTPUT, batch_write_records, sink_record
 
 
 @dataclass(frozen=True)
@@ -148,14 +148,14 @@ def unrecorded(savepoint: Savepoint) -> list[str]:
 
 def roll_back_sinks(settings: Settings, savepoint: Savepoint, output: str | None = None, query: str | None = None,
                     dry_run: bool = False, compact_interval: int | None = None, only: str | None = None,
-                    writers_checked: bool | None = None, on_refused: Callable[[str], None] | None = None
+                    writers_checked: bool = False, on_refused: Callable[[str], None] | None = None
                     ) -> list[SinkRolledBack | TableRolledBack]:
     """Bring the file sinks' outputs and Delta tables back to the savepoint's cut: every recorded one (of kind
     ``only``, when given), or ``output``. All are planned (and refused) before any is changed; with
     ``on_refused``, an output whose rollback is refused is said to it and passed over, and the others are
     rolled back (a probation's way back, which does not stop half-way). ``compact_interval``: the file sink
-    log's, as the restored version sets it (else what the savepoint recorded). ``writers_checked``: whether a
-    running job writing there refuses it (by default, unless a dry run)."""
+    log's, as the restored version sets it (else what the savepoint recorded). A running job writing there
+    refuses it, in a dry run too with ``writers_checked`` (a check for the restore that will roll it back)."""
     pairs = [pair for pair in output_queries(savepoint, output, query, settings) if only in (None, pair[1]["kind"])]
     if output is None and not pairs and only is None:
         missing = unrecorded(savepoint)
@@ -165,7 +165,7 @@ def roll_back_sinks(settings: Settings, savepoint: Savepoint, output: str | None
                "sparkpoint < 0.13); name the output: sparkpoint rollback-sink SAVEPOINT OUTPUT_DIR" if missing else ""))
     if not pairs:
         return []
-    writers = _running_writers(settings) if (not dry_run if writers_checked is None else writers_checked) else {}
+    writers = _running_writers(settings) if writers_checked or not dry_run else {}
     with contextlib.ExitStack() as locks:
         planned = []
         for saved, written in pairs:
@@ -293,11 +293,11 @@ def _running_writers(settings: Settings) -> dict[str, str]:
         for live in status.get("queries") or []:
             if "sink" not in live:
                 raise SinkRollbackRefusedError(f"{unknown} (its agent, of an earlier sparkpoint, does not say)")
-            record = sink_record(live["sink"])
-            written = [record["path"]] if record and record["kind"] in WITH_OUTPUT else []
-            written += [w["path"] for w in live.get("delta_writes") or [] if isinstance(w, dict) and "path" in w]
-            for location in written:
-                writers[storage_for(location, settings.storage_options)[1]] = f"job {job.id}'s query {live.get('name')}"
+            live_outputs = outputs_of({"sink": sink_record(live["sink"]),
+                                       "delta_writes": batch_write_records(live.get("delta_writes"))})
+            for output in live_outputs:
+                writers[storage_for(output["path"], settings.storage_options)[1]] = (
+                    f"job {job.id}'s query {live.get('name')}")
     return writers
 
 

@@ -102,20 +102,19 @@ class DeltaLog:
         with translate_errors(self.directory):
             self.present = storage.is_dir(self.directory)
             # foreign: a stray link or FIFO among the log's files is not Delta's, and not read
-            names = [e.name for e in storage.list(self.directory, foreign=True) if not e.is_dir] if self.present else []
+            entries = storage.list(self.directory, foreign=True) if self.present else []
+        names = [e.name for e in entries if not e.is_dir]
         self.versions = sorted(int(m.group(1)) for m in map(COMMIT_FILE.fullmatch, names) if m)
         self.checkpoints = sorted({int(m.group(1)) for m in map(CHECKPOINT_FILE.fullmatch, names) if m})
-        self.staged = self._staged() if self.present else []
+        self.staged = self._staged([e.name for e in entries if e.is_dir and e.name in STAGED_DIRS])
 
-    def _staged(self) -> list[int]:
+    def _staged(self, directories: list[str]) -> list[int]:
         """Commits newer than the log's, staged by a commit coordinator (coordinated or catalog-managed commits)
-        and not yet backfilled into the log: only the coordinator knows which of them count."""
+        in ``directories`` of the log, not yet backfilled into it: only the coordinator knows which count."""
         found = set()
-        for name in STAGED_DIRS:
+        for name in directories:
             directory = join(self.directory, name)
             with translate_errors(directory):
-                if not self.storage.is_dir(directory):
-                    continue
                 entries = self.storage.list(directory, foreign=True)
             found |= {int(m.group(1)) for e in entries if (m := STAGED_FILE.fullmatch(e.name))}
         return sorted(v for v in found if self.latest is None or v > self.latest)

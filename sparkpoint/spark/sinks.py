@@ -80,6 +80,16 @@ def at_cut(record: dict, query_id: str, batch_id: int, storage_options: dict | N
     return {**record, "batch_id": batch_id, "cut_known": known, "last_file": last}
 
 
+def without_cut(record: dict) -> dict:
+    """A Delta table's record without its position at a savepoint's cut (``at_cut``): to be cut again at another
+    savepoint's."""
+    return {key: value for key, value in record.items() if key not in _DELTA_CUT_FIELDS}
+
+
+# What ``at_cut`` adds to a Delta table's record.
+_DELTA_CUT_FIELDS = ("batch_id", "cut_known", "table_version", "cut_batch")
+
+
 def _delta_cut(table: str, query_id: str, batch_id: int, storage_options: dict | None) -> dict[str, Any]:
     try:
         storage, path = storage_for(table, storage_options)

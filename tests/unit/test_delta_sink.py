@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -95,6 +96,14 @@ def test_commits_that_change_no_row_are_not_another_writer_s(tmp_path):
     cut = sink_cut(DeltaLog(LOCAL, str(table)), QUERY, 2)
     assert cut.ahead[0].operation == "OPTIMIZE" and not cut.ahead[0].changes_data
     assert cut.foreign() == [] and cut.later_batches == [3, 4, 5]
+
+
+def rewrite_query(savepoint_path: str, **fields) -> None:
+    """The savepoint's manifest with its (only) query's ``fields`` set: what a savepoint of a job would record."""
+    manifest = Path(savepoint_path) / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["queries"][0].update(fields)
+    manifest.write_text(json.dumps(data))
 
 
 def savepoint_of_checkpoint(capsys, tmp_path) -> str:
@@ -394,24 +403,23 @@ def test_a_hand_over_whose_stop_left_a_batch_in_the_table_is_refused_before_the_
     from sparkpoint.jobs import replace as handover
     from sparkpoint.jobs.protocol import HANDOVER_FILE
     from sparkpoint.jobs.registry import Registry
-    from sparkpoint.jobs.stop import Stopped
+    from sparkpoint.jobs.stop import Stopped, StoppedQuery
     from sparkpoint.savepoints import catalog
 
     saved = savepoint_of_checkpoint(capsys, tmp_path)  # the stop's savepoint: batch 3
     settings = load_settings()
     path = catalog.load(settings, saved).path
-    manifest = Path(path) / "manifest.json"
     table = tmp_path / "t"
     for number in range(5):  # batch 4, the one in flight when the stop timed out, committed by Delta's sink
         batch(table, number)
-    data = json.loads(manifest.read_text())
-    data["queries"][0]["sink"] = at_cut(sink_record(f"DeltaSink[file:{table}]"), QUERY, 3)
-    manifest.write_text(json.dumps(data))
+    rewrite_query(path, sink=at_cut(sink_record(f"DeltaSink[file:{table}]"), QUERY, 3))
     registry = Registry(str(home))
     old = registry.new_job("old", app="app.py", app_args=[], master="local[2]", submit_args=[])
     new = registry.new_job("new", app="app.py", app_args=[], master="local[2]", submit_args=[])
     monkeypatch.setattr(handover, "_await_handover_waiting", lambda *args: None)
-    stopped = Stopped(path=path, id=saved, job="old", created_at="t", bytes=1, file_count=1, queries=[],
+    cut_short = StoppedQuery(name="ck", query_id=QUERY, batch_id=3, planned_batch_id=4, bytes=1, at_boundary=False,
+                             replayed_batch_id=4, how="timeout")
+    stopped = Stopped(path=path, id=saved, job="old", created_at="t", bytes=1, file_count=1, queries=[cut_short],
                       phases={"boundary": 0.1, "savepoint": 0.1})
     monkeypatch.setattr(handover, "stop_with_savepoint", lambda *args: (stopped, SimpleNamespace(wait=lambda: 0.1)))
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -427,14 +435,20 @@ def test_a_hand_over_whose_stop_left_a_batch_in_the_table_is_refused_before_the_
 
     # A query that keeps no state: the batch Delta skips is the old version's own, whole; the hand-over goes on,
     # and says so in the new job's history.
-    data["queries"][0]["operators"] = []
-    manifest.write_text(json.dumps(data))
+    rewrite_query(path, operators=[])
     again = registry.new_job("new", app="app.py", app_args=[], master="local[2]", submit_args=[])
     handover.take_over(settings, registry, again, ended, old, None, 60, None, lambda s: None, lambda: 0.0, 10)
     notes = [(e["event"], e["detail"]) for e in registry.load(again.id).history]
     assert any(event == "sink_kept" and "the new version skips them (the old version's own batch)" in detail
                for event, detail in notes), notes
     assert (Path(again.checkpoint_root) / "ck").is_dir()
+
+    # A stop at the boundary replays nothing: the hand-over's downtime reads no table.
+    stopped = replace(stopped, queries=[replace(cut_short, planned_batch_id=None, at_boundary=True,
+                                                replayed_batch_id=None, how="boundary")])
+    at_boundary = registry.new_job("new", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    handover.take_over(settings, registry, at_boundary, ended, old, None, 60, None, lambda s: None, lambda: 0.0, 10)
+    assert "sink_kept" not in [e["event"] for e in registry.load(at_boundary.id).history]
 
 
 def test_a_second_fork_into_the_table_an_earlier_fork_wrote_past_the_cut_is_refused(capsys, home, tmp_path):
@@ -472,10 +486,7 @@ def test_check_with_rollback_sink_asks_whether_the_rollback_would_go_through_and
     from sparkpoint.cli.main import main
 
     settings, savepoint, table = nine_batches
-    manifest = Path(savepoint.path) / "manifest.json"
-    data = json.loads(manifest.read_text())
-    data["queries"][0]["sink"] = at_cut(sink_record(f"DeltaSink[file:{table}]"), QUERY, 3)
-    manifest.write_text(json.dumps(data))
+    rewrite_query(savepoint.path, sink=at_cut(sink_record(f"DeltaSink[file:{table}]"), QUERY, 3))
     absent = str(tmp_path / "absent_app.py")  # past the sinks, the check stops here: no Spark in a unit test
     assert main(["check", "-s", savepoint.path, absent]) == 22
     assert "holds 5 batches of query" in capsys.readouterr().err
@@ -534,10 +545,7 @@ def test_a_savepoint_keeps_the_writes_its_job_was_restored_with_and_the_way_back
         batch(totals, number, query="totals")
     (record,) = batch_write_records([{"path": f"file:{totals}", "app_id": "totals", "txn_version": 3,
                                       "batch_id": 3}])
-    manifest = Path(savepoint.path) / "manifest.json"
-    data = json.loads(manifest.read_text())
-    data["queries"][0]["delta_writes"] = [at_cut(record, QUERY, 3)]
-    manifest.write_text(json.dumps(data))
+    rewrite_query(savepoint.path, delta_writes=[at_cut(record, QUERY, 3)])
     registry = Registry(settings.home)
     job = registry.new_job("ck", app="app.py", app_args=[], master="local[2]", submit_args=[],
                            restored_from=savepoint.path)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkpoint.adapters.spark_submit import Spark, find_spark
-from sparkpoint.adapters.standalone import JWS_KEY, StandaloneMaster, read_properties
+from sparkpoint.adapters.cluster_managers.standalone import JWS_KEY, StandaloneMaster, read_properties
 from sparkpoint.results import Result
 from sparkpoint.times import poll_until
 from sparkpoint.errors import EnvironmentSetupError, CorruptRecordError, SparkpointError, TargetNotEmptyError

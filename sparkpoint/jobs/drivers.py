@@ -1,5 +1,5 @@
 """A job's driver process once launched: until it runs, until it ends, and ending it (through its
-standalone master, or its process group)."""
+cluster manager, or its process group)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 
 from sparkpoint.adapters.processes import pid_alive, signal_group, terminate_group
-from sparkpoint.adapters.standalone import DRIVER_STATES, StandaloneMaster
+from sparkpoint.adapters.cluster_managers import manager_for
 from sparkpoint.errors import JobFailedError
 from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, describe_job, driver_start, state_of
@@ -18,7 +18,7 @@ from sparkpoint.times import poll_until
 
 
 def await_cluster_driver(registry: Registry, job: Job, detach: bool, sleep, clock, timeout: float) -> JobView:
-    """Until the agent runs (detached) or the driver ended (foreground), as the master and the agent tell."""
+    """Until the agent runs (detached) or the driver ended (foreground), as its manager and the agent tell."""
     def settled() -> tuple[Job, str] | None:
         latest = registry.load(job.id)
         state = state_of(latest)
@@ -30,7 +30,8 @@ def await_cluster_driver(registry: Registry, job: Job, detach: bool, sleep, cloc
     state = found[1] if found else state_of(job)
     info = describe_job(job, state=state)
     if state in ("failed", "lost"):
-        reason = info.error or f"the master reports the driver {job.driver.get('driverState', 'unknown')}"
+        reason = info.error or (f"the cluster manager reports the driver {job.driver.get('driverState', 'unknown')}"
+                                + (f": {job.driver['message']}" if job.driver.get("message") else ""))
         raise JobFailedError(f"job {job.id} failed: {reason}")
     return info
 
@@ -97,17 +98,16 @@ class DriverExit:
 
 def end_driver(job: Job, grace: float, sleep: Callable[[float], None] = time.sleep,
                clock: Callable[[], float] = time.monotonic) -> None:
-    """Let the driver end by itself within ``grace``; then end it: through the master for a cluster-mode
+    """Let the driver end by itself within ``grace``; then end it: through its cluster manager for a cluster-mode
     driver (the bootstrap's watchdog ends its Python when the JVM goes), else its process group."""
     if not job.submission_id:
         _await_exit(job, grace, sleep, clock)
         return
-    master = StandaloneMaster(job.master)
-    ended = poll_until(
-        lambda: DRIVER_STATES.get(master.driver_state(job.submission_id).get("driverState"), "lost")
-        not in ACTIVE_STATES, grace, 0.2, clock=clock, sleep=sleep)
+    manager = manager_for(job.master)
+    ended = poll_until(lambda: manager.driver_status(job.submission_id)["state"] not in ACTIVE_STATES,
+                       grace, 0.2, clock=clock, sleep=sleep)
     if not ended:
-        master.kill(job.submission_id)
+        manager.kill(job.submission_id)
 
 
 def _await_exit(job: Job, grace: float, sleep: Callable[[float], None], clock: Callable[[], float]) -> None:

@@ -7,7 +7,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 
-from sparkpoint.adapters.standalone import StandaloneMaster
+from sparkpoint.adapters.cluster_managers import manager_for
 from sparkpoint.adapters.storage import join, storage_for
 from sparkpoint.config import Settings
 from sparkpoint.errors import SparkpointError
@@ -25,7 +25,7 @@ from sparkpoint.results import WHEN_SET, Result
 from sparkpoint.times import answers_within
 
 AGENT_SECONDS = 1.0  # for each running job's agent to report its queries (all asked at once)
-MASTER_SECONDS = 2.0  # for each standalone master to list its applications (all asked at once)
+MANAGER_SECONDS = 2.0  # for each cluster manager to say how its applications are (all asked at once)
 MALFORMED = "malformed"  # the state `list` shows for a job whose record cannot be read
 # The savepoint commit marker (sparkpoint.savepoints.manifest.MANIFEST); not imported, to keep `list` light.
 MANIFEST = "manifest.json"
@@ -44,7 +44,7 @@ class Version(Result):
 class ListedJob(JobView):
     last_savepoint: str | None  # the newest savepoint taken of this job, while it is there
     name_last_savepoint: str | None  # the newest complete savepoint of the job's name (any version's)
-    app_state: str | None  # what a standalone master says of the application (RUNNING, FINISHED, KILLED)
+    app_state: str | None  # what its cluster manager says of the application (RUNNING, FINISHED, KILLED, ...)
     lineage: list[Version]  # the versions this job continues, oldest first, ending with itself; [] if none
     ui: str | None = field(default=None, metadata=WHEN_SET)  # list --ui: the driver UI it was found through
 
@@ -107,23 +107,27 @@ def list_jobs(settings: Settings, include_all: bool = False) -> list[ListedJob]:
     statuses = reported_statuses(registry, running, AGENT_SECONDS)
     with ThreadPoolExecutor(max_workers=8) as pool:
         entries = list(pool.map(lambda pair: live(*pair, statuses.get(pair[0].id)), shown))
-    applications = _application_states({entry.master for entry in entries})
+    applications = _application_states(entries)
     return [replace(entry, app_state=applications.get(entry.master, {}).get(entry.app_id)) for entry in entries] + [
         unreadable_entry(job_id, error) for job_id, error in problems]
 
 
-def _application_states(masters: set[str | None]) -> dict[str, dict[str, str]]:
-    """What each standalone master says of its applications (one request per master, all at once, MASTER_SECONDS
-    in all), by application id; a master that has not answered by then says nothing."""
-    asked = sorted(m for m in masters if (m or "").startswith("spark://"))
+def _application_states(entries: list[ListedJob]) -> dict[str, dict[str, str]]:
+    """What each cluster manager says of the applications listed (one call per manager, all at once,
+    MANAGER_SECONDS in all), by master and application id; a manager that has not answered by then, or failed
+    to, says nothing."""
+    asked: dict[str, set[str]] = {}
+    for entry in entries:
+        if entry.master and entry.app_id:
+            asked.setdefault(entry.master, set()).add(entry.app_id)
+    masters = sorted(asked)
 
-    def overview(master: str) -> dict[str, str]:
-        page = StandaloneMaster(master, timeout=MASTER_SECONDS).overview()
-        return {a.get("id"): a.get("state") for a in [*page.get("activeapps", []), *page.get("completedapps", [])]}
+    def states(master: str) -> dict[str, str]:
+        return manager_for(master, timeout=MANAGER_SECONDS).application_states(asked[master])
 
-    answers = answers_within([functools.partial(overview, master) for master in asked], MASTER_SECONDS,
+    answers = answers_within([functools.partial(states, master) for master in masters], MANAGER_SECONDS,
                              lambda _index: {})
-    return dict(zip(asked, answers, strict=True))
+    return dict(zip(masters, answers, strict=True))
 
 
 def own_savepoint(settings: Settings, job: Job) -> str | None:

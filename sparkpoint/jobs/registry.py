@@ -29,7 +29,7 @@ from sparkpoint.adapters.local_files import (
     write_private,
 )
 from sparkpoint.adapters.processes import is_pid, pid_alive, process_start
-from sparkpoint.adapters.standalone import DRIVER_STATES, StandaloneMaster
+from sparkpoint.adapters.cluster_managers import manager_for
 from sparkpoint.config import local_home
 from sparkpoint.errors import (
     BadArgumentError,
@@ -57,7 +57,7 @@ SAVEPOINTS_FILE = "savepoints.json"
 SAVEPOINTS_LOCK = ".savepoints.lock"
 ACTIVE_STATES = ("starting", "running")
 ENDED_STATES = ("finished", "failed", "cancelled")  # what Job.end records
-# For the masters to say how their cluster-mode drivers are: all asked at once, and this is the wait for all
+# For the cluster managers to say how their cluster-mode drivers are: all asked at once, and this is the wait for all
 # of them, however many jobs there are.
 DRIVER_STATUS_SECONDS = 2.0
 TOKEN_BYTES = 4096
@@ -93,7 +93,7 @@ class Job:
     detached: bool = False
     restored_from: str | None = None
     ended: dict[str, Any] | None = None  # recorded by the CLI: cancelled, or the launcher's exit
-    submission_id: str | None = None  # a driver the standalone master runs (--deploy-mode cluster)
+    submission_id: str | None = None  # a driver its cluster manager runs (--deploy-mode cluster): its id there
     upgrade_check: dict[str, Any] | None = None  # run -s / --replace: how `check` answered, or why it was skipped
     confs: list[str] = field(default_factory=list)  # run's --conf KEY=VALUE: a rollback starts the job with them
     rollback: dict[str, Any] | None = None  # rolled_back_to (a failed new version), or rollback_of (the restart)
@@ -108,7 +108,7 @@ class Job:
     history: list[dict[str, Any]] = field(default_factory=list)  # events, oldest first: what was decided, and why
     agent: dict[str, Any] = field(default_factory=dict)  # agent.json, as last read
     agent_problem: str | None = None  # why agent.json cannot be used (then ``agent`` is {}: nothing it said is known)
-    driver: dict[str, Any] = field(default_factory=dict)  # the master's view of a cluster-mode driver, as last asked
+    driver: dict[str, Any] = field(default_factory=dict)  # the manager's view of a cluster-mode driver, as last asked
     # The savepoints taken of this job (live, at a stop, a cancel with a savepoint, a hand-over), not of its name,
     # which the versions after it share: counts, the newest and the last failure (SAVEPOINTS_FILE). A file of its
     # own: a command that saves a job.json it loaded before a savepoint was taken (a foreground run, a stop)
@@ -176,9 +176,9 @@ class Registry:
     def save(self, job: Job) -> None:
         write_json(Path(job.directory) / JOB_FILE, job.record())
 
-    def load(self, job_id: str, ask_master: bool = True) -> Job:
-        """The job of directory ``job_id``. A cluster-mode job's driver is as its master says (asked here, unless
-        not ``ask_master``: see load_all)."""
+    def load(self, job_id: str, ask_manager: bool = True) -> Job:
+        """The job of directory ``job_id``. A cluster-mode job's driver is as its manager says (asked here, unless
+        not ``ask_manager``: see load_all)."""
         directory = self.root / job_id
         try:
             data = read_json_record(directory / JOB_FILE)
@@ -190,26 +190,26 @@ class Registry:
         job = _job_from_record(data, job_id, directory / JOB_FILE)
         job.agent, job.agent_problem = _agent_of(directory)
         job.savepoints = read_savepoint_record(directory)
-        if ask_master and _asks_master(job):
+        if ask_manager and _asks_manager(job):
             job.driver = driver_status(job)
         return job
 
     def all(self, id_prefix: str = "") -> list[Job]:
         """Registered jobs (those whose id starts with ``id_prefix``), newest first; unreadable entries skipped.
         Ids are directory names: a prefix is matched before any entry is loaded (loading a cluster-mode
-        job asks its master)."""
+        job asks its manager)."""
         return self.load_all(id_prefix)[0]
 
     def load_all(self, id_prefix: str = "") -> tuple[list[Job], list[tuple[str, SparkpointError]]]:
         """Registered jobs, newest first, and why each entry that is there but cannot be loaded could not (a
         job.json that is not JSON, not a regular file, or in a directory it may not read: never left out
-        without a word). The masters of cluster-mode jobs are asked all at once, DRIVER_STATUS_SECONDS in all:
-        one master that does not answer must not cost that once per job."""
+        without a word). The managers of cluster-mode jobs are asked all at once, DRIVER_STATUS_SECONDS in all:
+        one that does not answer must not cost that once per job."""
         names = [name for name in self._entries() if name.startswith(id_prefix)]
 
         def attempt(name: str) -> Job | SparkpointError | None:
             try:
-                return self.load(name, ask_master=False)
+                return self.load(name, ask_manager=False)
             except NotFoundError:  # a directory without a job.json: being made by `run`, or not a job's
                 return None
             except SparkpointError as exc:
@@ -219,7 +219,7 @@ class Registry:
             loaded = list(pool.map(attempt, names))
         jobs = [item for item in loaded if isinstance(item, Job)]
         problems = [(name, item) for name, item in zip(names, loaded, strict=True) if isinstance(item, SparkpointError)]
-        _ask_masters([job for job in jobs if _asks_master(job)])
+        _ask_managers([job for job in jobs if _asks_manager(job)])
         return sorted(jobs, key=lambda j: j.created_at, reverse=True), problems
 
     def _entries(self) -> list[str]:
@@ -379,18 +379,18 @@ def _missing_or(exc: Exception) -> str:
     return "is missing" if isinstance(exc, FileNotFoundError) else str(exc)
 
 
-def _asks_master(job: Job) -> bool:
-    """Whether the job's state depends on what its master says: a cluster-mode driver not known to have ended."""
+def _asks_manager(job: Job) -> bool:
+    """Whether the job's state depends on what its cluster manager says: a cluster-mode driver not known to have
+    ended."""
     return bool(job.submission_id) and not job.ended and job.agent.get("state") not in ("finished", "failed")
 
 
-def _ask_masters(jobs: list[Job]) -> None:
-    """Each cluster-mode job's driver as its master says, all asked at once and DRIVER_STATUS_SECONDS in all: a
-    master that has not answered by then is unreachable for this look (its jobs show lost), however many of
+def _ask_managers(jobs: list[Job]) -> None:
+    """Each cluster-mode job's driver as its manager says, all asked at once and DRIVER_STATUS_SECONDS in all: a
+    manager that has not answered by then is unreachable for this look (its jobs show lost), however many of
     its jobs there are."""
     def late(index: int) -> dict[str, Any]:
-        return {"driverState": "UNKNOWN", "unreachable": True,
-                "message": f"the master {jobs[index].master} did not answer within {DRIVER_STATUS_SECONDS:g} s"}
+        return unheard(f"the cluster manager {jobs[index].master} did not answer within {DRIVER_STATUS_SECONDS:g} s")
 
     answers = answers_within([functools.partial(driver_status, job) for job in jobs], DRIVER_STATUS_SECONDS, late)
     for job, answer in zip(jobs, answers, strict=True):
@@ -421,7 +421,7 @@ def state_of(job: Job) -> str:
     if job.ended:
         return job.ended.get("state", "failed")
     if job.submission_id:
-        driver_state = DRIVER_STATES.get(job.driver.get("driverState", "UNKNOWN"), "lost")
+        driver_state = job.driver.get("state", "lost")
         if driver_state not in ACTIVE_STATES:
             return driver_state
     else:
@@ -434,11 +434,17 @@ def state_of(job: Job) -> str:
 
 
 def driver_status(job: Job) -> dict[str, Any]:
-    """What the master says of a cluster-mode driver; an unreachable master says nothing (the job shows lost)."""
+    """What the cluster manager says of a cluster-mode driver; an unreachable one says nothing (the job shows
+    lost)."""
     try:
-        return StandaloneMaster(job.master, timeout=DRIVER_STATUS_SECONDS).driver_state(job.submission_id)
+        return manager_for(job.master, timeout=DRIVER_STATUS_SECONDS).driver_status(job.submission_id)
     except SparkpointError as exc:
-        return {"driverState": "UNKNOWN", "message": str(exc), "unreachable": True}
+        return unheard(str(exc))
+
+
+def unheard(message: str) -> dict[str, Any]:
+    """A driver_status of a manager that did not answer."""
+    return {"driverState": "UNKNOWN", "state": "lost", "message": message, "unreachable": True}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -483,7 +489,7 @@ def describe_job(job: Job, status: dict[str, Any] | None = None, state: str | No
         app=job.app,
         checkpoint_root=job.checkpoint_root,
         restored_from=job.restored_from,
-        log=job.log_path if job.detached and not job.submission_id else None,
+        log=(job.driver.get("log") if job.submission_id else job.log_path if job.detached else None),
         error=(job.agent_problem or job.agent.get("error") or job.agent.get("restore_error")
                or (job.ended or {}).get("error")),
         queries=LiveQuery.all_from(reported),

@@ -1,5 +1,5 @@
-"""`sparkpoint run`: an application launched under spark-submit (or by a standalone master in cluster
-mode), restored from a savepoint when asked, or taking over from a running job (`--replace`).
+"""`sparkpoint run`: an application launched under spark-submit (or by its cluster manager in cluster mode),
+restored from a savepoint when asked, or taking over from a running job (`--replace`).
 
 Waiting is done with the ``sleep`` and ``clock`` given, so tests need not wait for real.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 from sparkpoint.adapters import spark_submit
 from sparkpoint.adapters.processes import process_start
-from sparkpoint.adapters.standalone import StandaloneMaster, submission_properties
+from sparkpoint.adapters.cluster_managers import ClusterManager, DriverLaunch, manager_for
 from sparkpoint.adapters.storage import digest_of, storage_for
 from sparkpoint.adapters.transfer import Progress
 from sparkpoint.config import Settings
@@ -75,7 +75,7 @@ class RunRequest(Launch):
     replace: str | None = None  # a running job to stop with a savepoint and continue from
     savepoint_path: str | None = None  # with replace: where that savepoint goes
     stop_timeout: float = 60.0  # with replace: seconds to wait for the old job's batch boundary
-    deploy_mode: str = "client"  # cluster: the standalone master runs the driver (REST submission)
+    deploy_mode: str = "client"  # cluster: the cluster manager runs the driver (adapters.cluster_managers)
     check: bool = True  # with -s or --replace: refuse an application that will not restore (sparkpoint check)
     probation: float | None = 30.0  # with replace or rollback_to: seconds past the first batch to roll back in
     rollback_to: str | None = None  # with -s: a savepoint of the previous version, to start it again from
@@ -123,12 +123,11 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     registry = Registry(settings.home_url())
     saved, replaced, way_back, kept_sinks = None, None, None, []
     _refuse_what_cannot_go_together(request)
-    cluster = request.deploy_mode == "cluster"
-    master = StandaloneMaster(request.master) if cluster else None  # a bad master URL fails before anything runs
-    if master is not None:
-        master.require_rest()
-    # The Spark that runs the driver here (a cluster-mode driver runs on a worker's): refused before anything runs.
-    spark = None if cluster else spark_submit.find_spark(request.spark_home)
+    manager = manager_for(request.master)  # a bad master URL, or a mode it cannot run, fails before anything runs
+    manager.refuse_deploy_mode(request.deploy_mode)
+    # The Spark that runs spark-submit here (a standalone master's REST submission needs none): refused before
+    # anything runs.
+    spark = spark_submit.find_spark(request.spark_home) if manager.needs_spark_here(request.deploy_mode) else None
     if request.replace:
         replaced = registry.resolve(request.replace)
         # Exit 12 now, before a driver starts, if it does not run; 21 if its stop would cut a real-time batch short.
@@ -180,7 +179,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     for event, note in [*sink_notes, *(("sink_kept", line) for line in kept_sinks)]:
         job.note(event, note)
     try:
-        process = _launch(settings, job, app, request, conf_args, master or spark, saved, replaced is not None,
+        process = _launch(settings, job, app, request, conf_args, manager, spark, saved, replaced is not None,
                           checked_in_driver, progress)
     except BaseException as exc:
         job.end("failed", error=str(exc))
@@ -209,7 +208,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
                                     sleep, clock, start_timeout)
         if rolled_back is not None:
             return replace(rolled_back, replaced=handover) if handover else rolled_back
-    if master is not None:
+    if process is None:  # the cluster manager runs the driver
         return await_cluster_driver(registry, job, request.detach, sleep, clock, start_timeout)
     if request.detach:
         info = await_start(registry, job, process, sleep, clock, start_timeout)
@@ -442,17 +441,17 @@ def _roll_back(settings: Settings, registry: Registry, failed: Job, way_back: Wa
 
 
 def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_args: list[str],
-            runs_on: StandaloneMaster | spark_submit.Spark, saved: Savepoint | None, replacing: bool,
+            manager: ClusterManager, spark: spark_submit.Spark | None, saved: Savepoint | None, replacing: bool,
             checked_in_driver: bool, progress: Progress | None) -> subprocess.Popen | None:
     """Restore the savepoint into the job's checkpoints and start its driver: spark-submit of the Spark chosen,
-    here (its process), or a submission to the standalone master (None; the submission id is recorded in
-    ``job``)."""
-    master = runs_on if isinstance(runs_on, StandaloneMaster) else None
+    here (its process), or in cluster mode through its manager (None; the id the manager knows the driver by is
+    recorded in ``job``)."""
+    cluster = request.deploy_mode == "cluster"
     check_settings = {}
     if saved is not None:
         if checked_in_driver:
             check_settings = prepare_in_driver(settings, saved, job.directory, check_request(request),
-                                               None if master is not None else os.getpid(), progress)
+                                               None if cluster else os.getpid(), progress)
         restore(saved, job.checkpoint_root, mode="claim" if request.claim else "auto",
                 workers=settings.transfer_workers, progress=progress, fork=request.fork)
     driver_settings = {
@@ -462,31 +461,19 @@ def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_ar
         "SPARKPOINT_EXPECTED_QUERIES": ",".join(q["name"] for q in saved.queries) if saved else "",
         **({"SPARKPOINT_HANDOVER_FROM": str(os.getpid())} if replacing else {}),
     }
-    checkpoint_conf = f"spark.sql.streaming.checkpointLocation={job.checkpoint_root}"
-    if master is not None:
-        job.submission_id = _submit(master, job, app, request, [*conf_args, "--conf", checkpoint_conf],
-                                    driver_settings)
+    checkpoint_conf = ["--conf", f"spark.sql.streaming.checkpointLocation={job.checkpoint_root}"]
+    if cluster:
+        job.submission_id = manager.submit(DriverLaunch(
+            job_id=job.id, job_directory=job.directory, bootstrap=BOOTSTRAP,
+            arguments=[job.directory, app, *request.app_args],
+            submit_args=[*request.submit_args, *conf_args, *checkpoint_conf], environment=driver_settings,
+            spark=spark))
         return None
-    argv = [runs_on.submit, "--master", request.master, "--name", job.id,
-            "--conf", checkpoint_conf, *conf_args, *request.submit_args, BOOTSTRAP, job.directory, app,
-            *request.app_args]
+    argv = [spark.submit, "--master", request.master, "--name", job.id, *checkpoint_conf, *conf_args,
+            *request.submit_args, BOOTSTRAP, job.directory, app, *request.app_args]
     # Foreground: the driver's output goes to stderr, so stdout stays clean for --output json.
-    process = spark_submit.launch(argv, {**spark_submit.driver_environment(runs_on), **driver_settings},
+    process = spark_submit.launch(argv, {**spark_submit.driver_environment(spark), **driver_settings},
                                   job.log_path if request.detach else None,
                                   stdout=None if request.detach else sys.stderr)
     job.pid, job.pid_start = process.pid, process_start(process.pid)
     return process
-
-
-def _submit(master: StandaloneMaster, job: Job, app: str, request: RunRequest, submit_args: list[str],
-            driver_settings: dict[str, str]) -> str:
-    """Hand the driver to the master through its REST API: spark-submit refuses Python cluster mode on
-    standalone, while Spark's PythonRunner, named directly, runs it."""
-    properties = submission_properties([*request.submit_args, *submit_args])
-    py_files = properties.get("spark.submit.pyFiles", "")
-    properties.update({"spark.app.name": job.id, "spark.pyspark.python": sys.executable,
-                       "spark.pyspark.driver.python": sys.executable})
-    return master.create(BOOTSTRAP, [BOOTSTRAP, py_files, job.directory, app, *request.app_args], properties,
-                         driver_settings)
-
-

@@ -111,7 +111,7 @@ def test_an_answer_that_is_not_json(status):
 def test_a_master_answering_an_error_page_is_a_spark_failure(status):
     """A master still starting answers its JSON page with an HTML error: cluster start polls through it
     (status() suppresses sparkpoint's errors) instead of dying on a string where a JSON object belongs."""
-    from sparkpoint.adapters.standalone import StandaloneMaster
+    from sparkpoint.adapters.cluster_managers.standalone import StandaloneMaster
 
     server = HTTPServer(("127.0.0.1", 0), Plain)
     server.status = status

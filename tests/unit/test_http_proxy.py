@@ -10,7 +10,7 @@ import pytest
 
 from sparkpoint.adapters.agent_client import AgentClient
 from sparkpoint.adapters.spark_ui import applications
-from sparkpoint.adapters.standalone import JWS_KEY, StandaloneMaster
+from sparkpoint.adapters.cluster_managers.standalone import JWS_KEY, StandaloneMaster
 
 
 class Recorder(BaseHTTPRequestHandler):

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from sparkpoint.adapters.standalone import StandaloneMaster, read_properties, submission_properties
+from sparkpoint.adapters.cluster_managers.standalone import StandaloneMaster, read_properties, submission_properties
 from sparkpoint.adapters.processes import pid_alive
 from sparkpoint.errors import BadArgumentError, UnreachableError
 from sparkpoint.times import poll_until

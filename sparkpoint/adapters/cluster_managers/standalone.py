@@ -10,12 +10,14 @@ from __future__ import annotations
 import base64
 import os
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from sparkpoint.adapters import http
+from sparkpoint.adapters.cluster_managers import ClusterManager, DriverLaunch
 from sparkpoint.adapters.local_files import MalformedRecord, read_record
 from sparkpoint.adapters.spark_submit import VALUELESS_OPTIONS
 from sparkpoint.errors import BadArgumentError, ConfigError, EnvironmentSetupError, SparkFailureError, UnreachableError
@@ -152,3 +154,42 @@ class StandaloneMaster:
     def overview(self) -> dict[str, Any]:
         """The master's JSON page: workers, active and completed applications and drivers."""
         return self._call("GET", f"{self.ui_url}/json/")
+
+
+class StandaloneManager(ClusterManager):
+    """A standalone master: a cluster-mode driver is submitted through its REST API (spark-submit refuses Python
+    cluster mode on standalone, while Spark's PythonRunner, named directly, runs it)."""
+
+    kind = "standalone"
+
+    def __init__(self, master: str, timeout: float = 10.0):
+        super().__init__(master)
+        self.rest = StandaloneMaster(master, timeout=timeout)  # a bad master URL is refused here, before a launch
+
+    def needs_spark_here(self, deploy_mode: str) -> bool:
+        return deploy_mode == "client"
+
+    def refuse_deploy_mode(self, deploy_mode: str) -> None:
+        if deploy_mode == "cluster":
+            self.rest.require_rest()
+
+    def submit(self, launch: DriverLaunch) -> str:
+        properties = submission_properties(launch.submit_args)
+        py_files = properties.get("spark.submit.pyFiles", "")
+        properties.update({"spark.app.name": launch.job_id, "spark.pyspark.python": sys.executable,
+                           "spark.pyspark.driver.python": sys.executable})
+        return self.rest.create(launch.bootstrap, [launch.bootstrap, py_files, *launch.arguments], properties,
+                                launch.environment)
+
+    def driver_status(self, driver_id: str) -> dict[str, Any]:
+        answer = self.rest.driver_state(driver_id)
+        said = answer.get("driverState", "UNKNOWN")
+        return {**answer, "driverState": said, "state": DRIVER_STATES.get(said, "lost")}
+
+    def kill(self, driver_id: str) -> None:
+        self.rest.kill(driver_id)
+
+    def application_states(self, app_ids: set[str]) -> dict[str, str]:
+        page = self.rest.overview()
+        return {a.get("id"): a.get("state") for a in [*page.get("activeapps", []), *page.get("completedapps", [])]
+                if a.get("id") in app_ids}

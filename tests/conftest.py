@@ -46,6 +46,19 @@ def kafka_broker(tmp_path_factory):
     broker.stop()
 
 
+@pytest.fixture(scope="session")
+def hadoop_cluster(tmp_path_factory):
+    """HDFS and YARN on 127.0.0.1 (scripts/local_hadoop.py: a NameNode, a DataNode, a ResourceManager and a
+    NodeManager in one JVM), started by the first test that asks for it, once per run, and stopped at the end.
+    Jobs reach it with HADOOP_CONF_DIR=hadoop_cluster.conf_dir; its REST API is at hadoop_cluster.rm_web."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import local_hadoop
+
+    cluster = local_hadoop.HadoopCluster(tmp_path_factory.mktemp("hadoop")).start()
+    yield cluster
+    cluster.stop()
+
+
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     """An isolated sparkpoint home, also exported for commands run by the test."""

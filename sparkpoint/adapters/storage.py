@@ -128,11 +128,14 @@ def translate_errors(path: str) -> Iterator[None]:
 
 
 class Storage:
-    """A file system: a local disk (``local=True``, no ``fs``) or any fsspec protocol."""
+    """A file system: a local disk (``local=True``, no ``fs``) or any fsspec protocol. ``renames``: a directory
+    can be renamed whole, atomically, and never over an existing target (a local disk; HDFS, adapters.hdfs); an
+    object store has no rename (a move copies, then deletes)."""
 
-    def __init__(self, fs: Any, local: bool):
+    def __init__(self, fs: Any, local: bool, renames: bool | None = None):
         self.fs = fs
         self.local = local
+        self.renames = local if renames is None else renames
 
     # -- reading ---------------------------------------------------------------------------
     def exists(self, path: str) -> bool:
@@ -314,14 +317,31 @@ def storage_for(path: str, options: Mapping[str, Any] | None = None) -> tuple[St
     if not is_url(path):
         # Local disks go through os directly: no fsspec import (~90 ms) on the CLI's fast paths.
         return Storage(None, local=True), os.path.abspath(os.path.expanduser(local_path(path)))
-    import fsspec
-
     protocol = path.split("://", 1)[0]
     try:
-        fs = fsspec.filesystem(protocol, **dict(options or {}))
+        fs = _filesystem(protocol, path, dict(options or {}))
     except (ImportError, ValueError) as exc:
         raise StorageError(f"no file system for '{protocol}://': {exc}") from None
-    return Storage(_ClearErrors(fs, f"{protocol}://{path.split('://', 1)[1].split('/', 1)[0]}"), local=False), path
+    return Storage(_ClearErrors(fs, f"{protocol}://{path.split('://', 1)[1].split('/', 1)[0]}"), local=False,
+                   renames=protocol == "hdfs"), path
+
+
+# storage_options keys that hold one scheme's own options (storage_options: {hdfs: {webhdfs: HOST:PORT}}); the
+# rest are the object stores' (an S3 endpoint, its credentials).
+SCHEME_OPTIONS = ("hdfs",)
+
+
+def _filesystem(protocol: str, path: str, options: dict[str, Any]) -> Any:
+    """The one place a URL's scheme picks its file system: hdfs:// through WebHDFS (adapters.hdfs, which says
+    what HDFS does differently from a disk); s3a://, Hadoop's name for an S3 bucket, as s3:// (s3fs); any other
+    scheme as fsspec has it."""
+    if protocol == "hdfs":
+        from sparkpoint.adapters.hdfs import filesystem
+
+        return filesystem(path, dict(options.get("hdfs") or {}))
+    import fsspec
+
+    return fsspec.filesystem(protocol, **{k: v for k, v in options.items() if k not in SCHEME_OPTIONS})
 
 
 class _ClearErrors:

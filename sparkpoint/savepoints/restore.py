@@ -71,7 +71,7 @@ def restore(
         items, relocations = _restore_items(savepoint, chosen, staging, destinations, target_storage, resolved,
                                             query_ids if fork else None)
         for name, placement in placements.items():
-            if not target_storage.local:
+            if not target_storage.renames:
                 placement.files = [t.dst_path for _, t in items if t.dst_path.startswith(staging[name] + "/")]
                 placement.files += [dst for _, dst, dest, _ in relocations if dest == destinations[name]]
         results = transfer.run([t for _, t in items], workers, progress, f"restore {savepoint.manifest['id']}",
@@ -162,6 +162,10 @@ class _Placement:
     - An existing empty destination (a directory prepared for it, a volume's mount point) is filled,
       keeping its owner and mode: staged inside it, then each entry moved up, `metadata` last.
       An exclusive lock on it keeps a second restore out; what dead restores left there is removed.
+    On HDFS the same, through its renames, which never replace an existing target (adapters.hdfs): a new
+    destination is renamed into place whole; an existing empty one is filled entry by entry, `metadata` last,
+    each move refused if another restore put that entry there first (then this one takes back its own). HDFS
+    has no lock: staging directories a dead restore left keep the destination refused until removed.
     An object store has no rename: files are written in place; an undo removes only those.
     """
 
@@ -176,13 +180,13 @@ class _Placement:
         if self.existing and storage.local:
             self._lock()
         _check_empty(storage, dest, leftovers_are_dead=self.lock is not None)
-        if not storage.local:
+        if not storage.renames:
             self.staging = dest
             self.made: list[str] = []
             return
         inside = dest if self.existing else parent(dest)
         self.staging = join(inside, f"{STAGING_PREFIX}{basename(dest)}-{secrets.token_hex(4)}")
-        self.made = _missing_ancestors(inside)
+        self.made = _missing_ancestors(inside) if storage.local else []
         with translate_errors(inside):
             storage.makedirs(inside, dir_mode)
 
@@ -197,7 +201,10 @@ class _Placement:
                                       "or restore into another directory") from None
 
     def commit(self) -> None:
+        if not self.storage.renames:
+            return
         if not self.storage.local:
+            self._commit_by_moves()
             return
         with translate_errors(self.dest):
             if not self.existing:
@@ -217,18 +224,33 @@ class _Placement:
                 self.moved.append(join(self.dest, name))
             os.rmdir(self.staging)
 
+    def _commit_by_moves(self) -> None:
+        storage = self.storage
+        try:
+            if not self.existing:
+                storage.move(self.staging, self.dest)
+                self.moved.append(self.dest)
+                return
+            for entry in sorted(storage.list(self.staging), key=lambda entry: entry.name == "metadata"):
+                storage.move(join(self.staging, entry.name), join(self.dest, entry.name))
+                self.moved.append(join(self.dest, entry.name))
+        except FileExistsError:
+            raise TargetNotEmptyError(f"restore target {self.dest} was filled by another restore meanwhile; nothing "
+                                      "of this one was kept there") from None
+        storage.remove_tree(self.staging)
+
     def undo(self) -> None:
         """Remove what this restore wrote: its staging, what it moved or renamed into place, the
         directories it made (only while empty: a concurrent restore may use them)."""
         storage = self.storage
-        if not storage.local:
+        if not storage.renames:
             for path in self.files:
                 storage.remove_file(path)
             return
-        if os.path.lexists(self.staging):
+        if os.path.lexists(self.staging) if storage.local else storage.exists(self.staging):
             storage.remove_tree(self.staging)
         for path in self.moved:
-            storage.remove_tree(path) if os.path.isdir(path) else storage.remove_file(path)
+            storage.remove_tree(path) if storage.is_dir(path) else storage.remove_file(path)
         for directory in reversed(self.made):
             with contextlib.suppress(OSError):
                 os.rmdir(directory)

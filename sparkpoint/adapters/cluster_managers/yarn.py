@@ -15,14 +15,13 @@ import os
 import re
 import subprocess
 import sys
-from xml.etree import ElementTree
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from sparkpoint.adapters import http
 from sparkpoint.adapters.cluster_managers import ClusterManager, DriverLaunch
-from sparkpoint.adapters.local_files import MalformedRecord, read_record
+from sparkpoint.adapters.hadoop_conf import client_address, conf_dirs, read_site
 from sparkpoint.adapters.spark_submit import driver_environment
 from sparkpoint.errors import (
     ConfigError,
@@ -33,62 +32,32 @@ from sparkpoint.errors import (
 )
 from sparkpoint.times import poll_until
 
-SITE_BYTES = 4 << 20  # a yarn-site.xml is a few kilobytes
 SUBMIT_SECONDS = 120.0  # for spark-submit to hand the application over (it uploads the application's files)
 # YARN's application states, as sparkpoint's job states (a FINISHED application is as its final status says).
 APP_STATES = {"NEW": "starting", "NEW_SAVING": "starting", "SUBMITTED": "starting", "ACCEPTED": "starting",
               "RUNNING": "running", "FAILED": "failed", "KILLED": "cancelled"}
 FINAL_STATES = {"SUCCEEDED": "finished", "FAILED": "failed", "KILLED": "cancelled", "UNDEFINED": "finished"}
 _APPLICATION_ID = re.compile(r"application_\d+_\d+")
-_VARIABLE = re.compile(r"\$\{([^}]+)\}")
-
-
-def read_site(conf_dir: str) -> dict[str, str]:
-    """A Hadoop *-site.xml as name -> value ({} when there is none), ``${name}`` references resolved."""
-    path = Path(conf_dir) / "yarn-site.xml"
-    try:
-        text = read_record(path, SITE_BYTES)
-    except FileNotFoundError:
-        return {}
-    except MalformedRecord as exc:
-        raise ConfigError(f"the YARN configuration {path} {exc}") from None
-    try:
-        root = ElementTree.fromstring(text)
-    except ElementTree.ParseError as exc:
-        raise ConfigError(f"the YARN configuration {path} is not XML: {exc}") from None
-    values = {(p.findtext("name") or "").strip(): (p.findtext("value") or "").strip() for p in root.iter("property")}
-
-    def resolved(value: str, depth: int = 0) -> str:
-        if depth > 8:  # as Hadoop's Configuration: a loop of references is left as it is
-            return value
-        return _VARIABLE.sub(lambda m: resolved(values.get(m.group(1), m.group(0)), depth + 1), value)
-
-    return {name: resolved(value) for name, value in values.items()}
 
 
 def web_addresses(site: dict[str, str]) -> list[str]:
     """The ResourceManager's web addresses (each of an HA pair's), as a client reaches them."""
     https = site.get("yarn.http.policy") == "HTTPS_ONLY"
     key = "yarn.resourcemanager.webapp.https.address" if https else "yarn.resourcemanager.webapp.address"
-    default_port = "8090" if https else "8088"
+    port = "8090" if https else "8088"
     ids = [i.strip() for i in site.get("yarn.resourcemanager.ha.rm-ids", "").split(",") if i.strip()]
     suffixes = [f".{rm_id}" for rm_id in ids] if site.get("yarn.resourcemanager.ha.enabled") == "true" else [""]
-    addresses = []
-    for suffix in suffixes:
-        address = site.get(key + suffix) or f"{site.get('yarn.resourcemanager.hostname' + suffix, '0.0.0.0')}:" \
-                                            f"{default_port}"
-        host, _, port = address.rpartition(":")
-        # A wildcard bind address is the ResourceManager's own host to a client: this one, as Hadoop's clients do.
-        addresses.append(f"{'https' if https else 'http'}://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}")
-    return addresses
+    return [f"{'https' if https else 'http'}://" + client_address(
+        site.get(key + suffix) or f"{site.get('yarn.resourcemanager.hostname' + suffix, '0.0.0.0')}:{port}")
+        for suffix in suffixes]
 
 
-def conf_dir() -> str:
-    found = os.environ.get("YARN_CONF_DIR") or os.environ.get("HADOOP_CONF_DIR")
+def yarn_site() -> dict[str, str]:
+    found = conf_dirs("YARN_CONF_DIR", "HADOOP_CONF_DIR")
     if not found:
         raise EnvironmentSetupError("--master yarn needs the cluster's client configuration: set HADOOP_CONF_DIR "
                                     "(or YARN_CONF_DIR) to the directory with its yarn-site.xml, as spark-submit does")
-    return found
+    return read_site(found[0], "yarn-site.xml")
 
 
 class ResourceManager:
@@ -147,14 +116,12 @@ class YarnManager(ClusterManager):
         """Read when first needed: a job of a YARN master listed on a machine without its configuration asks
         nothing of it."""
         if self._rm is None:
-            directory = conf_dir()
-            addresses = web_addresses(read_site(directory))
-            self._rm = ResourceManager(addresses, os.environ.get("HADOOP_USER_NAME") or getpass.getuser(),
-                                       self.timeout)
+            user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()  # as Hadoop's simple authentication
+            self._rm = ResourceManager(web_addresses(yarn_site()), user, self.timeout)
         return self._rm
 
     def refuse_deploy_mode(self, deploy_mode: str) -> None:
-        conf_dir()
+        yarn_site()
 
     def submit(self, launch: DriverLaunch) -> str:
         """spark-submit in cluster mode, returning once the ResourceManager has the application; the application

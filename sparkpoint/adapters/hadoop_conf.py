@@ -1,0 +1,51 @@
+"""Hadoop's client configuration: the ``*-site.xml`` files in ``$HADOOP_CONF_DIR`` (``$YARN_CONF_DIR`` first for
+YARN's), where spark-submit and every Hadoop client read a cluster's addresses."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from xml.etree import ElementTree
+
+from sparkpoint.adapters.local_files import MalformedRecord, read_record
+from sparkpoint.errors import ConfigError
+
+SITE_BYTES = 4 << 20  # a site file is a few kilobytes
+_VARIABLE = re.compile(r"\$\{([^}]+)\}")
+
+
+def conf_dirs(*variables: str) -> list[str]:
+    """The configuration directories the environment names, in the order given (HADOOP_CONF_DIR by default)."""
+    return [os.environ[name] for name in (variables or ("HADOOP_CONF_DIR",)) if os.environ.get(name)]
+
+
+def read_site(directory: str, name: str) -> dict[str, str]:
+    """``<directory>/<name>`` (yarn-site.xml, hdfs-site.xml, core-site.xml) as name -> value, ``${name}``
+    references resolved as Hadoop's Configuration does; {} when there is no such file."""
+    path = Path(directory) / name
+    try:
+        text = read_record(path, SITE_BYTES)
+    except FileNotFoundError:
+        return {}
+    except MalformedRecord as exc:
+        raise ConfigError(f"the Hadoop configuration {path} {exc}") from None
+    try:
+        root = ElementTree.fromstring(text)
+    except ElementTree.ParseError as exc:
+        raise ConfigError(f"the Hadoop configuration {path} is not XML: {exc}") from None
+    values = {(p.findtext("name") or "").strip(): (p.findtext("value") or "").strip() for p in root.iter("property")}
+
+    def resolved(value: str, depth: int = 0) -> str:
+        if depth > 8:  # a loop of references stays as it is, as in Hadoop's Configuration
+            return value
+        return _VARIABLE.sub(lambda m: resolved(values.get(m.group(1), m.group(0)), depth + 1), value)
+
+    return {key: resolved(value) for key, value in values.items()}
+
+
+def client_address(address: str) -> str:
+    """A server's bind address as a client reaches it: a wildcard (0.0.0.0) is this host, as Hadoop's clients
+    take it."""
+    host, _, port = address.rpartition(":")
+    return f"{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"

@@ -1,0 +1,138 @@
+"""On a real HDFS (Hadoop's mini cluster, scripts/local_hadoop.py), through WebHDFS as the CLI reaches it: what
+HDFS does differently from a disk (adapters/hdfs.py) met, and a keyed aggregation's checkpoint on HDFS
+savepointed, moved HDFS -> local disk -> S3 -> HDFS, and continued exactly."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from clitools import cli_json
+from s3server import BUCKET, S3Server
+
+from sparkpoint.adapters.storage import join, storage_for
+from sparkpoint.errors import TargetNotEmptyError
+from sparkpoint.savepoints.restore import restore
+from sparkpoint.savepoints.savepoint import load
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+@pytest.fixture
+def hdfs(hadoop_cluster, monkeypatch, tmp_path):
+    """A fresh directory of the cluster's HDFS, with the client configuration exported for the CLI."""
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(hadoop_cluster.conf_dir))
+    return f"{hadoop_cluster.fs}/{tmp_path.name}"
+
+
+def test_hdfs_is_made_to_keep_sparkpoints_promises(hdfs):
+    storage, _ = storage_for(hdfs)
+    assert storage.renames and not storage.local
+    # An atomic write replaces the whole file; an upload never writes through an existing one.
+    storage.write_atomic(f"{hdfs}/m.json", b"one")
+    storage.write_atomic(f"{hdfs}/m.json", b"two")
+    assert storage.read_bytes(f"{hdfs}/m.json") == b"two"
+    assert [e.name for e in storage.list(hdfs)] == ["m.json"]  # no temporary name left beside it
+    with storage.open_write(f"{hdfs}/f") as out:
+        out.write(b"first")
+    with pytest.raises(FileExistsError), storage.open_write(f"{hdfs}/f") as out:
+        out.write(b"second")
+    assert storage.read_bytes(f"{hdfs}/f") == b"first"
+    # HDFS's own rename would move a directory into an existing one: here it is refused, for files too.
+    storage.makedirs(f"{hdfs}/a")
+    storage.makedirs(f"{hdfs}/b")
+    with pytest.raises(FileExistsError):
+        storage.fs.mv(f"{hdfs}/a", f"{hdfs}/b")
+    with pytest.raises(FileExistsError):
+        storage.fs.mv(f"{hdfs}/m.json", f"{hdfs}/f")
+    assert not storage.exists(f"{hdfs}/b/a") and storage.read_bytes(f"{hdfs}/f") == b"first"
+    # A file of several upload blocks arrives whole.
+    block = bytes(range(256)) * 4096
+    with storage.open_write(f"{hdfs}/big") as out:
+        for _ in range(12):
+            out.write(block)
+    assert storage.read_bytes(f"{hdfs}/big") == block * 12
+
+
+def _aggregate(spark, checkpoint: str, inputs: list[list[tuple[str, int]]], tmp_path) -> dict[str, tuple[int, int]]:
+    """A keyed aggregation (sum and count per key) over new input files, run to the end of its input from
+    ``checkpoint``; the newest row of each key it wrote."""
+    from pyspark.sql import functions as F
+
+    source = tmp_path / "input"
+    source.mkdir(exist_ok=True)
+    for rows in inputs:
+        name = f"part-{len(list(source.iterdir())):04d}.json"
+        (source / name).write_text("".join(json.dumps({"k": k, "v": v}) + "\n" for k, v in rows))
+    newest: dict[str, tuple[int, int]] = {}
+
+    def sink(batch, _batch_id):
+        newest.update({row.k: (row.s, row.n) for row in batch.collect()})
+
+    stream = (spark.readStream.schema("k string, v long").option("maxFilesPerTrigger", 1).json(str(source))
+              .groupBy("k").agg(F.sum("v").alias("s"), F.count("*").alias("n")))
+    query = (stream.writeStream.queryName("totals").outputMode("update").foreachBatch(sink)
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    query.awaitTermination()
+    return newest
+
+
+def test_a_savepoint_moved_hdfs_local_s3_hdfs_restores_exactly(spark, hdfs, home, tmp_path, monkeypatch):
+    s3 = S3Server(tmp_path / "moto.log")
+    try:
+        for key, value in s3.env.items():
+            monkeypatch.setenv(key, value)
+        first = [[("a", 1), ("b", 10)], [("a", 2)], [("c", 5), ("b", 1)]]
+        _aggregate(spark, f"{hdfs}/live/totals", first, tmp_path)
+        taken = cli_json(home, "savepoint", "--from-checkpoint", f"{hdfs}/live/totals", f"{hdfs}/savepoints")
+        assert taken["path"].startswith("hdfs://") and taken["queries"][0]["batch_id"] == 2
+        # Each hop restores the previous savepoint into a checkpoint there and takes a savepoint of it.
+        hops = [(str(tmp_path / "local-checkpoint"), str(tmp_path / "local-savepoints")),
+                (f"s3://{BUCKET}/{tmp_path.name}/checkpoint", f"s3://{BUCKET}/{tmp_path.name}/savepoints"),
+                (f"{hdfs}/again", f"{hdfs}/savepoints-again")]
+        path = taken["path"]
+        for checkpoint, savepoints in hops:
+            assert cli_json(home, "verify", path)["valid"]
+            cli_json(home, "restore", path, checkpoint)
+            path = cli_json(home, "savepoint", "--from-checkpoint", join(checkpoint, "totals"), savepoints)["path"]
+        assert path.startswith(f"{hdfs}/savepoints-again/")
+        assert load(path).queries[0]["batch_id"] == 2
+        final = f"{hdfs}/restored"
+        cli_json(home, "restore", path, final)
+        second = [[("a", 100)], [("d", 7)]]
+        newest = _aggregate(spark, join(final, "totals"), second, tmp_path)
+        expected: dict[str, list[int]] = {}
+        for rows in first + second:
+            for key, value in rows:
+                expected.setdefault(key, []).append(value)
+        # Only the keys of the batches after the cut are written again, each with all of its history.
+        assert newest == {k: (sum(expected[k]), len(expected[k])) for k in ("a", "d")}
+    finally:
+        s3.stop()
+
+
+def test_concurrent_restores_into_one_hdfs_target_end_whole_or_absent(spark, hdfs, home, tmp_path):
+    _aggregate(spark, f"{hdfs}/live/totals", [[("a", 1)], [("b", 2)]], tmp_path)
+    saved = load(cli_json(home, "savepoint", "--from-checkpoint", f"{hdfs}/live/totals", f"{hdfs}/sp")["path"])
+    outcomes: list[object] = []
+
+    def attempt() -> None:
+        try:
+            outcomes.append(restore(saved, f"{hdfs}/target", workers=2))
+        except TargetNotEmptyError as exc:
+            outcomes.append(exc)
+
+    racers = [threading.Thread(target=attempt) for _ in range(3)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    won = [o for o in outcomes if not isinstance(o, Exception)]
+    assert len(won) == 1 and len(outcomes) == 3, outcomes
+    storage, _ = storage_for(hdfs)
+    restored = sorted(path for path, _ in storage.walk_files(f"{hdfs}/target/totals"))
+    assert restored == sorted(path.removeprefix("queries/totals/") for path, _ in storage.walk_files(saved.path)
+                              if path.startswith("queries/totals/"))
+    assert [e.name for e in storage.list(f"{hdfs}/target")] == ["totals"]  # no staging left by the losers
+    assert cli_json(home, "verify", saved.path)["valid"]  # and the savepoint untouched

@@ -34,6 +34,9 @@ class Settings:
     savepoint_attempts: int = 5
     # The savepoint catalog: a path or any fsspec URL (s3://bucket/savepoints); {home} is the home.
     savepoints: str = "{home}/savepoints"
+    # Where managed jobs keep their live checkpoints, each below its job id: a path or URL Spark writes
+    # (hdfs://namenode:8020/sparkpoint, s3a://bucket/checkpoints); empty, each job's directory in the home.
+    checkpoints: str = ""
     # Options for the fsspec file system of remote paths (endpoint, credentials).
     storage_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     # The Kafka client that asks a broker whether a savepoint's input is still in the log (kafka-python's option

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
 
 def is_url(location: str) -> bool:
     return "://" in location and not location.startswith("file://")
+
+
+def spark_uri(location: str) -> str:
+    """The location as Spark qualifies it in its own files and settings: a local path as ``file:/x``, so that
+    a cluster whose default file system is HDFS does not take it for a path of HDFS."""
+    return location if is_url(location) else "file:" + os.path.abspath(local_path(location))
 
 
 def local_path(location: str) -> str:

@@ -29,6 +29,7 @@ from sparkpoint.adapters.local_files import (
     write_private,
 )
 from sparkpoint.adapters.processes import is_pid, pid_alive, process_start
+from sparkpoint.adapters.storage import join
 from sparkpoint.adapters.cluster_managers import manager_for
 from sparkpoint.config import local_home
 from sparkpoint.errors import (
@@ -115,6 +116,9 @@ class Job:
     # cannot lose it.
     savepoints: SavepointRecord = field(default_factory=SavepointRecord)
     stop: dict[str, Any] | None = None  # the last stop with a savepoint: at, phases (seconds), at_boundary, savepoint
+    # Where its live checkpoints are, when not in its directory (the `checkpoints` setting at its launch: a later
+    # change of the setting does not lose them).
+    checkpoints: str | None = None
 
     @property
     def last_savepoint(self) -> str | None:
@@ -122,7 +126,7 @@ class Job:
 
     @property
     def checkpoint_root(self) -> str:
-        return os.path.join(self.directory, CHECKPOINTS_DIR)
+        return self.checkpoints or os.path.join(self.directory, CHECKPOINTS_DIR)
 
     @property
     def log_path(self) -> str:
@@ -151,7 +155,9 @@ class Registry:
     def __init__(self, home: str):
         self.root = Path(local_home(home)) / "jobs"
 
-    def new_job(self, name: str, **fields: Any) -> Job:
+    def new_job(self, name: str, checkpoints_under: str = "", **fields: Any) -> Job:
+        """A new job's directory and record; its checkpoints below ``checkpoints_under`` by its id, when given
+        (the `checkpoints` setting), else in its directory."""
         if not _NAME.fullmatch(name):
             raise BadArgumentError(f"job name {name!r}: use letters, digits, '_', '.', '-' (at most 64)")
         # A home sparkpoint makes is private: it holds tokens, the applications' arguments and their state.
@@ -168,7 +174,8 @@ class Registry:
         else:
             raise TargetNotEmptyError(f"could not allocate a job id for {name!r}: 20 ids taken in {self.root}")
         write_private(directory / TOKEN_FILE, secrets.token_urlsafe(32))
-        job = Job(id=job_id, name=name, created_at=iso(), directory=str(directory), **fields)
+        job = Job(id=job_id, name=name, created_at=iso(), directory=str(directory),
+                  checkpoints=join(checkpoints_under, job_id) if checkpoints_under else None, **fields)
         (directory / CHECKPOINTS_DIR).mkdir()
         self.save(job)
         return job
@@ -291,6 +298,7 @@ _RECORD_TYPES: RecordTypes = {
     "spark_version": (lambda v: isinstance(v, str), True),
     "history": (lambda v: isinstance(v, list) and all(isinstance(e, dict) for e in v), False),
     "stop": (lambda v: isinstance(v, dict), True),
+    "checkpoints": (lambda v: isinstance(v, str) and v != "", True),
 }
 
 

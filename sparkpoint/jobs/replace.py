@@ -48,7 +48,7 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
             refuse_sinks_ahead(settings, saved, False, False, lambda line: job.note("sink_kept", line),
                                handover=True)
         restore(saved, job.checkpoint_root, mode="auto", workers=settings.transfer_workers,
-                progress=progress)
+                progress=progress, storage_options=settings.storage_options)
     except BaseException as exc:
         answer_handover(job.directory, {"abort": f"the hand-over from {replaced.id} failed: {exc}"})
         if process.poll() is None:

@@ -45,6 +45,7 @@ from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, clie
 from sparkpoint.jobs.rollback import HealthCondition, Probation, parse_condition, watch_probation
 from sparkpoint.jobs.replace import HandoverFailedError, take_over
 from sparkpoint.spark.delta_log import DELTA_SINK
+from sparkpoint.paths import spark_uri
 from sparkpoint.savepoints import catalog, restorability
 from sparkpoint.savepoints.migration import Move
 from sparkpoint.savepoints.rescale import needs_rescale, rescale
@@ -166,7 +167,8 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
                   if saved and not (checked_in_driver and request.rollback_sink) else [])
     follows = (rollback_of or replaced or way_back and way_back.previous or _taken_of(registry, saved))
     job = registry.new_job(
-        request.name or Path(app).stem.replace("_", "-"), app=app, app_args=request.app_args,
+        request.name or Path(app).stem.replace("_", "-"), checkpoints_under=settings.checkpoints, app=app,
+        app_args=request.app_args,
         master=request.master, submit_args=request.submit_args, detached=request.detach,
         restored_from=saved.path if saved else None, upgrade_check=upgrade_check, confs=request.confs,
         follows=follows.id if follows else None,
@@ -453,7 +455,8 @@ def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_ar
             check_settings = prepare_in_driver(settings, saved, job.directory, check_request(request),
                                                None if cluster else os.getpid(), progress)
         restore(saved, job.checkpoint_root, mode="claim" if request.claim else "auto",
-                workers=settings.transfer_workers, progress=progress, fork=request.fork)
+                workers=settings.transfer_workers, progress=progress, fork=request.fork,
+                storage_options=settings.storage_options)
     driver_settings = {
         **check_settings,
         "SPARKPOINT_RESTORE_GRACE": str(request.restore_grace),
@@ -461,7 +464,7 @@ def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_ar
         "SPARKPOINT_EXPECTED_QUERIES": ",".join(q["name"] for q in saved.queries) if saved else "",
         **({"SPARKPOINT_HANDOVER_FROM": str(os.getpid())} if replacing else {}),
     }
-    checkpoint_conf = ["--conf", f"spark.sql.streaming.checkpointLocation={job.checkpoint_root}"]
+    checkpoint_conf = ["--conf", f"spark.sql.streaming.checkpointLocation={spark_uri(job.checkpoint_root)}"]
     if cluster:
         job.submission_id = manager.submit(DriverLaunch(
             job_id=job.id, job_directory=job.directory, bootstrap=BOOTSTRAP,

@@ -54,7 +54,7 @@ def create_savepoint(settings: Settings, job: Job, sources: list[QuerySource], t
     """A savepoint of ``job``'s checkpoints, recorded as taken or failed in the job's savepoint record."""
     registry = Registry(settings.home_url())
     started = time.monotonic()
-    source_storage, _ = storage_for(job.checkpoint_root)
+    source_storage, _ = storage_for(job.checkpoint_root, settings.storage_options)
     sources = _with_earlier_writes(settings, job, sources)
     try:
         created = take(settings, job.name, sources, source_storage, target_dir,

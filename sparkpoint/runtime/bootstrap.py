@@ -30,6 +30,34 @@ def _end_with_the_jvm(parent: int) -> None:
     os._exit(137)
 
 
+def _end_when_spark_stops_underneath(agent) -> None:
+    """An application ended from outside its code (YARN killed it, a master removed it) stops the SparkContext in
+    the JVM and nothing else: the application's Python waits on, its streaming queries idle, a driver that no
+    cluster runs any more. Seen as a context stopped in the JVM that this Python still holds as active: an
+    application's own stop() clears that a moment after it stops the JVM's, so it must last two looks."""
+    from pyspark import SparkContext
+
+    from sparkpoint.times import poll_until
+
+    looks = []
+
+    def stopped_underneath() -> bool:
+        context = SparkContext._active_spark_context
+        try:
+            stopped = context is not None and context._jsc.sc().isStopped()
+        except Exception:  # noqa: BLE001 - a gateway going away: the JVM watch ends this process
+            stopped = False
+        looks[:] = [*looks, True] if stopped else []
+        return len(looks) >= 2
+
+    poll_until(stopped_underneath, None, 1.0)
+    print("sparkpoint: the Spark application was stopped from outside the application; ending its driver",
+          file=sys.stderr, flush=True)
+    agent.finish(1, "the Spark application was stopped from outside it (by its cluster manager?): see the "
+                    "cluster manager's record of the application and the driver log")
+    os._exit(1)
+
+
 def _hand_the_cluster_secret_to_spark() -> None:
     """In cluster mode the master strips spark.authenticate.secret from a submission (it would show on the
     driver's command line) and the worker hands it to the driver as _SPARK_AUTH_SECRET instead; Spark's
@@ -73,6 +101,8 @@ def main(argv: list[str]) -> int:
         restore_grace=float(os.environ.get("SPARKPOINT_RESTORE_GRACE", "60")),
     )
     agent.start()
+    threading.Thread(target=_end_when_spark_stops_underneath, args=(agent,), name="sparkpoint-context-watch",
+                     daemon=True).start()
     _hand_the_cluster_secret_to_spark()
     install_from_environment()
     intercept_batch_writes()

@@ -23,7 +23,7 @@ from sparkpoint.adapters.storage import (
     storage_for,
     translate_errors,
 )
-from sparkpoint.paths import is_url
+from sparkpoint.paths import spark_uri
 from sparkpoint.errors import BadArgumentError, NotFoundError, SavepointInvalidError, TargetNotEmptyError
 from sparkpoint.results import Result
 from sparkpoint.savepoints import manifest as mf
@@ -117,7 +117,7 @@ def _write_relocated(savepoint: Savepoint, relocations: list[tuple[dict[str, Any
             raw = savepoint.storage.read_bytes(join(savepoint.path, entry["path"]))
             _check_digest(savepoint, entry, raw)
             rewritten = (with_query_id(raw, new_query_id, entry["path"]) if new_query_id is not None
-                         else relocate_metadata(raw, _spark_uri(dest)))
+                         else relocate_metadata(raw, spark_uri(dest)))
             target_storage.write_atomic(dst, rewritten)
 
 
@@ -372,7 +372,3 @@ def _undo(placements) -> None:
         with contextlib.suppress(Exception):
             placement.undo()
 
-
-def _spark_uri(location: str) -> str:
-    """The location as Spark qualifies it in its own files."""
-    return location if is_url(location) else "file:" + os.path.abspath(location)

@@ -19,10 +19,10 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 PYSPARK = Path(__import__("pyspark").__file__).parent
 
 
-def yarn_confs(cluster_mode: bool) -> list[str]:
-    """spark-submit's options for the mini cluster: Spark's own jars read where they are (the NodeManager runs
-    here: nothing to upload), small containers, and every address on loopback."""
-    confs = [f"spark.yarn.jars=local:{PYSPARK}/jars/*", "spark.executor.instances=1", "spark.executor.memory=512m",
+def yarn_confs(cluster_mode: bool, spark_home: Path = PYSPARK) -> list[str]:
+    """spark-submit's options for the mini cluster: the Spark's own jars read where they are (the NodeManager
+    runs here: nothing to upload), small containers, and every address on loopback."""
+    confs = [f"spark.yarn.jars=local:{spark_home}/jars/*", "spark.executor.instances=1", "spark.executor.memory=512m",
              "spark.yarn.am.memory=512m", "spark.driver.memory=512m"]
     # In cluster mode YARN sets spark.driver.host to the container's host itself (which an explicit one
     # breaks: its executors never reach the driver); the driver's own SPARK_LOCAL_IP keeps it on loopback.

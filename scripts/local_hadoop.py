@@ -21,13 +21,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from xml.sax.saxutils import escape
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from local_kafka import classpath  # noqa: E402 - Maven's resolution, shared with Kafka's broker
+from local_kafka import await_service, classpath  # noqa: E402 - shared with Kafka's broker
 
 HADOOP = "3.5.0"  # the Hadoop of the project's Spark (pyspark 4.3 ships hadoop-client-api 3.5.0)
 HERE = Path(__file__).resolve().parent / "hadoop"
@@ -145,15 +144,7 @@ class HadoopCluster:
         self.process = subprocess.Popen(java, cwd=self.directory, env=environment, stdin=subprocess.PIPE,
                                         stdout=log, stderr=log, start_new_session=True)
         log.close()
-        deadline = time.monotonic() + timeout
-        try:
-            while not self._ready():
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"HDFS and YARN did not start; see {self.directory / 'cluster.log'}")
-                time.sleep(0.2)
-        except BaseException:  # an interrupt too: a cluster half started is never left behind
-            self.stop()
-            raise
+        await_service(self, timeout, f"HDFS and YARN did not start; see {self.directory / 'cluster.log'}")
         self._write_client_conf()
         return self
 

@@ -81,6 +81,20 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
+def await_service(service, timeout: float, failure: str) -> None:
+    """Until ``service._ready()``; its process exiting first, or the timeout, raises ``failure``. A service half
+    started (an interrupt too) is stopped, never left behind."""
+    deadline = time.monotonic() + timeout
+    try:
+        while not service._ready():
+            if service.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(failure)
+            time.sleep(0.2)
+    except BaseException:
+        service.stop()
+        raise
+
+
 class Broker:
     """A single-node KRaft broker in ``directory`` (its data, configuration and log), on free ports of
     127.0.0.1. ``settings`` are added to its server.properties (retention for a test, say)."""
@@ -131,15 +145,7 @@ class Broker:
                                          "kafka.Kafka", str(properties)], stdout=log, stderr=log,
                                         start_new_session=True)
         log.close()
-        deadline = time.monotonic() + timeout
-        try:
-            while not self._ready():
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the Kafka broker did not start; see {self.directory / 'broker.log'}")
-                time.sleep(0.2)
-        except BaseException:  # an interrupt too: a broker half started is never left behind
-            self.stop()
-            raise
+        await_service(self, timeout, f"the Kafka broker did not start; see {self.directory / 'broker.log'}")
         return self
 
     def _ready(self) -> bool:

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from xml.etree import ElementTree
 
-from sparkpoint.adapters.local_files import MalformedRecord, read_record
+from sparkpoint.adapters.local_files import read_configuration
 from sparkpoint.errors import ConfigError
 
 SITE_BYTES = 4 << 20  # a site file is a few kilobytes
@@ -24,12 +24,9 @@ def read_site(directory: str, name: str) -> dict[str, str]:
     """``<directory>/<name>`` (yarn-site.xml, hdfs-site.xml, core-site.xml) as name -> value, ``${name}``
     references resolved as Hadoop's Configuration does; {} when there is no such file."""
     path = Path(directory) / name
-    try:
-        text = read_record(path, SITE_BYTES)
-    except FileNotFoundError:
+    text = read_configuration(path, SITE_BYTES, "the Hadoop configuration")
+    if text is None:
         return {}
-    except MalformedRecord as exc:
-        raise ConfigError(f"the Hadoop configuration {path} {exc}") from None
     try:
         root = ElementTree.fromstring(text)
     except ElementTree.ParseError as exc:

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from sparkpoint.errors import ConfigError
+
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o666, exact_mode: bool = False) -> None:
     """Readers see the old file or the new one whole, on disk: a temp file of a random name, created
@@ -40,6 +42,18 @@ RECORD_DEPTH = 32  # sparkpoint's records nest a few levels; deeper JSON is not 
 
 class MalformedRecord(ValueError):
     """Why a record cannot be used, worded to follow its path: "… is not JSON"."""
+
+
+def read_configuration(path: Path, limit: int, what: str) -> str | None:
+    """The text of another program's configuration file (a spark-defaults.conf, a Hadoop *-site.xml), read as
+    sparkpoint's own records are (read_record); None when there is none. Anything else in its place is exit 3,
+    with ``what`` it should have been."""
+    try:
+        return read_record(path, limit)
+    except FileNotFoundError:
+        return None
+    except MalformedRecord as exc:
+        raise ConfigError(f"{what} {path} {exc}") from None
 
 
 def read_record(path: Path, limit: int = RECORD_BYTES) -> str:

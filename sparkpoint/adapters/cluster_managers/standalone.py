@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from sparkpoint.adapters import http
 from sparkpoint.adapters.cluster_managers import ClusterManager, DriverLaunch
-from sparkpoint.adapters.local_files import MalformedRecord, read_record
+from sparkpoint.adapters.local_files import read_configuration
 from sparkpoint.adapters.spark_submit import VALUELESS_OPTIONS
 from sparkpoint.errors import BadArgumentError, ConfigError, EnvironmentSetupError, SparkFailureError, UnreachableError
 
@@ -43,12 +43,9 @@ DRIVER_STATES = {"SUBMITTED": "starting", "RUNNING": "running", "RELAUNCHING": "
 def read_properties(path: Path) -> dict[str, str]:
     """A spark-defaults.conf: ``key value`` or ``key=value`` lines, ``#`` comments; {} when there is none. Read
     as sparkpoint's records are: a FIFO or device in its place is refused (exit 3), never waited on."""
-    try:
-        text = read_record(path, PROPERTIES_BYTES)
-    except FileNotFoundError:
+    text = read_configuration(path, PROPERTIES_BYTES, "the Spark configuration")
+    if text is None:
         return {}
-    except MalformedRecord as exc:
-        raise ConfigError(f"the Spark configuration {path} {exc}") from None
     properties = {}
     for line in text.splitlines():
         line = line.strip()

@@ -49,9 +49,8 @@ def namenode_addresses(authority: str, options: dict[str, Any]) -> list[str]:
     if options.get("webhdfs"):
         return [str(options["webhdfs"])]
     host = authority.rsplit(":", 1)[0]
-    site = {}
-    for directory in conf_dirs():
-        site = read_site(directory, "hdfs-site.xml")
+    directories = conf_dirs()
+    site = read_site(directories[0], "hdfs-site.xml") if directories else {}
     namenodes = [n.strip() for n in site.get(f"dfs.ha.namenodes.{host}", "").split(",") if n.strip()]
     if namenodes:
         return [client_address(site[f"dfs.namenode.http-address.{host}.{n}"]) for n in namenodes

@@ -26,7 +26,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from local_kafka import await_service, classpath  # noqa: E402 - shared with Kafka's broker
+from local_kafka import await_service, classpath, run_until_interrupted  # noqa: E402 - shared with Kafka's broker
 
 HADOOP = "3.5.0"  # the Hadoop of the project's Spark (pyspark 4.3 ships hadoop-client-api 3.5.0)
 HERE = Path(__file__).resolve().parent / "hadoop"
@@ -205,16 +205,10 @@ def main() -> int:
     # SIGTERM ends it as Ctrl-C does: the cluster, in a process group of its own, is stopped, never left behind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     running = HadoopCluster(args.dir).start()
-    try:
-        print(running.fs, flush=True)
-        print(running.rm_web, flush=True)
+    run_until_interrupted(running, lambda: (
+        print(running.fs, flush=True), print(running.rm_web, flush=True),
         print(f"HDFS {running.fs} (WebHDFS on port {running.webhdfs_port}), YARN {running.rm_web}; clients: "
-              f"HADOOP_CONF_DIR={running.conf_dir}; Ctrl-C stops it", file=sys.stderr)
-        running.process.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        running.stop()
+              f"HADOOP_CONF_DIR={running.conf_dir}; Ctrl-C stops it", file=sys.stderr)))
     return 0
 
 

@@ -203,15 +203,22 @@ def main() -> int:
         # SIGTERM ends it as Ctrl-C does: the broker, in a process group of its own, is stopped, never left behind.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         running = Broker(args.dir).start()
-        print(running.bootstrap, flush=True)
-        print(f"Kafka {KAFKA} on {running.bootstrap} (data in {args.dir}); Ctrl-C stops it", file=sys.stderr)
-        try:
-            running.process.wait()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            running.stop()
+        run_until_interrupted(running, lambda: (
+            print(running.bootstrap, flush=True),
+            print(f"Kafka {KAFKA} on {running.bootstrap} (data in {args.dir}); Ctrl-C stops it", file=sys.stderr)))
     return 0
+
+
+def run_until_interrupted(service, announce) -> None:
+    """``announce()`` where it runs, then wait until the service's process ends, or Ctrl-C (or SIGTERM, made an
+    exit by the caller); then it is stopped, whenever the interrupt came (during the announcement too)."""
+    try:
+        announce()
+        service.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        service.stop()
 
 
 if __name__ == "__main__":

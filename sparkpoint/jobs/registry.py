@@ -176,7 +176,8 @@ class Registry:
         write_private(directory / TOKEN_FILE, secrets.token_urlsafe(32))
         job = Job(id=job_id, name=name, created_at=iso(), directory=str(directory),
                   checkpoints=join(checkpoints_under, job_id) if checkpoints_under else None, **fields)
-        (directory / CHECKPOINTS_DIR).mkdir()
+        if not checkpoints_under:  # elsewhere, the restore or Spark makes them
+            (directory / CHECKPOINTS_DIR).mkdir()
         self.save(job)
         return job
 

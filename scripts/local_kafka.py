@@ -46,23 +46,43 @@ def connector(minor: str) -> str:
     return f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version}"
 
 
-def classpath(coordinates: list[str]) -> list[str]:
+def classpath(coordinates: list[str], exclusions: dict[str, list[str]] | None = None) -> list[str]:
     """The jars of ``coordinates`` and their runtime dependencies, resolved by Maven into ~/.m2 (what is there
-    already is not downloaded again). Never offline (-o): offline, a parent pom not yet fetched makes Maven drop
+    already is not downloaded again); ``exclusions`` maps a coordinate to the "group:artifact"s (``*`` for any)
+    left out of its dependencies. Never offline (-o): offline, a parent pom not yet fetched makes Maven drop
     an artifact's dependencies with a warning, and the connector came without kafka-clients."""
-    dependencies = "".join(
-        "<dependency><groupId>{}</groupId><artifactId>{}</artifactId><version>{}</version></dependency>".format(
-            *coordinate.split(":")) for coordinate in coordinates)
     with tempfile.TemporaryDirectory() as scratch:
-        pom, listing = Path(scratch) / "pom.xml", Path(scratch) / "classpath.txt"
-        pom.write_text('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
-                       "<groupId>sparkpoint.tests</groupId><artifactId>jars</artifactId><version>1</version>"
-                       f"<packaging>pom</packaging><dependencies>{dependencies}</dependencies></project>")
-        goal = ["org.apache.maven.plugins:maven-dependency-plugin:3.8.1:build-classpath",
-                f"-Dmdep.outputFile={listing}", "-Dmdep.includeScope=runtime"]
-        done = subprocess.run(["mvn", "-q", "-B", "-f", str(pom), *goal], capture_output=True, text=True)
-        if done.returncode == 0:
-            return listing.read_text().strip().split(os.pathsep)
+        listing = Path(scratch) / "classpath.txt"
+        _maven(coordinates, exclusions or {}, Path(scratch),
+               ["org.apache.maven.plugins:maven-dependency-plugin:3.8.1:build-classpath",
+                f"-Dmdep.outputFile={listing}", "-Dmdep.includeScope=runtime"])
+        return listing.read_text().strip().split(os.pathsep)
+
+
+def dependency_tree(coordinate: str) -> str:
+    """Maven's tree of ``coordinate``'s dependencies, as text (their poms only: no jar is downloaded)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = Path(scratch) / "tree.txt"
+        _maven([coordinate], {}, Path(scratch),
+               ["org.apache.maven.plugins:maven-dependency-plugin:3.8.1:tree", f"-DoutputFile={tree}"])
+        return tree.read_text()
+
+
+def _maven(coordinates: list[str], exclusions: dict[str, list[str]], scratch: Path, goal: list[str]) -> None:
+    def dependency(coordinate: str) -> str:
+        group, artifact, version = coordinate.split(":")
+        excluded = "".join("<exclusion><groupId>{}</groupId><artifactId>{}</artifactId></exclusion>".format(
+            *each.split(":")) for each in exclusions.get(coordinate, []))
+        return (f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId><version>{version}"
+                f"</version><exclusions>{excluded}</exclusions></dependency>")
+
+    pom = scratch / "pom.xml"
+    pom.write_text('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+                   "<groupId>sparkpoint.tests</groupId><artifactId>jars</artifactId><version>1</version>"
+                   f"<packaging>pom</packaging><dependencies>{''.join(map(dependency, coordinates))}</dependencies>"
+                   "</project>")
+    done = subprocess.run(["mvn", "-q", "-B", "-f", str(pom), *goal], capture_output=True, text=True)
+    if done.returncode != 0:
         raise RuntimeError(f"Maven could not resolve {coordinates}: {done.stdout[-2000:]}{done.stderr[-2000:]}")
 
 

@@ -162,9 +162,12 @@ class Storage:
                         raise unsafe(item.path, info.st_mode)
                     entries.append(Entry(item.name, is_dir, 0 if is_dir else info.st_size))
             return entries
+        itself = self.fs._strip_protocol(path).rstrip("/")
         return [
             Entry(basename(info["name"]), info["type"] == "directory", int(info.get("size") or 0))
             for info in self.fs.ls(path, detail=True)
+            # An object store lists a directory's marker (the key "DIR/", which Hadoop's s3a writes) as a file in it.
+            if info["name"].rstrip("/") != itself
         ]
 
     def read_bytes(self, path: str, limit: int | None = None) -> bytes:
@@ -214,7 +217,10 @@ class Storage:
             return
         prefix = self.fs._strip_protocol(root).rstrip("/") + "/"
         for full, info in self.fs.find(root, detail=True).items():
-            yield full[len(prefix):], int(info.get("size") or 0)
+            # A key ending in "/" is a directory marker (Hadoop's s3a writes one per directory it makes), which
+            # fsspec lists as an empty file: not a file of the checkpoint.
+            if not full.endswith("/"):
+                yield full[len(prefix):], int(info.get("size") or 0)
 
     # -- writing ---------------------------------------------------------------------------
     def makedirs(self, path: str, mode: int = 0o777) -> None:
@@ -239,6 +245,14 @@ class Storage:
         else:
             # An object store's single PUT is atomic: the object appears whole or not at all.
             self.fs.pipe_file(path, data)
+
+    def create_exclusive(self, path: str, data: bytes) -> None:
+        """A new file with ``data``; FileExistsError if the path exists (on S3, a conditional PUT: If-None-Match)."""
+        if self.local:
+            with self.open_write(path) as handle:
+                handle.write(data)
+        else:
+            self.fs.pipe_file(path, data, mode="create")
 
     def open_write(self, path: str, mode: int = 0o666):
         """A new file: an existing one (or a link planted in its place) is never written through."""

@@ -28,7 +28,7 @@ from sparkpoint.errors import BadArgumentError, NotFoundError, SavepointInvalidE
 from sparkpoint.results import Result
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints.savepoint import Savepoint, dispose
-from sparkpoint.spark.relocate import QUERY_METADATA, relocate_metadata, with_query_id
+from sparkpoint.spark.relocate import INCOMPLETE_RESTORE, QUERY_METADATA, relocate_metadata, with_query_id
 
 RESTORE_MODES = ("auto", "copy", "link", "claim")
 
@@ -70,14 +70,18 @@ def restore(
         staging = {name: placement.staging for name, placement in placements.items()}
         items, relocations = _restore_items(savepoint, chosen, staging, destinations, target_storage, resolved,
                                             query_ids if fork else None)
-        for name, placement in placements.items():
-            if not target_storage.renames:
-                placement.files = [t.dst_path for _, t in items if t.dst_path.startswith(staging[name] + "/")]
+        last: list[tuple[dict[str, Any], str, str, str | None]] = []
+        if not target_storage.renames:
+            for name, placement in placements.items():
+                placement.files += [t.dst_path for _, t in items if t.dst_path.startswith(staging[name] + "/")]
                 placement.files += [dst for _, dst, dest, _ in relocations if dest == destinations[name]]
+            items, last = _metadata_last(items, relocations, placements.values())
+            relocations = [each for each in relocations if each not in last]
         results = transfer.run([t for _, t in items], workers, progress, f"restore {savepoint.manifest['id']}",
                                dir_mode)
         _check_results(items, results)
         _write_relocated(savepoint, relocations, target_storage)
+        _write_relocated(savepoint, last, target_storage)
         for placement in placements.values():
             placement.commit()
     except transfer.SourceMissing as missing:
@@ -107,18 +111,35 @@ def _check_target(savepoint: Savepoint, target_storage: Storage, target: str) ->
             raise TargetNotEmptyError(f"restore target {target} is a file, not a directory")
 
 
-def _write_relocated(savepoint: Savepoint, relocations: list[tuple[dict[str, Any], str, str, str | None]],
-                     target_storage: Storage) -> None:
+Relocation = tuple[dict[str, Any], str, str, str | None]  # (manifest entry, written to, its checkpoint, new query id)
+KEEP = "keep"  # a Relocation's "new query id" for a file written as it is, only later than the others
+
+
+def _write_relocated(savepoint: Savepoint, relocations: list[Relocation], target_storage: Storage) -> None:
     """The files rewritten as they are restored (checked first): those that name their checkpoint's location,
-    for the new one; a forked query's ``metadata``, with its new query id. Written, never linked: the
-    savepoint's own file stays as it is."""
+    for the new one; a forked query's ``metadata``, with its new query id; with KEEP, the file as it is.
+    Written, never linked: the savepoint's own file stays as it is."""
     for entry, dst, dest, new_query_id in relocations:
         with translate_errors(dst):
             raw = savepoint.storage.read_bytes(join(savepoint.path, entry["path"]))
             _check_digest(savepoint, entry, raw)
-            rewritten = (with_query_id(raw, new_query_id, entry["path"]) if new_query_id is not None
-                         else relocate_metadata(raw, spark_uri(dest)))
+            if new_query_id == KEEP:
+                rewritten = raw
+            elif new_query_id is not None:
+                rewritten = with_query_id(raw, new_query_id, entry["path"])
+            else:
+                rewritten = relocate_metadata(raw, spark_uri(dest))
             target_storage.write_atomic(dst, rewritten)
+
+
+def _metadata_last(items: list[tuple[dict[str, Any], transfer.Transfer]], relocations: list[Relocation],
+                   placements) -> tuple[list[tuple[dict[str, Any], transfer.Transfer]], list[Relocation]]:
+    """On an object store, each query's ``metadata``, taken out of the other files' transfers and relocations,
+    to be written over its placeholder once they are all in place (see _Placement)."""
+    finals = {join(placement.dest, QUERY_METADATA) for placement in placements}
+    last = [(entry, t.dst_path, parent(t.dst_path), KEEP) for entry, t in items if t.dst_path in finals]
+    last += [each for each in relocations if each[1] in finals]
+    return [each for each in items if each[1].dst_path not in finals], last
 
 
 @dataclass(frozen=True)
@@ -166,7 +187,10 @@ class _Placement:
     destination is renamed into place whole; an existing empty one is filled entry by entry, `metadata` last,
     each move refused if another restore put that entry there first (then this one takes back its own). HDFS
     has no lock: staging directories a dead restore left keep the destination refused until removed.
-    An object store has no rename: files are written in place; an undo removes only those.
+    An object store has no rename: files are written in place, and an undo removes only those. So that a restore
+    killed half-way still leaves nothing Spark would start from, each query's `metadata` is first written as a
+    placeholder Spark refuses (INCOMPLETE_RESTORE), exclusively (a conditional PUT: a second restore into the
+    same target is refused there), and replaced by the real one once every other file is written.
     """
 
     def __init__(self, storage: Storage, dest: str, dir_mode: int):
@@ -183,6 +207,14 @@ class _Placement:
         if not storage.renames:
             self.staging = dest
             self.made: list[str] = []
+            placeholder = join(dest, QUERY_METADATA)
+            with translate_errors(placeholder):
+                try:
+                    storage.create_exclusive(placeholder, INCOMPLETE_RESTORE)
+                except FileExistsError:
+                    raise TargetNotEmptyError(f"another restore is writing into {dest}; wait for it to end, or "
+                                              "restore into another directory") from None
+            self.files.append(placeholder)
             return
         inside = dest if self.existing else parent(dest)
         self.staging = join(inside, f"{STAGING_PREFIX}{basename(dest)}-{secrets.token_hex(4)}")
@@ -331,6 +363,11 @@ def _check_empty(storage: Storage, dest: str, leftovers_are_dead: bool = False) 
             for entry in leftovers:
                 storage.remove_tree(join(dest, entry.name))
             return
+        if any(e.name == QUERY_METADATA and e.size == len(INCOMPLETE_RESTORE) for e in entries) and storage.read_bytes(
+                join(dest, QUERY_METADATA)) == INCOMPLETE_RESTORE:
+            raise TargetNotEmptyError(
+                f"restore target {dest} holds a restore that did not finish (it was killed half-way, or is still "
+                "running): once no restore is running, remove the directory and restore again")
         if entries:
             raise TargetNotEmptyError(
                 f"restore target {dest} is not empty: restore into a new directory; sparkpoint never overwrites "

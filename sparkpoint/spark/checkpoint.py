@@ -41,6 +41,7 @@ from sparkpoint.spark.logs import (
     parse_offsets,
     parse_rate_start,
 )
+from sparkpoint.spark.relocate import INCOMPLETE_RESTORE
 from sparkpoint.spark.state_files import is_temp
 from sparkpoint.spark.state_layout import Operator, StateLayout
 
@@ -109,7 +110,11 @@ class CheckpointReader(CheckpointFiles):
 
     def query_id(self) -> str:
         try:
-            data = json.loads(self.read("metadata").decode("utf-8"))
+            raw = self.read("metadata")
+            if raw == INCOMPLETE_RESTORE:
+                raise NotACheckpointError(f"{self.root} is a restore that did not finish (killed half-way, or still "
+                                          "running): once no restore is running, remove it and restore again")
+            data = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, VanishedError):
             raise NotACheckpointError(f"{self.root}/metadata is not a checkpoint metadata file") from None
         if not isinstance(data, dict) or not isinstance(data.get("id"), str):

@@ -11,6 +11,10 @@ from sparkpoint.spark.logs import json_line, parse_log
 
 _SCHEMA_PATH_TAIL = re.compile(r"/state/\d+/_stateSchema/.+$")
 QUERY_METADATA = "metadata"  # a query checkpoint's identity: {"id": "<query id>"}
+# What a restore into an object store (no rename) writes as a query's ``metadata`` first and replaces last: not JSON,
+# so Spark refuses to start from a restore killed half-way (its JSON parser quotes this token in the error), where
+# a missing ``metadata`` would make it a new query with a new id, resuming from whatever offsets were written.
+INCOMPLETE_RESTORE = b"sparkpoint_restore_not_finished__remove_this_checkpoint_and_restore_again"
 
 
 def with_query_id(raw: bytes, query_id: str, where: str) -> bytes:

@@ -27,7 +27,7 @@ def s3(tmp_path_factory):
     server.stop()
 
 
-def s3a_options(s3) -> list[str]:
+def s3a_options(s3, spark_home: Path = PYSPARK) -> list[str]:
     """spark-submit's options for s3a on the test server. Credentials reach s3a from the environment
     (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, its default provider chain), never a --conf: the job's record keeps
     its options."""
@@ -39,7 +39,7 @@ def s3a_options(s3) -> list[str]:
              # state upload calls) with a bare "100 Continue", which the client takes as the response: seen, an
              # upload retried forever. Real S3 does not; the synchronous path works with both.
              "spark.hadoop.fs.s3a.optimized.copy.from.local.enabled=false"]
-    return [*(arg for conf in confs for arg in ("--conf", conf)), "--jars", ",".join(local_s3a.s3a_jars(PYSPARK))]
+    return [*(arg for conf in confs for arg in ("--conf", conf)), "--jars", ",".join(local_s3a.s3a_jars(spark_home))]
 
 
 @pytest.fixture

@@ -69,6 +69,18 @@ def java_home() -> Path:
     return Path(os.path.realpath(shutil.which("java") or "/usr/bin/java")).parents[1]
 
 
+def spark_submit_confs(cluster_mode: bool, spark_home: Path) -> list[str]:
+    """spark-submit's options for a job on these mini clusters: the Spark's own jars read where they are (the
+    NodeManager runs here: nothing to upload), small containers, and every address on loopback."""
+    confs = [f"spark.yarn.jars=local:{spark_home}/jars/*", "spark.executor.instances=1", "spark.executor.memory=512m",
+             "spark.yarn.am.memory=512m", "spark.driver.memory=512m"]
+    # In cluster mode YARN sets spark.driver.host to the container's host itself (which an explicit one
+    # breaks: its executors never reach the driver); the driver's own SPARK_LOCAL_IP keeps it on loopback.
+    confs += (["spark.yarn.appMasterEnv.SPARK_LOCAL_IP=127.0.0.1", "spark.yarn.maxAppAttempts=1"] if cluster_mode
+              else ["spark.driver.host=127.0.0.1", "spark.driver.bindAddress=127.0.0.1"])
+    return [arg for conf in confs for arg in ("--conf", conf)]
+
+
 def _answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:

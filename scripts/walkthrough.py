@@ -1,15 +1,17 @@
 """The how-to guides' walk-through, run for real: the output the docs show is this script's.
 
 The demo's motion-alarm job (scripts/demo_apps/motion_alarms.py, v1 and v2) goes through the operator tasks the
-guides describe, each command printed as a shell line (`$ sparkpoint ...`) and followed by what it printed:
-upgrade (check, then replace with probation), a scheduled savepoint with retention and the horizon, pause and
-resume, an A/B fork, a rescale, a restore for another launcher, a move to another cluster (another home), an
-upgrade `check` refuses (exit 16), reprocessing a file sink's output and a Delta table's (on Spark 4.2, when
-scripts/spark-versions.sh has installed it), a job that reads Kafka and a savepoint whose
-input retention deleted (exit 20), a move from Spark 3.5 to 4.3 (when scripts/spark-versions.sh has installed 3.5),
-a standalone cluster, and the lineage of the savepoints all this made. Paths are relative to a fresh work directory
-(printed first) whose home is `home/` (SPARKPOINT_HOME); tables are 110 columns wide. The Kafka part runs a broker
-of its own (scripts/local_kafka.py), or uses the one KAFKA_BOOTSTRAP names (the tests' own).
+guides describe, each command printed as a shell line (`$ sparkpoint ...`) and followed by what it printed: upgrade
+(check, then replace with probation), a scheduled savepoint with retention and the horizon, pause and resume, an A/B
+fork, a rescale, a restore for another launcher, a move to another cluster (another home), an upgrade `check`
+refuses (exit 16), reprocessing a file sink's output and a Delta table's (on Spark 4.2, when
+scripts/spark-versions.sh has installed it), a job that reads Kafka and a savepoint whose input retention deleted
+(exit 20), a job on YARN with its checkpoints on HDFS (Hadoop's mini clusters), a move from Spark 3.5 to 4.3 (when
+scripts/spark-versions.sh has installed 3.5), a standalone cluster, and the lineage of the savepoints all this made.
+Paths are relative to a fresh work directory (printed first) whose home is `home/` (SPARKPOINT_HOME); tables are 110
+columns wide. The Kafka part runs a broker of its own (scripts/local_kafka.py), or uses the one KAFKA_BOOTSTRAP
+names (the tests' own); the YARN part starts Hadoop's mini clusters (scripts/local_hadoop.py), or uses those
+WALKTHROUGH_HADOOP_CONF_DIR names.
 
 usage: .venv/bin/python scripts/walkthrough.py [--keep]   (after scripts/setup.sh)
 """
@@ -28,8 +30,11 @@ from collections import Counter
 from pathlib import Path
 
 import local_delta
+import local_hadoop
 import local_kafka
 from demo import APP, alarms, appears, drop, feed, say
+
+from sparkpoint.adapters.hadoop_conf import read_site
 
 ROOT = Path(__file__).resolve().parents[1]
 # The test suite's applications: a state key changed between versions (room_counts.py v2-incompatible), and a
@@ -180,6 +185,51 @@ def delta(sh: Shell, work: Path) -> None:
     sh.running.remove(fixed["id"])
 
 
+def yarn(sh: Shell, work: Path) -> None:
+    """The room-count job on YARN (client mode) with its checkpoints on HDFS, on Hadoop's mini clusters
+    (scripts/local_hadoop.py: started here, or those whose client configuration WALKTHROUGH_HADOOP_CONF_DIR names,
+    the tests' own): run, listed with its YARN application, stopped with its savepoint on HDFS, restored by run -s."""
+    say("YARN, with the checkpoints on HDFS: run, list, stop, run -s")
+    given = os.environ.get("WALKTHROUGH_HADOOP_CONF_DIR")
+    cluster = None if given else local_hadoop.HadoopCluster(work / "hadoop").start()
+    conf_dir = given or str(cluster.conf_dir)
+    hdfs = read_site(conf_dir, "core-site.xml")["fs.defaultFS"]
+    pyspark = Path(__import__("pyspark").__file__).parent
+    # The mini clusters' container sizes and loopback addresses, as an operator keeps a cluster's settings.
+    confs = local_hadoop.spark_submit_confs(False, pyspark)[1::2]
+    (work / "spark-conf").mkdir()
+    (work / "spark-conf" / "spark-defaults.conf").write_text("".join(
+        "{} {}\n".format(*conf.split("=", 1)) for conf in confs))
+    print(f"$ export HADOOP_CONF_DIR={'hadoop/conf' if cluster else conf_dir}  # the clusters' client configuration")
+    print("$ export SPARK_CONF_DIR=spark-conf  # spark-defaults.conf: " + ", ".join(c.split("=")[0] for c in confs))
+    print(f"$ export SPARKPOINT_CHECKPOINTS={hdfs}/checkpoints SPARKPOINT_SAVEPOINTS={hdfs}/savepoints")
+    sh.env.update(HADOOP_CONF_DIR=conf_dir, SPARK_CONF_DIR=str(work / "spark-conf"),
+                  SPARKPOINT_CHECKPOINTS=f"{hdfs}/checkpoints", SPARKPOINT_SAVEPOINTS=f"{hdfs}/savepoints")
+    launch = ["--master", "yarn", "--name", "rooms"]
+    try:
+        (work / "yarn-in").mkdir()
+        source = f"file:{work / 'yarn-in'}"  # the cluster's default file system is HDFS: a local input says so
+        drop(work / "yarn-in", "events-0.json", [{"room": "hall", "event": "motion"}])
+        v1 = sh.job(*launch, "room_counts.py", source, "yarn-out")
+        appears(work / "yarn-out" / "batch-0.json")
+        sh("list")
+        sh("stop", v1["id"])
+        sh.running.remove(v1["id"])
+        saved = sh.unseen("savepoints", "--job", "rooms")[0]["id"]
+        drop(work / "yarn-in", "events-1.json", [{"room": "hall", "event": "motion"}])
+        v2 = sh.job(*launch, "-s", saved, "room_counts.py", source, "yarn-out")
+        appears(work / "yarn-out" / "batch-1.json")
+        sh("list")
+        sh("stop", v2["id"])
+        sh.running.remove(v2["id"])
+    finally:
+        for variable in ("HADOOP_CONF_DIR", "SPARK_CONF_DIR", "SPARKPOINT_CHECKPOINTS", "SPARKPOINT_SAVEPOINTS"):
+            sh.env.pop(variable, None)
+        if cluster:
+            sh.cancel_running()
+            cluster.stop()
+
+
 def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="sparkpoint-walk-"))
     shutil.copy(APP, work / "motion_alarms.py")
@@ -275,6 +325,7 @@ def main() -> None:
 
         delta(sh, work)
         kafka(sh, work)
+        yarn(sh, work)
 
         say("Move a job to a newer Spark: started on Spark 3.5, stopped with a savepoint, continued on Spark 4.3")
         spark_35 = ROOT / ".venv-spark" / "3.5" / "pyspark"

@@ -39,8 +39,9 @@ def test_demo_pit_stop_carries_state_from_v1_to_v2_as_the_readme_shows_it():
     assert stops and disagreements(changed, ran) == [f"printed otherwise: {command}" for command in stops]
 
 
-def test_the_guides_walk_through_prints_what_the_guides_show(kafka_broker):
-    _, ran = run("walkthrough.py", r"work directory (\S+)", {"KAFKA_BOOTSTRAP": kafka_broker.bootstrap})
+def test_the_guides_walk_through_prints_what_the_guides_show(kafka_broker, hadoop_cluster):
+    services = {"KAFKA_BOOTSTRAP": kafka_broker.bootstrap, "WALKTHROUGH_HADOOP_CONF_DIR": str(hadoop_cluster.conf_dir)}
+    _, ran = run("walkthrough.py", r"work directory (\S+)", services)
     # spark-versions.md's walk-through needs the Spark 3.5 scripts/spark-versions.sh installs (scripts/test.sh does).
     assert {page.name for page in GUIDES} >= {"upgrade.md", "reprocess.md", "fork.md", "rescale.md", "pause-resume.md",
                                               "move.md", "spark-versions.md", "scheduled-savepoints.md",

@@ -1,12 +1,16 @@
 """On a real YARN with the checkpoints on a real HDFS (Hadoop's mini clusters, scripts/local_hadoop.py): the
 room-count pit stop in client mode (list through the ResourceManager, live savepoint, stop, run -s, exact; the
-application killed by YARN), and a cluster-mode driver whose agent no longer answers, cancelled through YARN."""
+application killed by YARN), and in cluster mode (live savepoint, stop, run -s, a --replace that fails its probation
+and is rolled back, exact throughout; the rolled-back driver, its agent frozen, cancelled through YARN)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,15 +24,10 @@ PYSPARK = Path(__import__("pyspark").__file__).parent
 
 
 def yarn_confs(cluster_mode: bool, spark_home: Path = PYSPARK) -> list[str]:
-    """spark-submit's options for the mini cluster: the Spark's own jars read where they are (the NodeManager
-    runs here: nothing to upload), small containers, and every address on loopback."""
-    confs = [f"spark.yarn.jars=local:{spark_home}/jars/*", "spark.executor.instances=1", "spark.executor.memory=512m",
-             "spark.yarn.am.memory=512m", "spark.driver.memory=512m"]
-    # In cluster mode YARN sets spark.driver.host to the container's host itself (which an explicit one
-    # breaks: its executors never reach the driver); the driver's own SPARK_LOCAL_IP keeps it on loopback.
-    confs += (["spark.yarn.appMasterEnv.SPARK_LOCAL_IP=127.0.0.1", "spark.yarn.maxAppAttempts=1"] if cluster_mode
-              else ["spark.driver.host=127.0.0.1", "spark.driver.bindAddress=127.0.0.1"])
-    return [arg for conf in confs for arg in ("--conf", conf)]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import local_hadoop
+
+    return local_hadoop.spark_submit_confs(cluster_mode, spark_home)
 
 
 @pytest.fixture
@@ -93,31 +92,71 @@ def test_pit_stop_on_yarn_client_mode_with_checkpoints_on_hdfs(on_yarn, tmp_path
     assert (entry["state"], entry["app_state"]) == ("failed", "KILLED"), entry
 
 
-def test_cluster_mode_driver_on_yarn_cancelled_through_yarn_when_its_agent_is_deaf(on_yarn, tmp_path):
+def test_cluster_mode_on_yarn_pit_stop_replace_rolled_back_and_a_deaf_agent_cancelled(on_yarn, tmp_path):
     home, inputs, out = tmp_path / "home", tmp_path / "in", tmp_path / "out"
+    launch = ["--master", "yarn", "--deploy-mode", "cluster", "--name", "rooms", *yarn_confs(True)]
+    source = f"file:{inputs}"
     for batch in range(2):
         feed(inputs, batch)
-    job = cli_json(home, "run", "--detach", "--master", "yarn", "--deploy-mode", "cluster", "--name", "rooms",
-                   *yarn_confs(True), APP, f"file:{inputs}", str(out))
-    assert job["submission_id"].startswith("application_") and job["driver_state"] == "RUNNING", job
-    assert job["log"].startswith("http://") and job["submission_id"].split("_", 1)[1] in job["log"]
+    v1 = cli_json(home, "run", "--detach", *launch, APP, source, str(out))
+    assert v1["submission_id"].startswith("application_") and v1["driver_state"] == "RUNNING", v1
+    assert v1["log"].startswith("http://") and v1["submission_id"].split("_", 1)[1] in v1["log"]
     wait_for(lambda: 1 in outputs(out), timeout=180, what="batch 1")
-    live = cli_json(home, "savepoint", job["id"])
+    live = cli_json(home, "savepoint", v1["id"])
     assert live["queries"][0]["batch_id"] >= 1
+    stopped = cli_json(home, "stop", v1["id"])
+    assert all(q["at_boundary"] for q in stopped["queries"]) and stopped["job"]["state"] == "finished"
+    assert rm_app(on_yarn, v1["submission_id"])["finalStatus"] == "SUCCEEDED"
 
-    driver = subprocess.run(["pgrep", "-f", f"bootstrap.py {home}/jobs/{job['id']} "], capture_output=True,
+    # v2 in cluster mode from the stop's savepoint, continued exactly.
+    for batch in (2, 3):
+        feed(inputs, batch)
+    v2 = cli_json(home, "run", "--detach", "-s", stopped["path"], *launch, APP, source, str(out))
+    assert v2["restored_from"] == stopped["path"] and v2["upgrade_check"]["compatible"] is True, v2
+    wait_for(lambda: 3 in outputs(out), timeout=180, what="batch 3 of v2")
+
+    # A new version replacing v2 in one step (its driver here: --replace hands over to a driver on this machine),
+    # with a condition it cannot meet: given a batch once it has taken over, it fails its probation, and v2's
+    # version runs again, in cluster mode as it ran before, from the hand-over's savepoint.
+    def feed_the_new_version() -> None:
+        wait_for(lambda: any(j["id"] != v2["id"] and j["state"] == "running" for j in cli_json(home, "list")),
+                 timeout=240, what="the new version to take over")
+        feed(inputs, 4)
+
+    feeder = threading.Thread(target=feed_the_new_version, daemon=True)
+    feeder.start()
+    code, replaced, err = cli(home, "run", "--output", "json", "--detach", "--replace", v2["id"], "--no-check",
+                              "--probation", "20", "--healthy-when", "processing_rate>=1e9", "--master", "yarn",
+                              "--name", "rooms", *yarn_confs(False), APP, source, str(out))
+    feeder.join(timeout=10)
+    assert code == 13 and "failed on probation (unhealthy: processing_rate of counts: " in err, err
+    failed = json.loads(replaced)
+    again = failed["rolled_back"]
+    assert again["state"] == "running" and again["submission_id"].startswith("application_"), again
+    assert again["restored_from"] == failed["replaced"]["path"] and again["rollback"]["rollback_of"] == failed["id"]
+    assert rm_app(on_yarn, failed["app_id"])["state"] in ("FINISHED", "KILLED")
+    feed(inputs, 5)
+    wait_for(lambda: 5 in outputs(out), timeout=180, what="batch 5 after the rollback")
+    newest: dict[str, int] = {}
+    for batch in sorted(outputs(out)):
+        newest.update(outputs(out)[batch])
+    assert newest == expected_counts(range(6))  # through a stop, a restore, a hand-over and a way back: exact
+
+    # Its agent frozen, the rolled-back version is cancelled through YARN.
+    driver = subprocess.run(["pgrep", "-f", f"bootstrap.py {home}/jobs/{again['id']} "], capture_output=True,
                             text=True).stdout.split()
     assert len(driver) == 1, driver  # the driver's Python, in its YARN container
     os.kill(int(driver[0]), signal.SIGSTOP)  # alive, and deaf
     try:
         started = time.monotonic()
-        cancelled = cli_json(home, "cancel", job["id"])
+        cancelled = cli_json(home, "cancel", again["id"])
         assert time.monotonic() - started < 20
     finally:
         os.kill(int(driver[0]), signal.SIGCONT)
     assert cancelled["state"] == "cancelled"
-    assert rm_app(on_yarn, job["submission_id"])["state"] == "KILLED"
-    entry = listed(home, job["id"])
+    assert rm_app(on_yarn, again["submission_id"])["state"] == "KILLED"
+    entry = listed(home, again["id"])
     assert (entry["state"], entry["app_state"]) == ("cancelled", "KILLED")
-    wait_for(lambda: not subprocess.run(["pgrep", "-f", job["id"]], capture_output=True).stdout, timeout=30,
+    assert [v["id"] for v in entry["lineage"]] == [v1["id"], v2["id"], failed["id"], again["id"]]
+    wait_for(lambda: not subprocess.run(["pgrep", "-f", again["id"]], capture_output=True).stdout, timeout=30,
              what="the driver's processes to end")

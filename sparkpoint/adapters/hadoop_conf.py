@@ -36,7 +36,13 @@ def read_site(directory: str, name: str) -> dict[str, str]:
     def resolved(value: str, depth: int = 0) -> str:
         if depth > 8:  # a loop of references stays as it is, as in Hadoop's Configuration
             return value
-        return _VARIABLE.sub(lambda m: resolved(values.get(m.group(1), m.group(0)), depth + 1), value)
+        expanded = _VARIABLE.sub(lambda m: resolved(values.get(m.group(1), m.group(0)), depth + 1), value)
+        # References that each hold several more grow a value by a power of its depth: a few lines of a site
+        # file would fill the memory.
+        if len(expanded) > SITE_BYTES:
+            raise ConfigError(f"the Hadoop configuration {path}: a value's ${{...}} references expand past "
+                              f"{SITE_BYTES >> 20} MiB")
+        return expanded
 
     return {key: resolved(value) for key, value in values.items()}
 

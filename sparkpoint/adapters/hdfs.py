@@ -55,10 +55,13 @@ def namenode_addresses(authority: str, options: dict[str, Any]) -> list[str]:
     if namenodes:
         return [client_address(site[f"dfs.namenode.http-address.{host}.{n}"]) for n in namenodes
                 if site.get(f"dfs.namenode.http-address.{host}.{n}")]
-    configured = site.get("dfs.namenode.http-address")
-    if configured and (configured.rpartition(":")[0] in (host, "0.0.0.0", "localhost", "127.0.0.1")):
-        return [client_address(configured)]
-    return [f"{host}:{NAMENODE_HTTP_PORT}"]
+    configured_host, _, configured_port = site.get("dfs.namenode.http-address", "").rpartition(":")
+    if configured_host in ("0.0.0.0", "") and configured_port:  # every interface of the NameNode's own host
+        return [f"{host}:{configured_port}"]
+    loopback = ("localhost", "127.0.0.1")
+    if configured_port and (configured_host == host or (configured_host in loopback and host in loopback)):
+        return [f"{configured_host}:{configured_port}"]
+    return [f"{host}:{NAMENODE_HTTP_PORT}"]  # the file is another cluster's
 
 
 def filesystem(url: str, options: dict[str, Any]) -> SafeWebHdfs:

@@ -136,3 +136,38 @@ def test_concurrent_restores_into_one_hdfs_target_end_whole_or_absent(spark, hdf
                               if path.startswith("queries/totals/"))
     assert [e.name for e in storage.list(f"{hdfs}/target")] == ["totals"]  # no staging left by the losers
     assert cli_json(home, "verify", saved.path)["valid"]  # and the savepoint untouched
+
+
+def test_inspect_rescale_prune_and_dispose_on_hdfs(spark, hdfs, home, tmp_path, capsys, monkeypatch):
+    """The catalog's commands against a catalog on HDFS; `inspect --state` and `rescale` in this process, with its
+    Spark (the CLI's own, reading HDFS through its Hadoop client)."""
+    from sparkpoint.cli.main import main
+
+    catalog = f"{hdfs}/catalog"
+    monkeypatch.setenv("SPARKPOINT_SAVEPOINTS", catalog)
+    first = [[("a", 1), ("b", 10)], [("a", 2)]]
+    _aggregate(spark, f"{hdfs}/live/totals", first, tmp_path)
+    older = cli_json(home, "savepoint", "--from-checkpoint", f"{hdfs}/live/totals", "--job", "totals")
+    newer = cli_json(home, "savepoint", "--from-checkpoint", f"{hdfs}/live/totals", "--job", "totals")
+    assert older["path"].startswith(f"{catalog}/totals/") and newer["path"].startswith(f"{catalog}/totals/")
+
+    capsys.readouterr()
+    assert main(["inspect", newer["id"], "--state", "-o", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["queries"][0]["batch_id"] == 1 and [store["rows"] for store in shown["state"]] == [2]
+
+    assert main(["rescale", newer["id"], "--partitions", "3", "-o", "json"]) == 0
+    rescaled = json.loads(capsys.readouterr().out)
+    assert rescaled["savepoint"]["path"].startswith(f"{catalog}/totals/"), rescaled
+    assert rescaled["queries"][0]["partitions_before"] == 2 and rescaled["queries"][0]["partitions"] == 3
+    # The rescaled savepoint, restored onto HDFS, continues exactly with its 3 partitions.
+    cli_json(home, "restore", rescaled["savepoint"]["path"], f"{hdfs}/rescaled")
+    newest = _aggregate(spark, f"{hdfs}/rescaled/totals", [[("a", 100), ("c", 1)]], tmp_path)
+    assert newest == {"a": (103, 3), "c": (1, 1)}
+
+    pruned = cli_json(home, "prune", "--keep-last", "1", "--job", "totals")
+    assert {d["id"] for d in pruned["deleted"]} == {older["id"], newer["id"]} and len(pruned["kept"]) == 1
+    kept = pruned["kept"][0]
+    assert cli_json(home, "savepoint", "--dispose", kept["id"])["disposed"]
+    storage, path = storage_for(f"{catalog}/totals")
+    assert [e.name for e in storage.list(path)] == []  # nothing of the three is left on HDFS

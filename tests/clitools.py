@@ -119,3 +119,21 @@ class SilentServer:
         self.socket.close()
         for connection in self.held:
             connection.close()
+
+
+def race(count: int, call, refused: type[BaseException]) -> list[object]:
+    """``call`` in ``count`` threads at once; each one's outcome: what it returned, or the ``refused`` it raised."""
+    outcomes: list[object] = []
+
+    def attempt() -> None:
+        try:
+            outcomes.append(call())
+        except refused as exc:
+            outcomes.append(exc)
+
+    racers = [threading.Thread(target=attempt) for _ in range(count)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    return outcomes

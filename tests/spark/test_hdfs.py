@@ -5,10 +5,9 @@ savepointed, moved HDFS -> local disk -> S3 -> HDFS, and continued exactly."""
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
-from clitools import cli_json
+from clitools import cli_json, race
 from s3server import BUCKET, S3Server
 
 from sparkpoint.adapters.storage import join, storage_for
@@ -115,19 +114,7 @@ def test_a_savepoint_moved_hdfs_local_s3_hdfs_restores_exactly(spark, hdfs, home
 def test_concurrent_restores_into_one_hdfs_target_end_whole_or_absent(spark, hdfs, home, tmp_path):
     _aggregate(spark, f"{hdfs}/live/totals", [[("a", 1)], [("b", 2)]], tmp_path)
     saved = load(cli_json(home, "savepoint", "--from-checkpoint", f"{hdfs}/live/totals", f"{hdfs}/sp")["path"])
-    outcomes: list[object] = []
-
-    def attempt() -> None:
-        try:
-            outcomes.append(restore(saved, f"{hdfs}/target", workers=2))
-        except TargetNotEmptyError as exc:
-            outcomes.append(exc)
-
-    racers = [threading.Thread(target=attempt) for _ in range(3)]
-    for racer in racers:
-        racer.start()
-    for racer in racers:
-        racer.join()
+    outcomes = race(3, lambda: restore(saved, f"{hdfs}/target", workers=2), TargetNotEmptyError)
     won = [o for o in outcomes if not isinstance(o, Exception)]
     assert len(won) == 1 and len(outcomes) == 3, outcomes
     storage, _ = storage_for(hdfs)

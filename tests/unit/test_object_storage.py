@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 
 import clitools
 import pytest
@@ -114,19 +113,8 @@ def test_a_restore_into_s3_killed_half_way_leaves_a_checkpoint_nothing_starts_fr
     # Two restores racing into one new target: the placeholder's conditional PUT lets one in.
     for key, value in s3.env.items():
         monkeypatch.setenv(key, value)
-    outcomes: list[object] = []
-
-    def attempt() -> None:
-        try:
-            outcomes.append(restore(load(saved["path"]), f"s3://{BUCKET}/{tmp_path.name}/raced", workers=2))
-        except TargetNotEmptyError as exc:
-            outcomes.append(exc)
-
-    racers = [threading.Thread(target=attempt) for _ in range(2)]
-    for racer in racers:
-        racer.start()
-    for racer in racers:
-        racer.join()
+    outcomes = clitools.race(2, lambda: restore(load(saved["path"]), f"s3://{BUCKET}/{tmp_path.name}/raced",
+                                                workers=2), TargetNotEmptyError)
     assert sorted(type(o).__name__ for o in outcomes) == ["Restored", "TargetNotEmptyError"], outcomes
     raced = client.get_object(Bucket=BUCKET, Key=f"{tmp_path.name}/raced/ckpt/metadata")["Body"].read()
     assert json.loads(raced)["id"] == "6a1b0c5e-query-id"

@@ -32,19 +32,28 @@ def read_site(directory: str, name: str) -> dict[str, str]:
     except ElementTree.ParseError as exc:
         raise ConfigError(f"the Hadoop configuration {path} is not XML: {exc}") from None
     values = {(p.findtext("name") or "").strip(): (p.findtext("value") or "").strip() for p in root.iter("property")}
+    known: dict[tuple[str, int], str] = {}  # (name, depth): each reference expanded once
 
-    def resolved(value: str, depth: int = 0) -> str:
+    def resolved(value: str, depth: int) -> str:
         if depth > 8:  # a loop of references stays as it is, as in Hadoop's Configuration
             return value
-        expanded = _VARIABLE.sub(lambda m: resolved(values.get(m.group(1), m.group(0)), depth + 1), value)
-        # References that each hold several more grow a value by a power of its depth: a few lines of a site
-        # file would fill the memory.
-        if len(expanded) > SITE_BYTES:
-            raise ConfigError(f"the Hadoop configuration {path}: a value's ${{...}} references expand past "
-                              f"{SITE_BYTES >> 20} MiB")
-        return expanded
+        pieces, size, end = [], 0, 0
+        for reference in _VARIABLE.finditer(value):
+            name = reference.group(1)
+            if name in values and (name, depth + 1) not in known:
+                known[name, depth + 1] = resolved(values[name], depth + 1)
+            for piece in (value[end:reference.start()], known.get((name, depth + 1), reference.group(0))):
+                pieces.append(piece)
+                size += len(piece)
+            end = reference.end()
+            # References that each hold several more grow a value by a power of its depth: a few lines of a site
+            # file would fill the memory. Counted as it grows, not once it is built.
+            if size > SITE_BYTES:
+                raise ConfigError(f"the Hadoop configuration {path}: a value's ${{...}} references expand past "
+                                  f"{SITE_BYTES >> 20} MiB")
+        return "".join(pieces) + value[end:]
 
-    return {key: resolved(value) for key, value in values.items()}
+    return {key: resolved(value, 0) for key, value in values.items()}
 
 
 def client_address(address: str) -> str:

@@ -32,7 +32,7 @@ from urllib.parse import quote, urlsplit
 
 from fsspec.implementations.webhdfs import WebHDFile, WebHDFS
 
-from sparkpoint.adapters.hadoop_conf import client_address, conf_dirs, read_site
+from sparkpoint.adapters.hadoop_conf import conf_dirs, read_site
 from sparkpoint.errors import ConfigError
 
 NAMENODE_HTTP_PORT = "9870"  # Hadoop 3's default (dfs.namenode.http-address)
@@ -40,6 +40,9 @@ NAMENODE_HTTP_PORT = "9870"  # Hadoop 3's default (dfs.namenode.http-address)
 _ERRORS = {"FileNotFoundException": errno.ENOENT, "FileAlreadyExistsException": errno.EEXIST,
            "AccessControlException": errno.EACCES, "SecurityException": errno.EACCES,
            "ParentNotDirectoryException": errno.ENOTDIR, "PathIsNotEmptyDirectoryException": errno.ENOTEMPTY}
+
+
+_WILDCARDS = ("0.0.0.0", "")
 
 
 def namenode_addresses(authority: str, options: dict[str, Any]) -> list[str]:
@@ -53,13 +56,21 @@ def namenode_addresses(authority: str, options: dict[str, Any]) -> list[str]:
     site = read_site(directories[0], "hdfs-site.xml") if directories else {}
     namenodes = [n.strip() for n in site.get(f"dfs.ha.namenodes.{host}", "").split(",") if n.strip()]
     if namenodes:
-        return [client_address(site[f"dfs.namenode.http-address.{host}.{n}"]) for n in namenodes
-                if site.get(f"dfs.namenode.http-address.{host}.{n}")]
+        found = []
+        for namenode in namenodes:
+            http_host, _, http_port = site.get(f"dfs.namenode.http-address.{host}.{namenode}", "").rpartition(":")
+            rpc_host = site.get(f"dfs.namenode.rpc-address.{host}.{namenode}", "").rpartition(":")[0]
+            if not http_port.isdigit():
+                continue
+            if http_host in _WILDCARDS:  # every interface of that NameNode's host: its RPC address's
+                http_host = rpc_host if rpc_host not in _WILDCARDS else "127.0.0.1"
+            found.append(f"{http_host}:{http_port}")
+        return found
     configured_host, _, configured_port = site.get("dfs.namenode.http-address", "").rpartition(":")
-    if configured_host in ("0.0.0.0", "") and configured_port:  # every interface of the NameNode's own host
+    if configured_host in _WILDCARDS and configured_port.isdigit():  # every interface of the NameNode's host
         return [f"{host}:{configured_port}"]
     loopback = ("localhost", "127.0.0.1")
-    if configured_port and (configured_host == host or (configured_host in loopback and host in loopback)):
+    if configured_port.isdigit() and (configured_host == host or (configured_host in loopback and host in loopback)):
         return [f"{configured_host}:{configured_port}"]
     return [f"{host}:{NAMENODE_HTTP_PORT}"]  # the file is another cluster's
 

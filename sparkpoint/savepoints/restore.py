@@ -28,7 +28,14 @@ from sparkpoint.errors import BadArgumentError, NotFoundError, SavepointInvalidE
 from sparkpoint.results import Result
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints.savepoint import Savepoint, dispose
-from sparkpoint.spark.relocate import INCOMPLETE_RESTORE, QUERY_METADATA, relocate_metadata, with_query_id
+from sparkpoint.spark.relocate import (
+    INCOMPLETE_RESTORE,
+    QUERY_METADATA,
+    incomplete_restore,
+    is_incomplete_restore,
+    relocate_metadata,
+    with_query_id,
+)
 
 RESTORE_MODES = ("auto", "copy", "link", "claim")
 
@@ -56,6 +63,8 @@ def restore(
         raise BadArgumentError(f"restore mode must be one of {', '.join(RESTORE_MODES)}, not {mode!r}")
     progress = progress or transfer.NullProgress()
     target_storage, target = storage_for(target, storage_options)
+    # One spelling of the target: the files this restore writes are known (and undone) by their paths below it.
+    target = target.rstrip("/") or target
     _check_target(savepoint, target_storage, target)
     chosen = [savepoint.query(query)] if query else savepoint.queries
     destinations = {q["name"]: (target if query else join(target, q["name"])) for q in chosen}
@@ -136,9 +145,13 @@ def _metadata_last(items: list[tuple[dict[str, Any], transfer.Transfer]], reloca
                    placements) -> tuple[list[tuple[dict[str, Any], transfer.Transfer]], list[Relocation]]:
     """On an object store, each query's ``metadata``, taken out of the other files' transfers and relocations,
     to be written over its placeholder once they are all in place (see _Placement)."""
-    finals = {join(placement.dest, QUERY_METADATA) for placement in placements}
+    finals = {placement.placeholder for placement in placements}
     last = [(entry, t.dst_path, parent(t.dst_path), KEEP) for entry, t in items if t.dst_path in finals]
     last += [each for each in relocations if each[1] in finals]
+    if missing := finals - {each[1] for each in last}:
+        # Its placeholder would stay as the checkpoint's identity: a checkpoint always has one (validate).
+        raise SavepointInvalidError(f"the savepoint has no query metadata for {', '.join(sorted(missing))}: it "
+                                    "is broken")
     return [each for each in items if each[1].dst_path not in finals], last
 
 
@@ -207,14 +220,16 @@ class _Placement:
         if not storage.renames:
             self.staging = dest
             self.made: list[str] = []
-            placeholder = join(dest, QUERY_METADATA)
-            with translate_errors(placeholder):
+            self.placeholder = join(dest, QUERY_METADATA)
+            mine = incomplete_restore(secrets.token_hex(8))
+            with translate_errors(self.placeholder):
                 try:
-                    storage.create_exclusive(placeholder, INCOMPLETE_RESTORE)
+                    storage.create_exclusive(self.placeholder, mine)
                 except FileExistsError:
-                    raise TargetNotEmptyError(f"another restore is writing into {dest}; wait for it to end, or "
-                                              "restore into another directory") from None
-            self.files.append(placeholder)
+                    # A PUT the client retried after it had succeeded finds this restore's own placeholder.
+                    if storage.read_bytes(self.placeholder, limit=len(mine)) != mine:
+                        raise TargetNotEmptyError(f"another restore is writing into {dest}; wait for it to end, "
+                                                  "or restore into another directory") from None
             return
         inside = dest if self.existing else parent(dest)
         self.staging = join(inside, f"{STAGING_PREFIX}{basename(dest)}-{secrets.token_hex(4)}")
@@ -276,8 +291,17 @@ class _Placement:
         directories it made (only while empty: a concurrent restore may use them)."""
         storage = self.storage
         if not storage.renames:
-            for path in self.files:
-                storage.remove_file(path)
+            # The placeholder goes last, and only once everything else is gone: an undo cut short (a second
+            # Ctrl-C, a failed DELETE) leaves a checkpoint Spark still refuses.
+            left = []
+            for path in dict.fromkeys(self.files):
+                if path != self.placeholder:
+                    try:
+                        storage.remove_file(path)
+                    except Exception:  # noqa: BLE001 - each file tried; what is left keeps the placeholder
+                        left.append(path)
+            if not left:
+                storage.remove_file(self.placeholder)
             return
         if os.path.lexists(self.staging) if storage.local else storage.exists(self.staging):
             storage.remove_tree(self.staging)
@@ -363,8 +387,8 @@ def _check_empty(storage: Storage, dest: str, leftovers_are_dead: bool = False) 
             for entry in leftovers:
                 storage.remove_tree(join(dest, entry.name))
             return
-        if any(e.name == QUERY_METADATA and e.size == len(INCOMPLETE_RESTORE) for e in entries) and storage.read_bytes(
-                join(dest, QUERY_METADATA)) == INCOMPLETE_RESTORE:
+        if any(e.name == QUERY_METADATA and not e.is_dir and e.size < 2 * len(INCOMPLETE_RESTORE)
+               for e in entries) and is_incomplete_restore(storage.read_bytes(join(dest, QUERY_METADATA))):
             raise TargetNotEmptyError(
                 f"restore target {dest} holds a restore that did not finish (it was killed half-way, or is still "
                 "running): once no restore is running, remove the directory and restore again")

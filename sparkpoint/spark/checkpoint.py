@@ -41,7 +41,7 @@ from sparkpoint.spark.logs import (
     parse_offsets,
     parse_rate_start,
 )
-from sparkpoint.spark.relocate import INCOMPLETE_RESTORE
+from sparkpoint.spark.relocate import is_incomplete_restore
 from sparkpoint.spark.state_files import is_temp
 from sparkpoint.spark.state_layout import Operator, StateLayout
 
@@ -111,7 +111,7 @@ class CheckpointReader(CheckpointFiles):
     def query_id(self) -> str:
         try:
             raw = self.read("metadata")
-            if raw == INCOMPLETE_RESTORE:
+            if is_incomplete_restore(raw):
                 raise NotACheckpointError(f"{self.root} is a restore that did not finish (killed half-way, or still "
                                           "running): once no restore is running, remove it and restore again")
             data = json.loads(raw.decode("utf-8"))

@@ -17,6 +17,16 @@ QUERY_METADATA = "metadata"  # a query checkpoint's identity: {"id": "<query id>
 INCOMPLETE_RESTORE = b"sparkpoint_restore_not_finished__remove_this_checkpoint_and_restore_again"
 
 
+def incomplete_restore(restore_id: str) -> bytes:
+    """One restore's placeholder: INCOMPLETE_RESTORE, then its own id on a line of its own (a PUT retried after
+    it succeeded finds its own placeholder, not another restore's)."""
+    return INCOMPLETE_RESTORE + b"\n" + restore_id.encode()
+
+
+def is_incomplete_restore(raw: bytes) -> bool:
+    return raw.startswith(INCOMPLETE_RESTORE)
+
+
 def with_query_id(raw: bytes, query_id: str, where: str) -> bytes:
     """A query checkpoint's ``metadata`` with another query id (a fork), its other keys as they were."""
     try:

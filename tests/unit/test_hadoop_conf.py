@@ -39,6 +39,16 @@ def test_references_that_multiply_are_refused_at_once(tmp_path):
     assert time.monotonic() - started < 5
 
 
+def test_references_that_multiply_unevenly_are_refused_before_they_are_built(tmp_path):
+    # Each level under the cap (l4 is about 640 KB), and a value of 5,000 references to it: 3.2 GB, were it built.
+    levels = {f"l{n}": ("${l" + str(n - 1) + "}") * 10 for n in range(1, 5)}
+    site(tmp_path, "core-site.xml", {"l0": "x" * 64, **levels, "top": "${l4}" * 5000})
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match="expand past"):
+        read_site(str(tmp_path), "core-site.xml")
+    assert time.monotonic() - started < 5
+
+
 def test_entities_that_multiply_and_broken_xml_are_one_clear_error(tmp_path):
     laughs = "".join(f'<!ENTITY l{n} "{f"&l{n - 1};" * 10}">' for n in range(1, 10))
     (tmp_path / "core-site.xml").write_text(f'<?xml version="1.0"?><!DOCTYPE c [<!ENTITY l0 "lol">{laughs}]>'
@@ -53,11 +63,14 @@ def test_entities_that_multiply_and_broken_xml_are_one_clear_error(tmp_path):
 
 def test_namenodes_of_an_ha_nameservice_and_of_a_single_namenode(tmp_path, monkeypatch):
     monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
-    site(tmp_path, "hdfs-site.xml", {"dfs.ha.namenodes.prod": "nn1, nn2",
+    site(tmp_path, "hdfs-site.xml", {"dfs.ha.namenodes.prod": "nn1, nn2, nn3",
                                      "dfs.namenode.http-address.prod.nn1": "nn1.example:9870",
+                                     # a wildcard: every interface of that NameNode's host, its RPC address's
                                      "dfs.namenode.http-address.prod.nn2": "0.0.0.0:9871",
+                                     "dfs.namenode.rpc-address.prod.nn2": "nn2.example:8020",
+                                     "dfs.namenode.http-address.prod.nn3": "nn3.example",  # no port: not used
                                      "dfs.namenode.http-address": "0.0.0.0:50070"})
-    assert namenode_addresses("prod", {}) == ["nn1.example:9870", "127.0.0.1:9871"]
+    assert namenode_addresses("prod", {}) == ["nn1.example:9870", "nn2.example:9871"]
     # A wildcard is every interface of the NameNode's host: the URL's host, on the configured port.
     assert namenode_addresses("127.0.0.1:8020", {}) == ["127.0.0.1:50070"]
     assert namenode_addresses("nn.example:8020", {}) == ["nn.example:50070"]
@@ -67,3 +80,5 @@ def test_namenodes_of_an_ha_nameservice_and_of_a_single_namenode(tmp_path, monke
     assert namenode_addresses("other.example:8020", {}) == ["other.example:9870"]
     assert namenode_addresses("prod", {"webhdfs": "gateway:14000"}) == ["gateway:14000"]
     assert client_address("0.0.0.0:8088") == "127.0.0.1:8088" and client_address("rm:8088") == "rm:8088"
+    site(tmp_path, "hdfs-site.xml", {"dfs.namenode.http-address": "nn.example"})  # no port: the default
+    assert namenode_addresses("nn.example:8020", {}) == ["nn.example:9870"]

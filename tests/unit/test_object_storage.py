@@ -102,7 +102,7 @@ def test_a_restore_into_s3_killed_half_way_leaves_a_checkpoint_nothing_starts_fr
         restoring.wait(timeout=30)
     left = written()
     assert 20 < len(left) < saved["file_count"], (len(left), saved["file_count"])  # killed in the middle
-    assert client.get_object(Bucket=BUCKET, Key=metadata_key)["Body"].read() == INCOMPLETE_RESTORE
+    assert client.get_object(Bucket=BUCKET, Key=metadata_key)["Body"].read().startswith(INCOMPLETE_RESTORE)
 
     code, _, err = cli(env, "restore", saved["id"], target)
     assert code == 7 and "did not finish" in err, err
@@ -118,3 +118,70 @@ def test_a_restore_into_s3_killed_half_way_leaves_a_checkpoint_nothing_starts_fr
     assert sorted(type(o).__name__ for o in outcomes) == ["Restored", "TargetNotEmptyError"], outcomes
     raced = client.get_object(Bucket=BUCKET, Key=f"{tmp_path.name}/raced/ckpt/metadata")["Body"].read()
     assert json.loads(raced)["id"] == "6a1b0c5e-query-id"
+
+
+def _corrupted_local_savepoint(s3, tmp_path, committed: int = 5, partitions: int = 2) -> str:
+    """A savepoint on local disk with one state file changed after it was taken: a restore of it writes every
+    file, then finds the digest wrong and takes back what it wrote."""
+    env = dict(os.environ, **s3.env, SPARKPOINT_HOME=str(tmp_path / "home"))
+    checkpoint = hdfs_checkpoint(tmp_path / "ckpt", committed=committed, partitions=partitions)
+    code, out, err = cli(env, "savepoint", "-o", "json", "--from-checkpoint", str(checkpoint), "--job", "broken")
+    assert code == 0, err
+    path = json.loads(out)["path"]
+    delta = next(p for p in sorted((tmp_path / "home").rglob("*.delta")) if path in str(p))
+    delta.write_bytes(delta.read_bytes() + b"changed")
+    return path
+
+
+def test_an_undo_killed_half_way_keeps_the_placeholder(s3, tmp_path):
+    """A restore into S3 that fails takes back what it wrote, the placeholder last: an undo cut short (a second
+    Ctrl-C, a kill, a DELETE that fails) leaves a checkpoint Spark still refuses, never one it would start from."""
+    import boto3
+
+    from sparkpoint.spark.relocate import INCOMPLETE_RESTORE
+
+    path = _corrupted_local_savepoint(s3, tmp_path, committed=150, partitions=8)
+    client = boto3.client("s3", endpoint_url=s3.url, region_name="us-east-1",
+                          aws_access_key_id=s3.env["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=s3.env["AWS_SECRET_ACCESS_KEY"])
+    prefix = f"{tmp_path.name}/undo/"
+
+    def written() -> int:
+        return sum(page.get("KeyCount", 0) for page in client.get_paginator("list_objects_v2").paginate(
+            Bucket=BUCKET, Prefix=prefix))
+
+    restoring = subprocess.Popen([sys.executable, "-m", "sparkpoint", "restore", path, f"s3://{BUCKET}/{prefix}"],
+                                 env=dict(os.environ, **s3.env, SPARKPOINT_HOME=str(tmp_path / "home")),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    most = 0
+    try:
+        def undoing() -> bool:  # fewer objects than there were: the undo has begun
+            nonlocal most
+            count = written()
+            most = max(most, count)
+            return count < most - 20
+
+        clitools.wait_for(undoing, timeout=120, interval=0.05, what="the restore's undo")
+        restoring.send_signal(signal.SIGKILL)
+    finally:
+        restoring.wait(timeout=30)
+    assert written() > 20  # killed in the middle of the undo
+    placeholder = client.get_object(Bucket=BUCKET, Key=f"{prefix}ckpt/metadata")["Body"].read()
+    assert placeholder.startswith(INCOMPLETE_RESTORE)
+
+
+def test_a_failed_restore_of_one_query_into_a_target_with_a_slash_takes_back_all_it_wrote(s3, tmp_path,
+                                                                                         monkeypatch):
+    import boto3
+
+    from sparkpoint.errors import SavepointInvalidError
+    from sparkpoint.savepoints.restore import restore
+    from sparkpoint.savepoints.savepoint import load
+
+    path = _corrupted_local_savepoint(s3, tmp_path)
+    for name, value in s3.env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SavepointInvalidError, match="checksum"):
+        restore(load(path), f"s3://{BUCKET}/{tmp_path.name}/one/", query="ckpt")
+    client = boto3.client("s3", endpoint_url=s3.url, region_name="us-east-1")
+    assert client.list_objects_v2(Bucket=BUCKET, Prefix=f"{tmp_path.name}/").get("Contents", []) == []

@@ -41,6 +41,7 @@ from sparkpoint.errors import (
     StorageError,
     TargetNotEmptyError,
 )
+from sparkpoint.jobs import startup
 from sparkpoint.jobs.live import LiveQuery
 from sparkpoint.jobs.protocol import read_agent_record
 from sparkpoint.lookup import by_id, the_one
@@ -116,6 +117,7 @@ class Job:
     # cannot lose it.
     savepoints: SavepointRecord = field(default_factory=SavepointRecord)
     stop: dict[str, Any] | None = None  # the last stop with a savepoint: at, phases (seconds), at_boundary, savepoint
+    launch: dict[str, Any] | None = None  # the CLI's milestones of the start (jobs.startup): at, restored
     # Where its live checkpoints are, when not in its directory (the `checkpoints` setting at its launch: a later
     # change of the setting does not lose them).
     checkpoints: str | None = None
@@ -299,6 +301,7 @@ _RECORD_TYPES: RecordTypes = {
     "spark_version": (lambda v: isinstance(v, str), True),
     "history": (lambda v: isinstance(v, list) and all(isinstance(e, dict) for e in v), False),
     "stop": (lambda v: isinstance(v, dict), True),
+    "launch": (lambda v: isinstance(v, dict), True),
     "checkpoints": (lambda v: isinstance(v, str) and v != "", True),
 }
 
@@ -484,6 +487,8 @@ class JobView(Result):
     replaced: Stopped | None = field(default=None, metadata=WHEN_SET)  # run --replace: the old job's stop
     rolled_back: JobView | None = field(default=None, metadata=WHEN_SET)  # the old version, started again
     sink_rollbacks: list[Any] | None = field(default=None, metadata=WHEN_SET)  # run -s --rollback-sink
+    # Where its start went (jobs.startup): at, phases (seconds so far), queries (each one's milestones)
+    start: dict[str, Any] | None = field(default=None, metadata=WHEN_SET)
 
 
 def describe_job(job: Job, status: dict[str, Any] | None = None, state: str | None = None) -> JobView:
@@ -510,7 +515,16 @@ def describe_job(job: Job, status: dict[str, Any] | None = None, state: str | No
         history=history_of(job),
         upgrade_check=job.upgrade_check,
         rollback=job.rollback,
+        start=_start_of(job),
     )
+
+
+def _start_of(job: Job) -> dict[str, Any] | None:
+    if not job.launch:
+        return None
+    found = startup.phases(job.launch, job.agent.get("startup"))
+    queries = (job.agent.get("startup") or {}).get("queries")
+    return {"at": job.launch.get("at"), "phases": found, "queries": queries if isinstance(queries, dict) else {}}
 
 
 def history_of(job: Job) -> list[dict[str, Any]]:
@@ -524,6 +538,10 @@ def history_of(job: Job) -> list[dict[str, Any]]:
         events.append({"at": not_restored.get("at"), "event": "state_not_restored",
                        "detail": f"--allow-non-restored-state: the saved state of {names} is not used: the "
                                  "application started no query of that name"})
+    found = startup.phases(job.launch, agent.get("startup"))
+    if "first_batch" in found:
+        events.append({"at": max(q["first_batch"]["at"] for q in agent["startup"]["queries"].values()),
+                       "event": "started_up", "detail": startup.said(found)})
     if agent.get("state") in ("finished", "failed") and not job.ended:
         events.append({"at": agent.get("ended_at"), "event": agent["state"],
                        "detail": agent.get("error") or f"the application exited ({agent.get('exit_code')})"})

@@ -16,7 +16,7 @@ from sparkpoint.jobs.sinks import refuse_sinks_ahead
 from sparkpoint.jobs.stop import Stopped, record_stopped, stop_with_savepoint
 from sparkpoint.savepoints import savepoint
 from sparkpoint.savepoints.restore import restore
-from sparkpoint.times import poll_until
+from sparkpoint.times import iso, poll_until
 
 
 class HandoverFailedError(JobFailedError):
@@ -36,8 +36,10 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
     stopped = None
     try:
         _await_handover_waiting(registry, job, process, replaced, sleep, clock, timeout)
+        job.launch = {**(job.launch or {}), "stop_began": iso()}
         stopped, exiting = stop_with_savepoint(settings, registry, replaced, savepoint_path,
                                                 stop_timeout, progress, sleep, clock)
+        job.launch["stopped"] = iso()
         saved = savepoint.load(stopped.path, settings.storage_options)
         # A stop cut short (a batch outlasting the timeout) may leave its batch in a Delta table, committed by the
         # old version's sink: the new version replays it and Delta skips it, which is the old version's own batch,
@@ -49,6 +51,7 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
                                handover=True)
         restore(saved, job.checkpoint_root, mode="auto", workers=settings.transfer_workers,
                 progress=progress, storage_options=settings.storage_options)
+        job.launch["restored"] = iso()
     except BaseException as exc:
         answer_handover(job.directory, {"abort": f"the hand-over from {replaced.id} failed: {exc}"})
         if process.poll() is None:

@@ -116,6 +116,7 @@ def _unheard(_message: str) -> None:
 def _run_job(settings: Settings, request: RunRequest, progress: Progress | None, sleep: Callable[[float], None],
              clock: Callable[[], float], start_timeout: float, rollback_of: Job | None, warn: Callable[[str], None],
              rolled: list[SinkRolledBack | TableRolledBack]) -> JobView:
+    began = iso()  # the start's first milestone (jobs.startup)
     app = os.path.abspath(request.app)
     if not os.path.isfile(app):
         raise NotFoundError(f"application {request.app} does not exist")
@@ -174,6 +175,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
         follows=follows.id if follows else None,
         rollback={"rollback_of": rollback_of.id, "at": iso()} if rollback_of else None, app_sha256=app_digest(app),
         spark_home=spark.home if spark else None, spark_version=spark.version if spark else None,
+        launch={"at": began},
     )
     job.note("started", _started(job, request, saved, replaced, rollback_of))
     if upgrade_check is not None:
@@ -457,6 +459,7 @@ def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_ar
         restore(saved, job.checkpoint_root, mode="claim" if request.claim else "auto",
                 workers=settings.transfer_workers, progress=progress, fork=request.fork,
                 storage_options=settings.storage_options)
+        job.launch = {**(job.launch or {}), "restored": iso()}
     driver_settings = {
         **check_settings,
         "SPARKPOINT_RESTORE_GRACE": str(request.restore_grace),

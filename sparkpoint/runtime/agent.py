@@ -279,7 +279,8 @@ class Stop:
 class Agent:
     def __init__(self, job_id: str, job_dir: str, token: str, host: str = "127.0.0.1",
                  expected_queries: tuple[str, ...] = (), allow_non_restored: bool = False,
-                 restore_grace: float = 60.0, session_provider: Callable[[], Any] | None = None):
+                 restore_grace: float = 60.0, session_provider: Callable[[], Any] | None = None,
+                 driver_started: float | None = None):
         self.job_id = job_id
         self.job_dir = job_dir
         self._token = token
@@ -298,6 +299,9 @@ class Agent:
         self._record: dict[str, Any] = {}
         self._stop: Stop | None = None
         self._session_provider = session_provider or _instantiated_session
+        # When the driver's milestones came (UTC): its Python's start, the application's session, each query's start
+        # and its first batch's commit. The CLI reads the restore's phases from them (jobs.startup).
+        self.startup: dict[str, Any] = {"driver": iso(driver_started), "queries": {}}
 
     # -- the Spark side --------------------------------------------------------------------
     def session(self):
@@ -326,6 +330,17 @@ class Agent:
         name = progress.name or str(progress.id)
         with self._lock:
             self.recent_batches.setdefault(name, deque(maxlen=RECENT_BATCHES)).append(report)
+
+    def note_milestone(self, query: str, milestone: str, detail: dict[str, Any]) -> None:
+        """A query's first ``milestone`` (started, first_batch) into agent.json's startup record; later ones are
+        not startup's."""
+        with self._lock:
+            milestones = self.startup["queries"].setdefault(query, {})
+            if milestone in milestones:
+                return
+            milestones[milestone] = detail
+            state = self._record.get("state", "starting")
+        self._write_state(state, startup=self.startup)
 
     def _recent_batches(self) -> dict[str, list[dict[str, Any]]]:
         with self._lock:
@@ -385,10 +400,14 @@ class Agent:
                     return
                 with agent._lock:
                     agent.started_queries[str(event.id)] = event.name
+                agent.note_milestone(event.name or str(event.id), "started", {"at": iso()})
 
             def onQueryProgress(self, event):
                 if not _is_check(event.progress.name):
                     agent.record_progress(event.progress)
+                    agent.note_milestone(event.progress.name or str(event.progress.id), "first_batch", {
+                        "at": iso(), "batch_id": event.progress.batchId,
+                        "duration_ms": dict(event.progress.durationMs or {})})
 
             def onQueryIdle(self, event):
                 pass
@@ -399,10 +418,13 @@ class Agent:
                     agent.failures[name or str(event.id)] = spark_error_line(event.exception)
 
         session = poll_until(self.session, None, 0.1)
+        self.startup["session"] = iso()
         session.streams.addListener(Tracker())
-        for query in self.queries():
+        for query in self.queries():  # started before the listener was there: known from now
             self.started_queries[str(query.id)] = query.name
-        self._write_state("running", app_id=session.sparkContext.applicationId, spark_version=session.version)
+            self.note_milestone(query.name or str(query.id), "started", {"at": iso()})
+        self._write_state("running", app_id=session.sparkContext.applicationId, spark_version=session.version,
+                          startup=self.startup)
         if self.expected_queries:
             self._check_restored_state()
 

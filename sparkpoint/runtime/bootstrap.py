@@ -17,6 +17,7 @@ import os
 import runpy
 import sys
 import threading
+import time
 import traceback
 
 
@@ -74,6 +75,7 @@ def _hand_the_cluster_secret_to_spark() -> None:
 
 
 def main(argv: list[str]) -> int:
+    driver_started = time.time()  # the restore's "spark-submit" phase ends here (jobs.startup)
     job_dir, app, *app_args = argv
     threading.Thread(target=_end_with_the_jvm, args=(os.getppid(),), name="sparkpoint-jvm-watch", daemon=True).start()
     with open(os.path.join(job_dir, "job.json")) as handle:
@@ -99,6 +101,7 @@ def main(argv: list[str]) -> int:
         expected_queries=expected,
         allow_non_restored=os.environ.get("SPARKPOINT_ALLOW_NON_RESTORED_STATE") == "1",
         restore_grace=float(os.environ.get("SPARKPOINT_RESTORE_GRACE", "60")),
+        driver_started=driver_started,
     )
     agent.start()
     threading.Thread(target=_end_when_spark_stops_underneath, args=(agent,), name="sparkpoint-context-watch",

@@ -116,6 +116,16 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     assert min(out2) == 5  # nothing before the cut ran again
     totals = expected_counts(range(7))
     assert out2[6] == {room: totals[room] for room in out2[6]}
+    # Where the restored start went, phase by phase, from the CLI's milestones and the driver's.
+    assert list(resumed["start"]["phases"])[:3] == ["restore", "spark_submit", "spark_session"], resumed["start"]
+    started = next(j for j in cli_json(home, "list") if j["id"] == resumed["id"])
+    phases = started["start"]["phases"]
+    assert list(phases) == ["restore", "spark_submit", "spark_session", "queries_started", "first_batch"], phases
+    assert started["start"]["queries"]["counts"]["first_batch"]["batch_id"] == 5
+    assert [e["detail"] for e in started["history"] if e["event"] == "started_up"] == [
+        f"restore {phases['restore']:.1f} s, spark-submit {phases['spark_submit']:.1f} s, Spark session "
+        f"{phases['spark_session']:.1f} s, queries started {phases['queries_started']:.1f} s, first batch "
+        f"{phases['first_batch']:.1f} s"]
 
     # An upgrade whose new driver cannot start leaves the running job alone.
     code, _, err = cli(home, "run", "--replace", resumed["id"], "--no-check", "--driver-memory", "lots", APP,

@@ -538,10 +538,8 @@ def history_of(job: Job) -> list[dict[str, Any]]:
         events.append({"at": not_restored.get("at"), "event": "state_not_restored",
                        "detail": f"--allow-non-restored-state: the saved state of {names} is not used: the "
                                  "application started no query of that name"})
-    found = startup.phases(job.launch, agent.get("startup"))
-    if "first_batch" in found:
-        events.append({"at": max(q["first_batch"]["at"] for q in agent["startup"]["queries"].values()),
-                       "event": "started_up", "detail": startup.said(found)})
+    if over := startup.started_up(job.launch, agent.get("startup")):
+        events.append({"at": over[0], "event": "started_up", "detail": startup.said(over[1])})
     if agent.get("state") in ("finished", "failed") and not job.ended:
         events.append({"at": agent.get("ended_at"), "event": agent["state"],
                        "detail": agent.get("error") or f"the application exited ({agent.get('exit_code')})"})

@@ -25,6 +25,15 @@ LABELS = {"restore": "restore", "spark_submit": "spark-submit", "waiting": "wait
           "first_batch": "first batch"}
 
 
+def started_up(launch: dict[str, Any] | None, startup: dict[str, Any] | None) -> tuple[str, dict[str, float]] | None:
+    """(when, phases) once every query has committed its first batch: the start is over; None until then."""
+    found = phases(launch, startup)
+    if "first_batch" not in found:
+        return None
+    return max((q["first_batch"]["at"] for q in startup["queries"].values() if isinstance(q, dict)),
+               key=parse_iso), found
+
+
 def phases(launch: dict[str, Any] | None, startup: dict[str, Any] | None) -> dict[str, float]:
     """The phases known so far, in seconds, in the order they came; {} for a job launched before they were
     recorded."""

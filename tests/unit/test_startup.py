@@ -39,3 +39,14 @@ def test_a_job_without_milestones_or_with_broken_ones_has_no_phases():
     assert phases(None, None) == {}
     assert phases({"at": "yesterday"}, {"driver": at(1)["at"]}) == {}
     assert phases({"at": at(0)["at"]}, {"driver": "soon", "queries": {"q": "started"}}) == {}
+
+
+def test_the_start_is_over_once_every_query_committed_and_junk_from_the_driver_is_passed_over():
+    from sparkpoint.jobs.startup import started_up
+
+    launch = {"at": at(0)["at"]}
+    driver = {"driver": at(3)["at"], "session": at(5)["at"],
+              "queries": {"q": {"started": at(6), "first_batch": at(8)}, "junk": "not a query"}}
+    assert started_up(launch, driver) == (at(8)["at"], {"spark_submit": 3.0, "spark_session": 2.0,
+                                                        "queries_started": 1.0, "first_batch": 2.0})
+    assert started_up(launch, {**driver, "queries": {"q": {"started": at(6)}}}) is None

@@ -227,7 +227,7 @@ class _Placement:
                     storage.create_exclusive(self.placeholder, mine)
                 except FileExistsError:
                     # A PUT the client retried after it had succeeded finds this restore's own placeholder.
-                    if storage.read_bytes(self.placeholder, limit=len(mine)) != mine:
+                    if storage.size(self.placeholder) != len(mine) or storage.read_bytes(self.placeholder) != mine:
                         raise TargetNotEmptyError(f"another restore is writing into {dest}; wait for it to end, "
                                                   "or restore into another directory") from None
             return

@@ -246,9 +246,9 @@ def main() -> None:
         sh("list")
         sh("savepoint", v1["id"])
         sh("check", "-s", sh.unseen("savepoints")[0]["id"], "motion_alarms.py", "v2", "events", "out-v2")
-        sh.running.remove(v1["id"])
-        v2_id = sh.job("--name", "alarms", "--replace", v1["id"], "--restore-grace", "10", "--probation", "5",
+        v2_id = sh.job("--name", "alarms", "--replace", v1["id"], "--restore-grace", "30", "--probation", "5",
                        "motion_alarms.py", "v2", "events", "out-v2")["id"]
+        sh.running.remove(v1["id"])  # replaced: only now (a replace that fails leaves v1 running, to cancel)
         feed(events, 1, [("hall", "motion", 200)])
         alarms(work / "out-v2", 1)
 

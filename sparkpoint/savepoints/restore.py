@@ -79,7 +79,7 @@ def restore(
         staging = {name: placement.staging for name, placement in placements.items()}
         items, relocations = _restore_items(savepoint, chosen, staging, destinations, target_storage, resolved,
                                             query_ids if fork else None)
-        last: list[tuple[dict[str, Any], str, str, str | None]] = []
+        last: list[Relocation] = []
         if not target_storage.renames:
             for name, placement in placements.items():
                 placement.files += [t.dst_path for _, t in items if t.dst_path.startswith(staging[name] + "/")]
@@ -228,8 +228,7 @@ class _Placement:
                 except FileExistsError:
                     # A PUT the client retried after it had succeeded finds this restore's own placeholder.
                     if storage.size(self.placeholder) != len(mine) or storage.read_bytes(self.placeholder) != mine:
-                        raise TargetNotEmptyError(f"another restore is writing into {dest}; wait for it to end, "
-                                                  "or restore into another directory") from None
+                        raise _another_restore(dest) from None
             return
         inside = dest if self.existing else parent(dest)
         self.staging = join(inside, f"{STAGING_PREFIX}{basename(dest)}-{secrets.token_hex(4)}")
@@ -244,8 +243,7 @@ class _Placement:
             fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self.release()
-            raise TargetNotEmptyError(f"another restore is writing into {self.dest}; wait for it to end, "
-                                      "or restore into another directory") from None
+            raise _another_restore(self.dest) from None
 
     def commit(self) -> None:
         if not self.storage.renames:
@@ -317,6 +315,12 @@ class _Placement:
             self.lock = None
 
 
+def _another_restore(dest: str) -> TargetNotEmptyError:
+    """A destination another live restore holds: its lock (a local disk), or its placeholder (an object store)."""
+    return TargetNotEmptyError(f"another restore is writing into {dest}; wait for it to end, or restore into another "
+                               "directory")
+
+
 def _missing_ancestors(path: str) -> list[str]:
     """``path`` and its ancestors that do not exist yet, outermost first."""
     missing = []
@@ -335,7 +339,7 @@ def _restore_items(
     target_storage: Storage,
     mode: transfer.Mode,
     new_query_ids: dict[str, str] | None,
-) -> tuple[list[tuple[dict[str, Any], transfer.Transfer]], list[tuple[dict[str, Any], str, str, str | None]]]:
+) -> tuple[list[tuple[dict[str, Any], transfer.Transfer]], list[Relocation]]:
     """The files to transfer as they are, and those to rewrite: metadata files for the new location, and with
     ``new_query_ids`` (a fork) each query's ``metadata``. Files are written below ``placements``; rewritten
     paths name the final ``destinations``."""

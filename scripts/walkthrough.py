@@ -77,6 +77,16 @@ class Shell:
                               env=self.env, capture_output=True, text=True, check=True)
         return json.loads(done.stdout)
 
+    def reported(self, job_id: str, batch: int, timeout: float = 60.0) -> None:
+        """Waits until the job's agent reports batch ``batch``: a batch's output is written before Spark posts its
+        progress, and a `list` shown in between would print the batch before."""
+        deadline = time.monotonic() + timeout
+        while not any(query["batch_id"] is not None and query["batch_id"] >= batch
+                      for job in self.unseen("list") if job["id"] == job_id for query in job["queries"]):
+            if time.monotonic() > deadline:
+                sys.exit(f"job {job_id} did not report batch {batch} in {timeout:.0f} s")
+            time.sleep(0.5)
+
     def cancel_running(self) -> None:
         """On the way out, early or not: no driver is left behind."""
         for job_id in self.running:
@@ -212,6 +222,7 @@ def yarn(sh: Shell, work: Path) -> None:
         drop(work / "yarn-in", "events-0.json", [{"room": "hall", "event": "motion"}])
         v1 = sh.job(*launch, "room_counts.py", source, "yarn-out")
         appears(work / "yarn-out" / "batch-0.json")
+        sh.reported(v1["id"], 0)
         sh("list")
         sh("stop", v1["id"])
         sh.running.remove(v1["id"])
@@ -219,6 +230,7 @@ def yarn(sh: Shell, work: Path) -> None:
         drop(work / "yarn-in", "events-1.json", [{"room": "hall", "event": "motion"}])
         v2 = sh.job(*launch, "-s", saved, "room_counts.py", source, "yarn-out")
         appears(work / "yarn-out" / "batch-1.json")
+        sh.reported(v2["id"], 1)
         sh("list")
         sh("stop", v2["id"])
         sh.running.remove(v2["id"])
@@ -243,6 +255,7 @@ def main() -> None:
         v1 = sh.job("--name", "alarms", "motion_alarms.py", "v1", "events", "out-v1")
         feed(events, 0, [("kitchen", "activate", 100), ("hall", "activate", 105), ("kitchen", "motion", 120)])
         alarms(work / "out-v1", 0)
+        sh.reported(v1["id"], 0)
         sh("list")
         sh("savepoint", v1["id"])
         sh("check", "-s", sh.unseen("savepoints")[0]["id"], "motion_alarms.py", "v2", "events", "out-v2")
@@ -272,6 +285,7 @@ def main() -> None:
         variant = sh.job("--name", "alarms-b", "-s", stopped["id"], "--fork", "motion_alarms.py", "v1", "events",
                          "out-b")
         alarms(work / "out-b", 2)
+        sh.reported(variant["id"], 2)
         sh("list")
 
         say("Rescale: the savepoint's state to 4 partitions")
@@ -343,6 +357,7 @@ def main() -> None:
             new = sh.job("--name", "counts", "-s", saved, "room_counts.py", "counts-in", "counts-out")
             drop(work / "counts-in", "events-1.json", [{"room": "hall", "event": "motion"}])
             appears(work / "counts-out" / "batch-1.json")
+            sh.reported(new["id"], 1)
             sh("list")
             sh("stop", new["id"])
             sh.running.remove(new["id"])

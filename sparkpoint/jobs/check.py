@@ -61,6 +61,8 @@ class CheckRequest(Launch):
 CHECK_MASTER = "local[2]"
 # What a check needs besides the application's own waits: the JVM's start-up, the report.
 MARGIN = 60.0
+# Between the driver's answer being due and this process giving up on it: the last waits on each query, the report.
+ANSWER_MARGIN = 15.0
 
 
 def check_savepoint(settings: Settings, saved: Savepoint, request: CheckRequest, warn: Callable[[str], None],
@@ -106,7 +108,10 @@ def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, p
     try:
         compat.prepare_sandbox(saved, checkpoints, settings.transfer_workers, progress)
         first_start = max(30.0, request.timeout - request.restore_grace - MARGIN)
-        write_json(Path(sandbox) / CHECK_REQUEST, compat.request(saved, request.restore_grace, first_start))
+        # Due before this process gives up on the driver (same machine, same clock), whatever its start-up took.
+        answer_by = time.time() + request.timeout - ANSWER_MARGIN
+        write_json(Path(sandbox) / CHECK_REQUEST,
+                   {**compat.request(saved, request.restore_grace, first_start), "answer_by": answer_by})
         argv = [spark.submit, "--master", CHECK_MASTER, "--name", "sparkpoint-check",
                 "--conf", f"spark.sql.streaming.checkpointLocation={checkpoints}", *conf_args,
                 *spark_submit.conf_arguments(moved.launch_confs), *request.submit_args,

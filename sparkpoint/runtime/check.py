@@ -6,7 +6,9 @@ SANDBOX holds ``checkpoints/<query>/`` (a throwaway restore of the savepoint who
 empty: offsets equal to the cut's, so it reads no input) and the request (jobs.protocol.CHECK_REQUEST:
 ``saved``, the saved query names; ``confs``, the conf keys Spark pins in their offset logs; ``grace``,
 seconds from the first query start for the saved ones to start, as `run` counts it; ``first_start``,
-seconds to wait for that first start). The answer goes to CHECK_REPORT in SANDBOX.
+seconds to wait for that first start; ``answer_by``, the wall clock's time by which the answer is due, the
+check batches' own time: a grace bounds when queries start, not how long a large state takes to load). The
+answer goes to CHECK_REPORT in SANDBOX.
 
 Every query the application starts writes to Spark's no-op sink, checkpoints in the sandbox and runs
 once: that one run is the empty batch, whose planning is where Spark checks the saved state against the
@@ -87,17 +89,20 @@ class Sandbox:
         except Exception as exc:  # noqa: BLE001 - py4j: the query's failure, however it surfaces
             return exc
 
-    def report(self, app_error: str | None, app_ended: bool) -> dict[str, Any]:
+    def report(self, app_error: str | None, app_ended: bool, given: float) -> dict[str, Any]:
+        """``given``: the seconds the application had to start its queries and run their check batches."""
         with self.lock:
             started = list(self.queries)
         return {"app_error": app_error, "app_ended": app_ended,
-                "queries": [self._outcome(entry, entry["name"] in self.saved) for entry in started]}
+                "queries": [self._outcome(entry, entry["name"] in self.saved, given) for entry in started]}
 
-    def _outcome(self, entry: dict[str, Any], saved: bool) -> dict[str, Any]:
+    def _outcome(self, entry: dict[str, Any], saved: bool, given: float) -> dict[str, Any]:
         if not saved:
             return outcome(entry["name"], False, entry["confs"], entry["own_checkpoint"])
-        failure = self.settle(entry["query"], 1.0)
-        return outcome(entry["name"], True, entry["confs"], entry["own_checkpoint"], entry["query"], failure)
+        query = entry["query"]
+        failure = self.settle(query, 1.0)
+        return outcome(entry["name"], True, entry["confs"], entry["own_checkpoint"], query, failure,
+                       round(given) if failure is None and query.isActive else None)
 
 
 def _wait_for_the_answer(_self, timeout=None):
@@ -132,28 +137,37 @@ def main(argv: list[str]) -> None:
 
 def _answer(sandbox: Sandbox, directory: str, request: dict[str, Any], ended: threading.Event,
             app_error: list[str]) -> None:
-    """Once every saved query has run its batch (or the application ended, or the grace after its first
-    query start is over): the report, then the end of the process, whatever the application still waits on."""
-    began = time.monotonic()
+    """The report once the wait is over, then the end of the process, whatever the application still waits on."""
+    given = await_check_batches(sandbox, request, ended)
+    write_json(Path(directory) / CHECK_REPORT, sandbox.report(app_error[0] if app_error else None, ended.is_set(),
+                                                              given))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # the application may still wait on a query, or hold non-daemon threads: nothing else matters
 
-    def deadline() -> float:
-        # Counted as run counts it: from the first query start; until then, the wait for the first one.
-        return (sandbox.first_start + float(request["grace"])) if sandbox.first_start else (
-            began + float(request["first_start"]))
+
+def await_check_batches(sandbox: Sandbox, request: dict[str, Any], ended: threading.Event) -> float:
+    """Until every saved query has run its batch, or the application ended, or the saved queries that started
+    in time (the grace after the first start, as run counts it) have run theirs, or the answer is due. The
+    seconds the application had, from now to when the answer is due."""
+    began, launched = time.monotonic(), time.time()
+    answer_by = float(request["answer_by"])
+
+    def starts_over() -> bool:
+        return time.monotonic() >= ((sandbox.first_start + float(request["grace"])) if sandbox.first_start else (
+            began + float(request["first_start"])))
 
     def answered() -> bool:
         with sandbox.lock:
             started = {entry["name"] for entry in sandbox.queries}
-            running = [entry for entry in sandbox.queries if entry["query"].isActive]
-        return ended.is_set() or (sandbox.saved <= started and not running) or time.monotonic() >= deadline()
+            running = any(entry["query"].isActive for entry in sandbox.queries)
+        return (ended.is_set() or time.time() >= answer_by
+                or (not running and (sandbox.saved <= started or starts_over())))
 
     poll_until(answered, None, 0.1)
     for entry in list(sandbox.queries):
-        sandbox.settle(entry["query"], max(1.0, deadline() - time.monotonic()))
-    write_json(Path(directory) / CHECK_REPORT, sandbox.report(app_error[0] if app_error else None, ended.is_set()))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # the application may still wait on a query, or hold non-daemon threads: nothing else matters
+        sandbox.settle(entry["query"], max(1.0, answer_by - time.time()))
+    return answer_by - launched
 
 
 if __name__ == "__main__":

@@ -52,19 +52,19 @@ class Gate:
         began = time.monotonic()
         streams = session_of(writer).streams
         unseen = not _ended_since_reset(streams)
-        query, failure = None, None
+        query, failure, unfinished = None, None, None
         try:
             query = self._sandbox_writer(writer, name).start()
             query.awaitTermination(self.timeout)
             if query.isActive:
                 query.stop()
-                failure = TimeoutError(f"its check batch did not end within {self.timeout:g} s")
+                unfinished = self.timeout
         except Exception as exc:  # noqa: BLE001 - py4j: Spark's refusal, however it surfaces, is the answer
             failure = exc
         if unseen:  # the sandbox query's end must not end the application's awaitAnyTermination()
             streams.resetTerminated()
         report = outcome(name, True, session_confs(writer, self.conf_keys, self.effective_keys),
-                         getattr(writer, "_sparkpoint_checkpoint", None), query, failure)
+                         getattr(writer, "_sparkpoint_checkpoint", None), query, failure, unfinished)
         write_outcome(self.directory, index, {**report, "seconds": round(time.monotonic() - began, 3)})
         answer = await_answer(self.directory, index, self.controller_pid, self.timeout)
         if answer.get("go") is True:

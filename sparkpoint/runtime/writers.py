@@ -124,12 +124,13 @@ def session_of(writer):
 
 
 def outcome(name: str | None, saved: bool, confs: dict[str, dict[str, str | None]], own_checkpoint: str | None,
-            query=None, failure: BaseException | None = None) -> dict[str, Any]:
+            query=None, failure: BaseException | None = None, unfinished: float | None = None) -> dict[str, Any]:
     """A query's account for the verdict (savepoints.compat): its session's confs (session_confs), Spark's
     refusal, one line, and for a check batch that ran, its batch, the stateful operators of the new plan and its
-    sources."""
+    sources; ``unfinished``: the seconds its check batch was given, when it was still running at their end."""
     result: dict[str, Any] = {"name": name, "saved": saved, **confs, "error": None, "batch_id": None,
-                              "input_rows": None, "operators": [], "sources": [], "own_checkpoint": own_checkpoint}
+                              "input_rows": None, "operators": [], "sources": [], "own_checkpoint": own_checkpoint,
+                              "unfinished": unfinished}
     if failure is not None:
         result["error"] = spark_error_line(str(failure))
     if query is not None:

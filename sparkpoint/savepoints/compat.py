@@ -204,6 +204,10 @@ def _query_problems(saved: dict[str, Any], outcome: dict[str, Any], operators: l
         only = saved_ops[0]["id"] if len(saved_ops) == 1 and kind == "state_schema" else None
         where = f" operator {only} ({saved_ops[0]['name']})" if only is not None else ""
         problems.append(Problem(name, only, kind, f"query {name}{where}: Spark refuses the saved state: {error}"))
+    elif outcome.get("unfinished") is not None:
+        problems.append(Problem(name, None, "spark_error", f"query {name}: its check batch was still running after "
+                                f"{outcome['unfinished']:g} s (`check --timeout`; `run` allows --restore-grace "
+                                "+ 240 s)"))
     elif outcome.get("batch_id") is None:
         problems.append(Problem(name, None, "spark_error", f"query {name}: its check batch did not run"))
     elif not _same_operators([op["name"] for op in saved_ops], operators):

@@ -1,5 +1,6 @@
-"""Delta's streaming sink on each Spark minor with a Delta release (3.5, 4.0, 4.1, 4.2; scripts/local_delta.py
-says why not 4.3), with that minor's Delta jars handed to spark-submit: v1, with a bug and RocksDB state (a
+"""Delta's streaming sink on the Spark minors at the ends of each Delta line (3.5 with Delta 3.3; 4.0 and 4.2 with
+Delta 4.4, built per minor: 4.1's build is the same release between them; scripts/local_delta.py says why not
+4.3), with that minor's Delta jars handed to spark-submit: v1, with a bug and RocksDB state (a
 dedup: some rows come again after the cut, and only the restored state drops them), writes a Delta table past
 the savepoint it is later restored from. The restore without a choice is refused before any Spark starts (exit
 22: Delta would skip the batches); with --rollback-sink, the table is restored to the cut with the state, and ends
@@ -96,7 +97,7 @@ def table_version(table: Path) -> int:
     return DeltaTable(str(table)).version()
 
 
-@pytest.mark.parametrize("minor", ["3.5", "4.0", "4.1", "4.2"])
+@pytest.mark.parametrize("minor", ["3.5", "4.0", "4.2"])
 def test_a_delta_sink_restored_with_its_table_rolled_back(tmp_path, minor):
     home, inputs, table = tmp_path / "home", tmp_path / "in", tmp_path / "table"
     full = minor == "4.2"

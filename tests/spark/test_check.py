@@ -131,8 +131,10 @@ def test_run_checks_first_and_replace_refuses_an_incompatible_version_before_tou
     # v1's end: the application's exit, as its agent recorded it, then the CLI's word on why (or the CLI's
     # "finished", if the driver had not recorded its end)
     events = [(e["event"], e["detail"]) for e in listed[v1["id"]]["history"]]
-    assert [event for event, _ in events][:2] == ["started", "check"]
-    assert events[2:] in ([("finished", "the application exited (0)"), ("stopped", events[-1][1])],
+    # v1 ran its first batch after the restore (waited for above): where its start went is in its history.
+    assert [event for event, _ in events][:3] == ["started", "check", "started_up"]
+    assert events[2][1].startswith("restore ") and " first batch " in events[2][1]
+    assert events[3:] in ([("finished", "the application exited (0)"), ("stopped", events[-1][1])],
                           [("finished", events[-1][1])])
     assert events[-1][1].startswith(f"replaced by {failed['id']}, savepoint ")
     events = {e["event"]: e["detail"] for e in listed[failed["id"]]["history"]}

@@ -126,6 +126,13 @@ def test_each_thing_that_stops_a_restore_is_a_problem_of_its_own(saved, change, 
     assert all(problem.message.startswith("query alarms") for problem in checked.problems)
 
 
+def test_a_check_batch_still_running_when_the_answer_was_due_makes_the_check_undecided_and_says_so(saved):
+    checked = compat.verdict(saved, "app.py", report(batch_id=None, operators=[], sources=[], unfinished=285),
+                             allow_non_restored=False)
+    assert [p.kind for p in checked.problems] == ["spark_error"] and set(compat.UNDECIDED) == {"spark_error"}
+    assert checked.problems[0].message.startswith("query alarms: its check batch was still running after 285 s")
+
+
 def test_a_query_not_started_is_a_note_when_non_restored_state_is_allowed(saved):
     checked = compat.verdict(saved, "app.py", report(name=None), allow_non_restored=True)
     assert checked.compatible and "accepted: --allow-non-restored-state" in checked.notes[0]

@@ -53,6 +53,25 @@ def sparkpoint(home: Path, *args: str) -> dict:
     return json.loads(done.stdout)
 
 
+def start_phases(home: Path, job_id: str, timeout: float = 60.0) -> str:
+    """Where the job's start went (`run`'s `start.phases`), once its first batch is in them: one line."""
+    deadline = time.monotonic() + timeout
+    while True:
+        job = next(j for j in sparkpoint(home, "list", "--all") if j["id"] == job_id)
+        phases = (job.get("start") or {}).get("phases") or {}
+        if "first_batch" in phases or time.monotonic() > deadline:
+            spark = "; ".join(
+                f"{name}'s first batch {query['first_batch']['batch_id']}: " + ", ".join(
+                    f"{part} {ms / 1000:.2f}" for part, ms in query["first_batch"]["duration_ms"].items())
+                for name, query in (job["start"] or {}).get("queries", {}).items() if query.get("first_batch"))
+            return (phases_said(phases) or "none recorded") + (f" ({spark})" if spark else "")
+        time.sleep(0.5)
+
+
+def phases_said(phases: dict[str, float]) -> str:
+    return ", ".join(f"{name} {seconds:.2f}" for name, seconds in phases.items())
+
+
 def commits(checkpoint: Path) -> list[int]:
     directory = checkpoint / "commits"
     return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()) if directory.is_dir() else []
@@ -127,6 +146,8 @@ def run_replace(home: Path, workload, old_spark: tuple[str, ...] = (),
     cut = restored["replaced"]["queries"][0]["batch_id"]
     new_checkpoint = Path(restored["checkpoint_root"]) / query
     first = commit_time(new_checkpoint, wait_for_commit_after(new_checkpoint, cut))
+    print(f"  (the old version's stop: {phases_said(restored['replaced']['phases'])}; the start: "
+          f"{start_phases(home, restored['id'])})")
     sparkpoint(home, "cancel", restored["id"])
     return first - start, first - commit_time(checkpoint, cut)
 

@@ -26,7 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_jobs import WORKLOADS, commit_time, managed_job, run_replace, sparkpoint, wait_for_commit_after
+from bench_jobs import (WORKLOADS, commit_time, managed_job, phases_said, run_replace, sparkpoint, start_phases,
+                        wait_for_commit_after)
 
 
 def stop_then_run(home: Path, workload, old_spark: tuple[str, ...], new_spark: tuple[str, ...],
@@ -41,6 +42,7 @@ def stop_then_run(home: Path, workload, old_spark: tuple[str, ...], new_spark: t
                           *args(home.parent))
     new_checkpoint = Path(restored["checkpoint_root"]) / query
     first = commit_time(new_checkpoint, wait_for_commit_after(new_checkpoint, cut))
+    print(f"  (the stop: {phases_said(stopped['phases'])}; the start: {start_phases(home, restored['id'])})")
     sparkpoint(home, "cancel", restored["id"])
     if restored["upgrade_check"].get("in_driver"):
         print(f"  (the check's empty batch in the new driver: {restored['upgrade_check']['seconds']:.2f} s)")

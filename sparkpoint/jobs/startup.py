@@ -9,9 +9,10 @@ Two writers each record their own milestones (UTC times), and the phases are rea
   (its first batch's commit, with Spark's ``durationMs`` of it: planning, state loading within ``addBatch``).
 
 A phase is named by the milestone that ends it, and lasts from the milestone before it in time: ``restore``,
-``spark_submit``, ``waiting`` (--replace: the new driver ready, the old one still running), ``stop``,
-``spark_session``, ``queries_started`` (the last query's start; `run -s`'s check in the driver is in it) and
-``first_batch`` (the last query's first commit). A cluster-mode driver's times come from its host's clock.
+``spark_submit``, ``spark_session``, ``waiting`` (--replace: the new version's application up to its first
+query start, which waits there while the old version still runs; runtime.handover), ``stop``,
+``queries_started`` (the last query's start; `run -s`'s check in the driver is in it) and ``first_batch`` (the
+last query's first commit). A cluster-mode driver's times come from its host's clock.
 """
 
 from __future__ import annotations

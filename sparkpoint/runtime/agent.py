@@ -278,14 +278,18 @@ class Stop:
 
 class Agent:
     def __init__(self, job_id: str, job_dir: str, token: str, host: str = "127.0.0.1",
-                 expected_queries: tuple[str, ...] = (), allow_non_restored: bool = False,
+                 expected_queries: tuple[str, ...] | None = (), allow_non_restored: bool = False,
                  restore_grace: float = 60.0, session_provider: Callable[[], Any] | None = None,
                  driver_started: float | None = None):
         self.job_id = job_id
         self.job_dir = job_dir
         self._token = token
         self.host = host
-        self.expected_queries = tuple(expected_queries)
+        # The saved queries the application must start; None until a hand-over says them (expect()).
+        self.expected_queries = tuple(expected_queries or ())
+        self._expected_known = threading.Event()
+        if expected_queries is not None:
+            self._expected_known.set()
         self.allow_non_restored = allow_non_restored
         self.restore_grace = restore_grace
         self.started_queries: dict[str, str] = {}  # query id -> name
@@ -330,6 +334,11 @@ class Agent:
         name = progress.name or str(progress.id)
         with self._lock:
             self.recent_batches.setdefault(name, deque(maxlen=RECENT_BATCHES)).append(report)
+
+    def expect(self, queries: tuple[str, ...]) -> None:
+        """The saved queries, once `run --replace`'s hand-over restored them (runtime.handover)."""
+        self.expected_queries = queries
+        self._expected_known.set()
 
     def note_milestone(self, query: str, milestone: str, detail: dict[str, Any]) -> None:
         """A query's first ``milestone`` (started, first_batch) into agent.json's startup record; later ones are
@@ -420,6 +429,8 @@ class Agent:
         session = poll_until(self.session, None, 0.1)
         self.startup["session"] = iso()
         session.streams.addListener(Tracker())
+        # A new version waiting for its hand-over is not running yet: the old one is, until the hand-over.
+        self._expected_known.wait()
         for query in self.queries():  # started before the listener was there: known from now
             self.started_queries[str(query.id)] = query.name
             self.note_milestone(query.name or str(query.id), "started", {"at": iso()})

@@ -83,22 +83,17 @@ def main(argv: list[str]) -> int:
     with open(os.path.join(job_dir, "token")) as handle:
         token = handle.read().strip()
 
-    from sparkpoint.jobs.protocol import await_handover
     from sparkpoint.runtime.agent import Agent
     from sparkpoint.runtime.batch_writes import intercept_batch_writes
     from sparkpoint.runtime.gate import install_from_environment
+    from sparkpoint.runtime.handover import hold_first_start
 
+    handover_from = os.environ.get("SPARKPOINT_HANDOVER_FROM")  # run --replace: the saved queries come with it
     expected = tuple(n for n in os.environ.get("SPARKPOINT_EXPECTED_QUERIES", "").split(",") if n)
-    if os.environ.get("SPARKPOINT_HANDOVER_FROM"):
-        handover = await_handover(job_dir, int(os.environ["SPARKPOINT_HANDOVER_FROM"]))
-        if "abort" in handover:
-            print(f"sparkpoint: not started: {handover['abort']}", file=sys.stderr, flush=True)
-            return 1
-        expected = tuple(handover["expected_queries"])
     agent = Agent(
         job["id"], job_dir, token,
         host=os.environ.get("SPARKPOINT_AGENT_HOST", "127.0.0.1"),
-        expected_queries=expected,
+        expected_queries=None if handover_from else expected,
         allow_non_restored=os.environ.get("SPARKPOINT_ALLOW_NON_RESTORED_STATE") == "1",
         restore_grace=float(os.environ.get("SPARKPOINT_RESTORE_GRACE", "60")),
         driver_started=driver_started,
@@ -109,6 +104,8 @@ def main(argv: list[str]) -> int:
     _hand_the_cluster_secret_to_spark()
     install_from_environment()
     intercept_batch_writes()
+    if handover_from:
+        hold_first_start(job_dir, int(handover_from), agent.expect)
 
     # The application sees itself as __main__ with its own arguments and directory, as under spark-submit.
     sys.argv = [app, *app_args]

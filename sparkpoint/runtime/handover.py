@@ -1,0 +1,37 @@
+"""`run --replace`'s new driver: everything up to its first query start runs while the old version still runs.
+
+The JVM, the application's SparkSession and whatever the application does before its first ``start()`` (reading
+a configuration, a batch job at start-up) are the new version's own and need nothing of the old one's state, so
+they are not downtime: only the first ``start()`` waits. It then says so to the `run` that launched it (the
+"waiting" mark), which stops the old version at a batch boundary with a savepoint, restores it into this job's
+checkpoints and answers: the query starts, on the restored state, or the hand-over is off and ``start()`` ends
+the application as ``sys.exit(reason)`` would, before anything of it has run.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from sparkpoint.jobs.protocol import await_handover
+from sparkpoint.runtime.writers import StartCall, intercept_starts
+
+
+def hold_first_start(job_dir: str, controller_pid: int, on_answer, classes: list | None = None) -> None:
+    """Every streaming start waits until the hand-over is answered (once: the later ones go at once, or end the
+    application as the first did); ``on_answer(expected_queries)`` hears the saved queries before any starts.
+    ``classes``: the writer classes (runtime.writers: Spark's, classic and Connect)."""
+    lock = threading.Lock()
+    answer: dict[str, Any] = {}
+
+    def on_start(_writer, call: StartCall):
+        with lock:  # two threads starting queries at once: one asks, both hear the same answer
+            if not answer:
+                answer.update(await_handover(job_dir, controller_pid))
+                if "abort" not in answer:
+                    on_answer(tuple(answer["expected_queries"]))
+        if "abort" in answer:
+            raise SystemExit(f"sparkpoint: not started: {answer['abort']}")
+        return call.as_called()
+
+    intercept_starts(on_start, classes)

@@ -40,4 +40,5 @@ class AgentClient:
         return self._call("GET", "/v1/stop")["stop"]
 
     def cancel(self) -> list[str]:
-        return self._call("POST", "/v1/cancel", {}, timeout=30)["cancelled"]
+        """The queries being stopped: the agent answers at once, and the driver exits once they have ended."""
+        return self._call("POST", "/v1/cancel", {})["cancelled"]

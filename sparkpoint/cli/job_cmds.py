@@ -17,7 +17,29 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
     from sparkpoint.savepoints.compat import Checked
 
 
-@click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+class PassThrough(click.Command):
+    """A command whose own options come first, then spark-submit's options, the application and its arguments,
+    handed on unparsed. Click would read a value of spark-submit's that begins with a dash as a cluster of short
+    options: `--driver-java-options -Dlog4j...` was refused as an `-o` of 'g4j...'."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        options = [param for param in self.get_params(ctx) if isinstance(param, click.Option)]
+        flags = {name for o in options if o.is_flag or o.count for name in (*o.opts, *o.secondary_opts)}
+        valued = {name for o in options if not (o.is_flag or o.count) for name in o.opts}
+        index = 0
+        while index < len(args):
+            token = args[index]
+            if token in valued:
+                index += 2
+            elif token in flags or token.split("=", 1)[0] in valued or (
+                    not token.startswith("--") and token[:2] in valued):  # --name=x, -ojson
+                index += 1
+            else:
+                break
+        return super().parse_args(ctx, [*args[:index], "--", *args[index:]] if index < len(args) else args)
+
+
+@click.command("run", cls=PassThrough)
 @click.option("--name", type=PATH_PART, help="Job name [default: the application's file name].")
 @click.option("-s", "--from-savepoint", "from_savepoint", metavar="SAVEPOINT", help="Restore from this savepoint.")
 @click.option("--allow-non-restored-state", is_flag=True, help="Start even if saved state has no query to take it.")
@@ -160,7 +182,7 @@ def _render_job(job: JobView) -> None:
         echo(f"  driver log: {job.log}")
 
 
-@click.command("check", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command("check", cls=PassThrough)
 @click.option("-s", "--from-savepoint", "saved", metavar="SAVEPOINT", type=SAVEPOINT, required=True,
               help="The savepoint the application would restore from.")
 @click.option("--allow-non-restored-state", is_flag=True, help="A saved query the application does not start is "

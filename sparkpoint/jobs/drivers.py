@@ -114,7 +114,8 @@ def _await_exit(job: Job, grace: float, sleep: Callable[[float], None], clock: C
     """Let the driver exit by itself within ``grace``, then end its whole process group: only the driver's,
     recognised by its start time (its pid may be another process's by now)."""
     start = driver_start(job)
-    poll_until(lambda: start is None or not pid_alive(job.pid, start), grace, 0.2, clock=clock, sleep=sleep)
+    # A short poll: a cancel's and a stop's reply wait on this exit (pid_alive reads /proc, nothing more).
+    poll_until(lambda: start is None or not pid_alive(job.pid, start), grace, 0.05, clock=clock, sleep=sleep)
     if start is not None and pid_alive(job.pid, start):
         terminate_group(job.pid, start, sleep=sleep, clock=clock)
     else:

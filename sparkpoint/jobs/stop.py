@@ -203,10 +203,8 @@ def cancel_job(settings: Settings, reference: str, sleep: Callable[[float], None
     if state in ("finished", "failed", "cancelled"):
         raise JobNotRunningError(f"job {job.id} is already {state}")
     try:
-        agent = client_for(registry, job)
-        agent.status()  # an agent that does not answer within its 5 s is not given the cancel's 30 s
-        agent.cancel()
-        grace = 15.0  # the queries are stopped: let the application end by itself
+        client_for(registry, job).cancel()
+        grace = 15.0  # the queries are being stopped: let the application end by itself
     except SparkpointError:
         grace = 0.0  # an agent gone, wedged or not up yet: nobody else will end the driver
     end_driver(job, grace=grace, sleep=sleep, clock=clock)

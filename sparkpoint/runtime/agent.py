@@ -381,11 +381,15 @@ class Agent:
 
     def cancel_on_request(self) -> list[str]:
         """`cancel`'s request: recorded first, so that the application's end, even a failure (an application
-        that raises once its queries are gone), is known to have been asked for."""
+        that raises once its queries are gone), is known to have been asked for. The queries are stopped on a
+        thread of their own and the names of those being stopped answered at once: the caller waits for the
+        driver's exit, which follows their end, and a stop that hangs is ended with the driver."""
         with self._lock:
             state = self._record.get("state", "running")
         self._write_state(state, cancel_requested_at=iso())
-        return self.cancel()
+        names = [query.name for query in self.queries()]
+        threading.Thread(target=self.cancel, name="sparkpoint-cancel", daemon=True).start()
+        return names
 
     def cancel(self) -> list[str]:
         names = []

@@ -106,6 +106,11 @@ def test_human_output_goes_to_stdout_and_names_the_cut(capsys, home, checkpoint)
         (["prune", "--keep-last", "-1"], 2, "Invalid value"),
         (["stop", "x", "--timeout", "soon"], 2, "Invalid value"),
         (["run", "{tmp}/missing.py"], 4, "does not exist"),
+        # A spark-submit value that begins with a dash is spark-submit's: it was read as sparkpoint's -o ('g4j...').
+        (["run", "--driver-java-options", "-Dlog4j.configurationFile=x", "{tmp}/missing.py"], 4, "does not exist"),
+        (["check", "-s", "{tmp}/nowhere", "--driver-java-options", "-Dlog4j=x", "{tmp}/app.py"], 4,
+         "does not exist"),
+        (["run", "--driver-memory", "1g", "--detach", "{tmp}/app.py"], 2, "--detach is a sparkpoint option"),
         (["run", "--conf", "no-value", "{tmp}/app.py"], 2, "expected KEY=VALUE"),
         (["run", "--deploy-mode", "cluster", "{tmp}/app.py"], 2, "--deploy-mode cluster needs a cluster manager"),
         (["run", "--master", "k8s://https://127.0.0.1:6443", "--deploy-mode", "cluster", "{tmp}/app.py"], 2,

@@ -6,6 +6,8 @@ import os
 import stat
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from clitools import spark_home
@@ -77,6 +79,11 @@ def test_stop_ends_the_process_its_pid_file_names(tmp_path):
     legacy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "--properties-file", conf_file],
                               start_new_session=True)
     current = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    # Popen returns before the child has exec'd: until then its command line is this test's (seen failing once).
+    deadline = time.monotonic() + 10
+    while conf_file not in Path(f"/proc/{legacy.pid}/cmdline").read_bytes().decode(errors="replace"):
+        assert time.monotonic() < deadline, "the legacy process did not start"
+        time.sleep(0.01)
     (tmp_path / "pids").mkdir()
     (tmp_path / "pids" / "worker.pid").write_text(str(legacy.pid))
     (tmp_path / "pids" / "master.pid").write_text(f"{current.pid} {process_start(current.pid)}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -37,6 +38,8 @@ from sparkpoint.jobs.upgrade_check import (
     check_move,
     check_request,
     check_said,
+    checkable_in_driver,
+    savepoint_to_check,
 )
 from sparkpoint.jobs.live import LiveQuery
 from sparkpoint.jobs.protocol import real_time_stop_seconds
@@ -150,50 +153,62 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
         # Its Spark session stopped: the job's driver runs beside this process.
         saved = load_savepoint(rescale(settings, saved, request.partitions, stop_spark=True,
                                        progress=progress).savepoint.path)
-    upgrade_check = None  # nothing is restored (nothing to check), or -s: checked in the job's own driver
-    # -s: the stop is behind and the downtime under way, so the new driver itself tries the saved queries
-    # (runtime.gate) instead of a Spark started for the check alone; --replace checks before anything stops, and
-    # so does a claim, which hands the savepoint over at the launch: a refusal must leave it where it was.
-    checked_in_driver = saved is not None and request.check and rollback_of is None and not request.claim
-    moved = (check_move(saved, spark, request, refuse=checked_in_driver) if saved is not None and spark is not None
-             else Move(None, [], []))
-    if rollback_of is not None:
-        upgrade_check = {"skipped": f"rollback: the version {rollback_of.id} replaced, as it ran before", "at": iso()}
-    elif (saved or replaced) and not checked_in_driver:
-        upgrade_check = check_before_launch(settings, request, saved, replaced, progress)
-    # A job to replace is known by the savepoint its pre-check took (the hand-over's comes later, at the boundary).
-    conf_args += spark_submit.conf_arguments(moved.launch_confs or (upgrade_check or {}).get("confs", []))
-    # A sink is rolled back once the check has let the first query go: an upgrade refused moves nothing.
-    sink_notes = (_sinks_before_launch(settings, request, saved, warn, rolled, rollback_of)
-                  if saved and not (checked_in_driver and request.rollback_sink) else [])
-    follows = (rollback_of or replaced or way_back and way_back.previous or _taken_of(registry, saved))
-    job = registry.new_job(
-        request.name or Path(app).stem.replace("_", "-"), checkpoints_under=settings.checkpoints, app=app,
-        app_args=request.app_args,
-        master=request.master, submit_args=request.submit_args, detached=request.detach,
-        restored_from=saved.path if saved else None, upgrade_check=upgrade_check, confs=request.confs,
-        follows=follows.id if follows else None,
-        rollback={"rollback_of": rollback_of.id, "at": iso()} if rollback_of else None, app_sha256=app_digest(app),
-        spark_home=spark.home if spark else None, spark_version=spark.version if spark else None,
-        launch={"at": began},
-    )
-    job.note("started", _started(job, request, saved, replaced, rollback_of))
-    if upgrade_check is not None:
-        job.note("check", check_said(upgrade_check))
-    for event, note in [*sink_notes, *(("sink_kept", line) for line in kept_sinks)]:
-        job.note(event, note)
-    try:
-        process = _launch(settings, job, app, request, conf_args, manager, spark, saved, replaced is not None,
-                          checked_in_driver, progress)
-    except BaseException as exc:
-        job.end("failed", error=str(exc))
+    # --replace: the savepoint it checks against, in a scratch directory kept until the new driver has its sandbox.
+    cleanup = contextlib.ExitStack()
+    with cleanup:
+        upgrade_check = None  # nothing is restored (nothing to check), or checked in the job's own driver
+        # The new driver itself tries the saved queries (runtime.gate) instead of a Spark started for the check alone,
+        # before anything stops (upgrade_check says when it cannot); a claim, which hands the savepoint over at the
+        # launch, is checked before it: a refusal must leave the savepoint where it was.
+        to_check = saved
+        if replaced is not None and request.check:
+            to_check, scratch = savepoint_to_check(settings, replaced, progress)
+            cleanup.callback(shutil.rmtree, scratch, ignore_errors=True)
+        checked_in_driver = (to_check is not None and request.check and rollback_of is None and not request.claim
+                             and checkable_in_driver(to_check, replaced is not None))
+        moved = (check_move(to_check, spark, request, refuse=checked_in_driver)
+                 if to_check is not None and spark is not None else Move(None, [], []))
+        if rollback_of is not None:
+            upgrade_check = {"skipped": f"rollback: the version {rollback_of.id} replaced, as it ran before",
+                             "at": iso()}
+        elif not request.check and (saved or replaced):
+            upgrade_check = {"skipped": "--no-check", "at": iso()}
+        elif to_check is not None and not checked_in_driver:
+            upgrade_check = check_before_launch(settings, request, to_check, replaced is not None, progress)
+        conf_args += spark_submit.conf_arguments(moved.launch_confs or (upgrade_check or {}).get("confs", []))
+        # A sink is rolled back once the check has let the first query go: an upgrade refused moves nothing.
+        sink_notes = (_sinks_before_launch(settings, request, saved, warn, rolled, rollback_of)
+                      if saved and not (checked_in_driver and request.rollback_sink) else [])
+        follows = (rollback_of or replaced or way_back and way_back.previous or _taken_of(registry, saved))
+        job = registry.new_job(
+            request.name or Path(app).stem.replace("_", "-"), checkpoints_under=settings.checkpoints, app=app,
+            app_args=request.app_args,
+            master=request.master, submit_args=request.submit_args, detached=request.detach,
+            restored_from=saved.path if saved else None, upgrade_check=upgrade_check, confs=request.confs,
+            follows=follows.id if follows else None,
+            rollback={"rollback_of": rollback_of.id, "at": iso()} if rollback_of else None, app_sha256=app_digest(app),
+            spark_home=spark.home if spark else None, spark_version=spark.version if spark else None,
+            launch={"at": began},
+        )
+        job.note("started", _started(job, request, saved, replaced, rollback_of))
+        if upgrade_check is not None:
+            job.note("check", check_said(upgrade_check))
+        for event, note in [*sink_notes, *(("sink_kept", line) for line in kept_sinks)]:
+            job.note(event, note)
+        try:
+            process = _launch(settings, job, app, request, conf_args, manager, spark, saved, replaced is not None,
+                              to_check if checked_in_driver else None, progress)
+        except BaseException as exc:
+            job.end("failed", error=str(exc))
+            registry.save(job)
+            raise
         registry.save(job)
-        raise
-    registry.save(job)
     if checked_in_driver:
-        check_in_driver(registry, job, process, saved, request, moved,
+        check_in_driver(registry, job, process, to_check, request, moved,
                         lambda: _rolled_back_before_the_first_query(settings, registry, job, request, saved, warn,
-                                                                    rolled), progress, sleep, clock, start_timeout)
+                                                                    rolled) if saved else None, progress, sleep,
+                        clock, start_timeout, replaced)
+        job = registry.load(job.id)  # with the verdict it recorded, which a later save of this job must keep
     handover = None
     if replaced is not None:
         try:
@@ -446,16 +461,16 @@ def _roll_back(settings: Settings, registry: Registry, failed: Job, way_back: Wa
 
 def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_args: list[str],
             manager: ClusterManager, spark: spark_submit.Spark | None, saved: Savepoint | None, replacing: bool,
-            checked_in_driver: bool, progress: Progress | None) -> subprocess.Popen | None:
+            checked_against: Savepoint | None, progress: Progress | None) -> subprocess.Popen | None:
     """Restore the savepoint into the job's checkpoints and start its driver: spark-submit of the Spark chosen,
     here (its process), or in cluster mode through its manager (None; the id the manager knows the driver by is
-    recorded in ``job``)."""
+    recorded in ``job``). ``checked_against``: the savepoint the driver checks the application against."""
     cluster = request.deploy_mode == "cluster"
     check_settings = {}
+    if checked_against is not None:
+        check_settings = prepare_in_driver(settings, checked_against, job.directory, check_request(request),
+                                           None if cluster else os.getpid(), progress)
     if saved is not None:
-        if checked_in_driver:
-            check_settings = prepare_in_driver(settings, saved, job.directory, check_request(request),
-                                               None if cluster else os.getpid(), progress)
         restore(saved, job.checkpoint_root, mode="claim" if request.claim else "auto",
                 workers=settings.transfer_workers, progress=progress, fork=request.fork,
                 storage_options=settings.storage_options)

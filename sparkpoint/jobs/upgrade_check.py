@@ -1,7 +1,11 @@
-"""`run`'s check of an application against the saved state it restores: before the launch, in a driver of
-its own (`run --replace`: the old job still runs, so the check costs no downtime), or in the new job's own
-driver (`run -s`: the stop is behind and the downtime under way, so no second Spark is started for it; see
-runtime.gate). What was found is recorded as the job's ``upgrade_check``.
+"""`run`'s check of an application against the saved state it restores, in the new job's own driver (see
+runtime.gate) or, where it cannot be, before the launch in a driver of its own. `run -s`: the stop is behind and
+the downtime under way, so no second Spark is started for it. `run --replace`: against a savepoint of the job
+taken now, without pausing it, while it runs on; the new driver checks a single saved query at its start and
+only then waits for the hand-over (runtime.handover), so the check costs no downtime and warms the JVM that
+then loads the state. With several saved queries the application would start the first for real, held until
+the hand-over, before it reached the others: they are checked in a driver of their own first. What was found is
+recorded as the job's ``upgrade_check``.
 """
 
 from __future__ import annotations
@@ -41,28 +45,33 @@ def check_said(upgrade_check: dict[str, Any]) -> str:
     return f"it restores (checked{where} in {upgrade_check['seconds']:.1f} s)"
 
 
-def check_before_launch(settings: Settings, request: RunRequest, saved: Savepoint | None, replaced: Job | None,
+def savepoint_to_check(settings: Settings, replaced: Job, progress: Progress | None) -> tuple[Savepoint, str]:
+    """`run --replace`: a savepoint of the job to replace, taken now without pausing it (the hand-over's comes
+    later, at the boundary), and the scratch directory it is in, which the caller removes."""
+    scratch = settings.scratch_dir("sparkpoint-precheck-")
+    try:
+        return load_savepoint(savepoint_job(settings, replaced.id, scratch, progress=progress).path), scratch
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+
+
+def checkable_in_driver(saved: Savepoint, replacing: bool) -> bool:
+    """Whether the new driver can check ``saved`` before anything is stopped (see the module's docstring)."""
+    return not replacing or len(saved.queries) == 1
+
+
+def check_before_launch(settings: Settings, request: RunRequest, saved: Savepoint, replacing: bool,
                         progress: Progress | None) -> dict[str, Any]:
     """Before anything is stopped or started: will the application restore? Raises IncompatibleUpgradeError
-    if not. A job to replace is checked against a savepoint of it taken now, without pausing it (the one
-    the hand-over takes comes later, at the boundary), in a scratch directory removed afterwards."""
-    if not request.check:
-        return {"skipped": "--no-check", "at": iso()}
-    checking = check_request(request)
-    scratch = settings.scratch_dir("sparkpoint-precheck-") if replaced else None
-    try:
-        if replaced is not None:
-            saved = load_savepoint(savepoint_job(settings, replaced.id, scratch, progress=progress).path)
-        checked = check_upgrade(settings, saved, checking, progress)
-    finally:
-        if scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
+    if not. ``replacing``: ``saved`` is the job's savepoint_to_check."""
+    checked = check_upgrade(settings, saved, check_request(request), progress)
     if not checked.compatible:
         problems = "; ".join(problem.message for problem in checked.problems)
         raise IncompatibleUpgradeError(f"{request.app} will not restore from {saved.manifest['id']}, so nothing was "
                                        f"stopped or started: {problems} (`sparkpoint check` shows the details; "
                                        f"--no-check skips it){'; driver log: ' + checked.log if checked.log else ''}")
-    return {"compatible": True, "savepoint": saved.path if not replaced else None, "seconds": checked.seconds,
+    return {"compatible": True, "savepoint": saved.path if not replacing else None, "seconds": checked.seconds,
             "notes": checked.notes, "at": iso(), **({"confs": checked.launch_confs} if checked.launch_confs else {})}
 
 
@@ -85,11 +94,12 @@ def check_request(request: RunRequest) -> CheckRequest:
 
 def check_in_driver(registry: Registry, job: Job, process: subprocess.Popen | None, saved: Savepoint,
                     request: RunRequest, moved: Move, before_go: Callable[[], None], progress: Progress | None,
-                    sleep, clock, start_timeout: float) -> None:
+                    sleep, clock, start_timeout: float, replaced: Job | None = None) -> None:
     """Answer the new driver's check of each saved query (runtime.gate), and record the verdict. A query
     refused: the job ends, with IncompatibleUpgradeError (exit 16), or SparkFailureError (11) when the check
     could not decide. The sinks of --rollback-sink are rolled back before the first query is let go. ``moved``:
-    what the savepoint's move to the job's Spark changes, found before the launch (check_move)."""
+    what the savepoint's move to the job's Spark changes, found before the launch (check_move). ``replaced``:
+    the job `run --replace` replaces, which runs on whatever is found (``saved`` is its savepoint_to_check)."""
     def running() -> bool:
         return process.poll() is None if process is not None else state_of(registry.load(job.id)) in ACTIVE_STATES
 
@@ -113,7 +123,8 @@ def check_in_driver(registry: Registry, job: Job, process: subprocess.Popen | No
         [f"query {', '.join(found.untried)} was not started and checked in time"] if timed_out else [])
     problems = "; ".join(found_problems)
     latest = registry.load(job.id)
-    latest.upgrade_check = {"compatible": not found_problems, "savepoint": saved.path, "seconds": checked.seconds,
+    latest.upgrade_check = {"compatible": not found_problems, "savepoint": None if replaced else saved.path,
+                            "seconds": checked.seconds,
                             "notes": moved.notes + checked.notes, "at": iso(), "in_driver": True,
                             **({"problems": found_problems} if found_problems else {})}
     latest.note("check", check_said(latest.upgrade_check))
@@ -126,8 +137,14 @@ def check_in_driver(registry: Registry, job: Job, process: subprocess.Popen | No
     registry.save(latest)
     where = f"its driver's log: {job.log_path}" if request.detach and not job.submission_id else "job " + job.id
     undecided = [p for p in checked.problems if p.kind in compat.UNDECIDED]
+    runs_on = f"; {replaced.id} runs on" if replaced else ""
     if timed_out or (undecided and len(undecided) == len(checked.problems)):
-        raise SparkFailureError(f"the check could not decide: {problems} (`--no-check` skips it; {where})")
+        raise SparkFailureError(f"the check could not decide: {problems}{runs_on} (`--no-check` skips it; {where})")
+    if replaced:
+        raise IncompatibleUpgradeError(f"{request.app} will not restore from {replaced.id}, so nothing was "
+                                       f"stopped: {problems}; {replaced.id} runs on, and the new driver, which "
+                                       f"checked it before any query started, has ended (`sparkpoint check` shows "
+                                       f"the details; --no-check skips it; {where})")
     refused = {problem.query for problem in checked.problems}
     started = [query.name for query in checked.queries if query.name not in refused]
     ran = f"query {', '.join(started)} had started before" if started else "no query of it started"

@@ -102,10 +102,10 @@ def main(argv: list[str]) -> int:
     threading.Thread(target=_end_when_spark_stops_underneath, args=(agent,), name="sparkpoint-context-watch",
                      daemon=True).start()
     _hand_the_cluster_secret_to_spark()
+    if handover_from:  # installed first, so it runs after the gate: a query is checked, then held till the hand-over
+        hold_first_start(job_dir, int(handover_from), agent.expect)
     install_from_environment()
     intercept_batch_writes()
-    if handover_from:
-        hold_first_start(job_dir, int(handover_from), agent.expect)
 
     # The application sees itself as __main__ with its own arguments and directory, as under spark-submit.
     sys.argv = [app, *app_args]

@@ -5,7 +5,8 @@ a configuration, a batch job at start-up) are the new version's own and need not
 they are not downtime: only the first ``start()`` waits. It then says so to the `run` that launched it (the
 "waiting" mark), which stops the old version at a batch boundary with a savepoint, restores it into this job's
 checkpoints and answers: the query starts, on the restored state, or the hand-over is off and ``start()`` ends
-the application as ``sys.exit(reason)`` would, before anything of it has run.
+the application as ``sys.exit(reason)`` would, before anything of it has run. A query the job's check
+(runtime.gate) starts in its sandbox goes at once: the check comes before the hand-over.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import threading
 from typing import Any
 
 from sparkpoint.jobs.protocol import await_handover
+from sparkpoint.runtime.agent import CHECK_QUERY_SUFFIX
 from sparkpoint.runtime.writers import StartCall, intercept_starts
 
 
@@ -24,7 +26,9 @@ def hold_first_start(job_dir: str, controller_pid: int, on_answer, classes: list
     lock = threading.Lock()
     answer: dict[str, Any] = {}
 
-    def on_start(_writer, call: StartCall):
+    def on_start(writer, call: StartCall):
+        if (getattr(writer, "_sparkpoint_name", None) or "").endswith(CHECK_QUERY_SUFFIX):
+            return call.as_called()
         with lock:  # two threads starting queries at once: one asks, both hear the same answer
             if not answer:
                 answer.update(await_handover(job_dir, controller_pid))

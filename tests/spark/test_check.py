@@ -96,7 +96,7 @@ def test_run_checks_first_and_replace_refuses_an_incompatible_version_before_tou
     code, out, err = cli(home, "run", "--replace", v1["id"], "--detach", APP, "paid", str(saved["inputs"]),
                          str(root / "out-paid"))
     assert code == 16 and out == "", err
-    assert "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE" in err and "so nothing was stopped or started" in err
+    assert "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE" in err and "so nothing was stopped" in err
     listed = cli_json(home, "list")
     assert [(job["id"], job["state"], job["pid"]) for job in listed] == [(v1["id"], "running", v1["pid"])]
     assert {p.name for p in (home / "savepoints" / "posts").iterdir()} == before  # the check's savepoint is gone

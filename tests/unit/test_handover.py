@@ -22,6 +22,7 @@ def writer_class():
             self.name = name
 
         def queryName(self, name):  # noqa: N802 - Spark's name
+            self.name = name
             return self
 
         def outputMode(self, mode):  # noqa: N802 - Spark's name
@@ -70,3 +71,11 @@ def test_a_hand_over_called_off_ends_the_application_at_its_start(tmp_path):
         with pytest.raises(SystemExit, match="sparkpoint: not started: the old job's stop failed"):
             cls("a").start()
     assert cls.started == [] and heard == []
+
+
+def test_the_check_s_sandbox_query_goes_before_the_hand_over(tmp_path):
+    """run --replace's check (runtime.gate) starts the saved query in its sandbox before the hand-over."""
+    cls = writer_class()
+    hold_first_start(str(tmp_path), os.getpid(), lambda _queries: None, classes=[cls])
+    assert cls("x").queryName("counts (sparkpoint check)").start() == "counts (sparkpoint check)"
+    assert not handover_waiting(tmp_path)

@@ -27,3 +27,13 @@ def as_json(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: as_json(v) for k, v in value.items()}
     return value
+
+
+def human_bytes(count: int | None) -> str:
+    """A size as a result's line says it: ``10.8 KiB``."""
+    value = float(count or 0)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"

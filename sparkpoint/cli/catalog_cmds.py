@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sparkpoint.cli.context import (PATH_PART, echo, emit, human_bytes, output_option, partition_offsets, pass_app,
+from sparkpoint.results import human_bytes
+from sparkpoint.cli.context import (PATH_PART, echo, emit, output_option, partition_offsets, pass_app,
                                     text)
 from sparkpoint.cli.context import console as make_console
 from sparkpoint.times import iso

@@ -159,10 +159,3 @@ def partition_offsets(topic: str, partitions: dict[int, int], limit: int | None 
     return f"{topic} " + " ".join(f"{partition}@{offset}" for partition, offset in shown) + more
 
 
-def human_bytes(count: int | None) -> str:
-    value = float(count or 0)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"

@@ -23,6 +23,10 @@ class PassThrough(click.Command):
     options: `--driver-java-options -Dlog4j...` was refused as an `-o` of 'g4j...'."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, self.passed_through(ctx, args))
+
+    def passed_through(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """``args`` as Click is to parse them: this command's own options, then ``--`` and the rest."""
         options = [param for param in self.get_params(ctx) if isinstance(param, click.Option)]
         flags = {name for o in options if o.is_flag or o.count for name in (*o.opts, *o.secondary_opts)}
         valued = {name for o in options if not (o.is_flag or o.count) for name in o.opts}
@@ -36,7 +40,7 @@ class PassThrough(click.Command):
                 index += 1
             else:
                 break
-        return super().parse_args(ctx, [*args[:index], "--", *args[index:]] if index < len(args) else args)
+        return [*args[:index], "--", *args[index:]] if index < len(args) else args
 
 
 @click.command("run", cls=PassThrough)

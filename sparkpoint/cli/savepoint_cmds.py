@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 import click
 
 from sparkpoint.cli.metrics_cmds import metrics_file_option
-from sparkpoint.cli.context import (PATH_PART, SAVEPOINT, echo, emit, human_bytes, output_option, partition_offsets,
+from sparkpoint.results import human_bytes
+from sparkpoint.cli.context import (PATH_PART, SAVEPOINT, echo, emit, output_option, partition_offsets,
                                     pass_app, text)
 from sparkpoint.cli.context import console as make_console
 from sparkpoint.errors import BadArgumentError, RecordedFailureError, SavepointInvalidError
@@ -15,6 +16,7 @@ from sparkpoint.errors import BadArgumentError, RecordedFailureError, SavepointI
 if TYPE_CHECKING:  # the core is imported inside each command, so that --help stays fast
     from sparkpoint.jobs.triggers import TriggerRecord
     from sparkpoint.savepoints.create import Created
+    from sparkpoint.savepoints.diff import Compared
     from sparkpoint.savepoints.inspect import Inspected
     from sparkpoint.savepoints.rescale import Rescaled
     from sparkpoint.savepoints.restore import Restored
@@ -177,6 +179,29 @@ def inspect_cmd(app, loaded, with_state, limit, output):
 
     emit(output, inspect(loaded, limit if with_state else None, app.settings.kafka, app.settings.storage_options),
          _render_inspected)
+
+
+@click.command("diff")
+@click.argument("before", metavar="BEFORE", type=SAVEPOINT)
+@click.argument("after", metavar="AFTER", type=SAVEPOINT)
+@output_option
+@pass_app
+def diff_cmd(app, before, after, output):
+    """What changed from one savepoint to another: the Spark that wrote them, queries, cuts and offsets per
+    source, stateful operators, their partitions, state schemas and state variables, sizes, pinned confs.
+
+    Read from the two manifests and the state schema files; no Spark is needed. Exits 0 whether or not
+    they differ (an empty `differences` list when they do not)."""
+    from sparkpoint.savepoints.diff import diff
+
+    emit(output, diff(before, after), _render_compared)
+
+
+def _render_compared(compared: Compared) -> None:
+    echo(f"{compared.before} → {compared.after}: "
+         + (f"{len(compared.differences)} difference(s)" if compared.differences else "no difference"))
+    for difference in compared.differences:
+        echo(f"  {difference.said}")
 
 
 def _offsets_shown(offset, read: dict) -> str:
@@ -366,4 +391,4 @@ def _render_table_rollback(rolled) -> None:
              "table, kept on disk until VACUUM")
 
 
-COMMANDS = (savepoint_cmd, restore_cmd, verify_cmd, inspect_cmd, rescale_cmd, rollback_sink_cmd)
+COMMANDS = (savepoint_cmd, restore_cmd, verify_cmd, inspect_cmd, diff_cmd, rescale_cmd, rollback_sink_cmd)

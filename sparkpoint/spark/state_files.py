@@ -23,6 +23,7 @@ from sparkpoint.spark.fields import (
     typed,
 )
 from sparkpoint.spark.logs import json_line, parse_log
+from sparkpoint.spark.state_schema import java_utf
 
 _STATE_FILE = re.compile(r"(\d+)(?:_([0-9a-fA-F-]+))?\.(delta|snapshot|zip|changelog)", re.ASCII)
 
@@ -69,15 +70,11 @@ def changelog_lineage(source: bytes | BinaryIO, where: str) -> list[tuple[int, s
     stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source
     header = lz4_blocks(stream, where, want=4 + 65535 * 2)
     try:
-        (length,) = struct.unpack(">H", header[:2])
-        fmt = header[2 : 2 + length].decode()
+        fmt, after = java_utf(header, 0, where, "changelog header")
         if fmt in ("v1", "v2"):
             return []  # formats without lineage: the file follows its predecessor version
-        (lineage_length,) = struct.unpack(">H", header[2 + length : 4 + length])
-        if len(header) < 4 + length + lineage_length:
-            raise NotACheckpointError(f"{where}: truncated changelog header")
-        lineage = json.loads(header[4 + length : 4 + length + lineage_length].decode())
-    except (struct.error, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        lineage = json.loads(java_utf(header, after, where, "changelog header")[0])
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise NotACheckpointError(f"{where}: unreadable changelog header") from None
     entries = [json_object(e, where, "a lineage entry") for e in json_array(lineage, where, "the changelog lineage")]
     return [

@@ -428,7 +428,7 @@ def parse_failure(line: str) -> str | None:
     values (<savepoint>, SAVEPOINT, N): a value's type is not checked; optional parts ([--all]) are taken as given,
     and `cluster start | status | stop` as each of its alternatives."""
     from sparkpoint.adapters.spark_submit import split_arguments
-    from sparkpoint.cli.job_cmds import CHECK_OPTIONS, RUN_OPTIONS
+    from sparkpoint.cli.job_cmds import CHECK_OPTIONS, RUN_OPTIONS, PassThrough
 
     line = re.sub(r"<[^>]*>", "PLACEHOLDER", line).replace("[", " ").replace("]", " ").replace("...", " ")
     words = line.split()[1:]
@@ -456,6 +456,8 @@ def parse_failure(line: str) -> str | None:
     for command, words in alternatives:
         try:
             context = click.Context(command, info_name=command.name, **command.context_settings)
+            if isinstance(command, PassThrough):  # spark-submit's options and the application's, handed on
+                words = command.passed_through(context, list(words))
             opts, _, _ = command.make_parser(context).parse_args(list(words))
         except click.UsageError as error:
             return f"{' '.join(path)}: {error.format_message()}"

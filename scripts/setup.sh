@@ -40,7 +40,7 @@ if [ ! -f "$stamp" ]; then
   echo "Installing sparkpoint and its dependencies (pyspark is ~450 MB; about a minute the first time) ..." >&2
   .venv/bin/python -m pip install --quiet --upgrade pip
   # The project's own Spark (4.3) comes with the [spark] extra.
-  .venv/bin/python -m pip install --quiet -e ".[spark,s3,kafka,delta,test,docs]"
+  .venv/bin/python -m pip install --quiet -e ".[spark,s3,kafka,delta,test,docs,ui]"
   rm -f .venv/.sparkpoint-installed-*
   touch "$stamp"
 fi

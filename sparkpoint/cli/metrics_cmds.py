@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import functools
-import ipaddress
-import re
-import secrets
-import socket
 from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from sparkpoint.cli.context import AppContext, echo, emit, output_option, pass_app
+from sparkpoint.cli.serving import address as serving_address
+from sparkpoint.cli.serving import beyond_loopback, token_from
 from sparkpoint.config import local_home
 from sparkpoint.errors import BadArgumentError
 
@@ -85,61 +83,10 @@ _metrics_file = click.option("--metrics-file", metavar="PATH", callback=_not_emp
                                   "node_exporter's textfile collector); after the command, even a failed one.")
 
 
-_ADDRESS = re.compile(r"(?:(?:\[(?P<ipv6>[0-9A-Fa-f:.%\w]+)\]|(?P<host>[^:\[\]]+)):)?(?P<port>[0-9]{1,5})")
-
-
-def _address(text: str) -> tuple[str, int]:
-    """[HOST:]PORT, an IPv6 host in brackets ([::1]:9464)."""
-    found = _ADDRESS.fullmatch(text)
-    if not found or not 0 < int(found["port"]) < 65536:
-        raise BadArgumentError(f"--serve {text!r}: give [HOST:]PORT, a port from 1 to 65535 (an IPv6 host in "
-                               "brackets: [::1]:9464)")
-    return found["ipv6"] or found["host"] or "127.0.0.1", int(found["port"])
-
-
-_TOKEN = re.compile(r"[\x21-\x7e]+")  # what an Authorization header carries as it is (RFC 7235 token68 and more)
-
-
 def _token(app: AppContext, token_file: str | None) -> tuple[str, Path]:
-    """The bearer token scrapes must send: ``token_file``'s, or the home's metrics.token, made on first use. Read
-    as sparkpoint's records are (a FIFO or a link to /dev/zero is refused, not waited on or read for ever): one
-    line of printable ASCII."""
-    from sparkpoint.adapters.local_files import MalformedRecord, read_record, write_private
-    from sparkpoint.adapters.storage import translate_errors
-    from sparkpoint.jobs.registry import TOKEN_BYTES
-
+    """The bearer token scrapes must send: ``token_file``'s, or the home's metrics.token, made on first use."""
     path = Path(token_file) if token_file else Path(local_home(app.settings.home)) / TOKEN_FILE
-    with translate_errors(str(path)):
-        if token_file is None and not path.exists():
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            write_private(path, secrets.token_urlsafe(32) + "\n")
-    try:
-        token = read_record(path, TOKEN_BYTES).strip()
-    except FileNotFoundError:
-        raise BadArgumentError(f"the token file {path} does not exist") from None
-    except MalformedRecord as exc:
-        raise BadArgumentError(f"the token file {path} {exc}") from None
-    if not _TOKEN.fullmatch(token):
-        raise BadArgumentError(f"the token file {path} must hold one token: one line of printable ASCII, no "
-                               "spaces" + (" (it is empty)" if not token else ""))
-    if path.stat().st_mode & 0o004:
-        echo(f"sparkpoint: warning: the token file {path} is readable by every user of this machine: "
-             f"chmod o-r {path}", err=True)
-    return token, path
-
-
-def _beyond_loopback(host: str, port: int) -> bool:
-    """Whether ``host`` names an address outside the loopback range (a name that does not resolve: not known to)."""
-    try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)}
-    except OSError:
-        return False
-    return any(not _loopback(ipaddress.ip_address(address.split("%", 1)[0])) for address in addresses)
-
-
-def _loopback(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1 is 127.0.0.1
-    return (mapped or address).is_loopback
+    return token_from(path, make=token_file is None), path
 
 
 def _serve(app: AppContext, address: str, token_file: str | None) -> None:
@@ -148,7 +95,7 @@ def _serve(app: AppContext, address: str, token_file: str | None) -> None:
     from sparkpoint.adapters.scrape_server import ScrapeServer
     from sparkpoint.jobs import metrics
 
-    host, port = _address(address)
+    host, port = serving_address(address)
     token, path = _token(app, token_file)
     registry, _collector = metrics.registry_of(app.settings, scraped=lambda scrape: _warn(scrape.problems))
 
@@ -160,7 +107,7 @@ def _serve(app: AppContext, address: str, token_file: str | None) -> None:
         server = ScrapeServer((host, port), token, render)
     except OSError as exc:
         raise BadArgumentError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    if _beyond_loopback(host, port):
+    if beyond_loopback(host, port):
         echo(f"sparkpoint: warning: --serve {address} listens beyond this machine, in plain HTTP: the bearer "
              "token travels in clear text to whoever can see the traffic (use 127.0.0.1 behind a TLS proxy, "
              "or a private network)", err=True)

@@ -11,17 +11,16 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
-from types import SimpleNamespace
 
 import click
 import pytest
 from checkpoints import hdfs_checkpoint
+from running_jobs import agent_of_a_fake_query
 
 import sparkpoint
 from sparkpoint import errors
-from sparkpoint.adapters.processes import process_start
 from sparkpoint.cli.main import Terminated, cli, main
-from sparkpoint.jobs.protocol import read_agent_file, write_agent_file
+from sparkpoint.jobs.protocol import write_agent_file
 from sparkpoint.jobs.registry import Registry
 from sparkpoint.savepoints import compat
 from sparkpoint.savepoints.savepoint import load as load_savepoint
@@ -165,36 +164,12 @@ def disagreements(command: str, output: dict, condition: str | None = None) -> d
             "in the docs, not printed": top - set(output)}
 
 
-class FakeQuery:
-    """What the agent reads of a running query (pyspark's StreamingQuery), over a checkpoint written here."""
-
-    def __init__(self, checkpoint: Path):
-        self.name, self.id, self.runId = "alarms", "6a1b0c5e-query-id", "6a1b0c5e-run-id"
-        self.lastProgress = {"batchId": 3, "inputRowsPerSecond": 12.5, "processedRowsPerSecond": 40.0,
-                             "stateOperators": [{"numRowsTotal": 7, "memoryUsedBytes": 2048}]}
-        self.status = {"isTriggerActive": False}
-        self._jsq = SimpleNamespace(streamingQuery=lambda: SimpleNamespace(
-            resolvedCheckpointRoot=lambda: f"file:{checkpoint}", sink=lambda: f"FileSink[file:{checkpoint}-out]"))
-
-
 @pytest.fixture
 def running_job(home, tmp_path):
     """A registered job whose driver is this process and whose agent (the real one) runs a fake query: list,
     savepoint JOB and savepoint --detached need no Spark behind it."""
-    from sparkpoint.runtime.agent import Agent
-
-    registry = Registry(str(home))
-    job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
-    job.pid, job.pid_start = os.getpid(), process_start(os.getpid())
-    registry.save(job)
-    query = FakeQuery(hdfs_checkpoint(tmp_path / "live" / "alarms", committed=3, planned=True))
-    session = SimpleNamespace(streams=SimpleNamespace(active=[query], addListener=lambda listener: None),
-                              sparkContext=SimpleNamespace(applicationId="local-1795000000"), version="4.3.0")
-    agent = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: session)
-    agent.start()
-    assert poll_until(lambda: read_agent_file(job.directory).get("state") == "running", 30, 0.02)
-    yield job
-    agent.finish(0, None)
+    with agent_of_a_fake_query(home, tmp_path) as job:
+        yield job
 
 
 @pytest.fixture

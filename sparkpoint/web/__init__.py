@@ -1,0 +1,1 @@
+"""`sparkpoint ui`: the operator's page, served from the same library functions the CLI calls."""

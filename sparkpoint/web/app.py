@@ -1,0 +1,111 @@
+"""The operator's page: jobs, the savepoint catalog, a savepoint's contents and the diff of two, each route one call
+to the library functions the CLI uses (jobs.listing, savepoints.catalog, savepoints.inspect, savepoints.diff)
+rendered by a Jinja2 template. Templates escape every value (autoescape, no ``|safe``), and the pages load no
+script, style or font from elsewhere: they work on a host with no internet, under a CSP of 'self'."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from sparkpoint.config import Settings
+from sparkpoint.errors import NotFoundError, SparkpointError
+from sparkpoint.results import as_json, human_bytes
+from sparkpoint.times import parse_iso
+from sparkpoint.web.auth import TokenGate
+
+HERE = Path(__file__).parent
+
+
+def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float = 5.0) -> TokenGate:
+    """The page for ``settings``' home, behind ``token``."""
+    templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined)
+    templates.filters.update(bytes=human_bytes, age=_age, rate=_rate)
+
+    def page(name: str, status: int = 200, **values: Any) -> HTMLResponse:
+        return HTMLResponse(templates.get_template(name).render(home=settings.home, refresh=refresh_seconds,
+                                                                **values), status_code=status)
+
+    def jobs_page(_request: Request) -> Response:
+        return page("jobs.html", jobs=_jobs(settings))
+
+    def jobs_fragment(_request: Request) -> Response:
+        return page("jobs_table.html", jobs=_jobs(settings))
+
+    def jobs_json(_request: Request) -> Response:
+        return JSONResponse(as_json(_jobs(settings)))
+
+    def savepoints_page(_request: Request) -> Response:
+        from sparkpoint.savepoints import catalog
+
+        entries = catalog.scan(settings.savepoints_dir(), settings.storage_options)
+        by_job: dict[str, list] = {}
+        for entry in entries:
+            by_job.setdefault(entry.job or "(no job)", []).append(entry)
+        return page("savepoints.html", by_job=sorted(by_job.items()))
+
+    def savepoint_page(request: Request) -> Response:
+        from sparkpoint.savepoints import catalog
+        from sparkpoint.savepoints.inspect import inspect
+
+        try:
+            inspected = inspect(catalog.load(settings, request.path_params["ref"]), None, settings.kafka,
+                                settings.storage_options)
+        except SparkpointError as exc:
+            return page("problem.html", status=404 if isinstance(exc, NotFoundError) else 400, problem=str(exc))
+        return page("savepoint.html", inspected=inspected, manifest=inspected.manifest,
+                    queries=inspected.queries)
+
+    def diff_page(request: Request) -> Response:
+        from sparkpoint.savepoints import catalog
+        from sparkpoint.savepoints.diff import diff
+
+        before, after = request.query_params.get("before"), request.query_params.get("after")
+        if not before or not after:
+            return page("problem.html", status=400, problem="a diff needs two savepoints: ?before=ID&after=ID")
+        try:
+            compared = diff(catalog.load(settings, before), catalog.load(settings, after))
+        except SparkpointError as exc:
+            return page("problem.html", status=404 if isinstance(exc, NotFoundError) else 400, problem=str(exc))
+        return page("diff.html", compared=compared)
+
+    app = Starlette(routes=[
+        Route("/", jobs_page),
+        Route("/fragments/jobs", jobs_fragment),
+        Route("/api/jobs", jobs_json),
+        Route("/savepoints", savepoints_page),
+        Route("/savepoints/{ref:path}", savepoint_page),
+        Route("/diff", diff_page),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ])
+    return TokenGate(app, token, cookie)
+
+
+def _jobs(settings: Settings) -> list:
+    from sparkpoint.jobs.listing import list_jobs
+
+    return list_jobs(settings, include_all=True)
+
+
+def _age(iso_time: str | None) -> str:
+    """How long ago: ``42 s``, ``7 min``, ``3 h``, ``2 d``."""
+    moment = parse_iso(iso_time) if iso_time else None
+    if moment is None:
+        return "-"
+    seconds = max(0.0, time.time() - moment)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}/s"

@@ -1,0 +1,110 @@
+"""The page `sparkpoint ui` serves (sparkpoint.web), through Starlette's TestClient: its door (the token, then a
+cookie; 401 without, nothing of the home in it), and its pages over a home with a running job, a hand-edited one
+whose name is markup, and savepoints of plain checkpoints. No Spark."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from checkpoints import hdfs_checkpoint
+from running_jobs import agent_of_a_fake_query
+from starlette.testclient import TestClient
+
+from sparkpoint.cli.main import main
+from sparkpoint.config import load_settings
+from sparkpoint.jobs.registry import Registry
+from sparkpoint.web.app import make_app
+from sparkpoint.web.auth import DENIED
+
+TOKEN = "t0k3n-for-the-page"
+COOKIE = "sparkpoint-ui-9465"
+
+
+def client(home, **options) -> TestClient:
+    # A client that follows no redirect: the token's exchange for a cookie is what is tested.
+    return TestClient(make_app(load_settings(overrides={"home": str(home)}), TOKEN, COOKIE), follow_redirects=False,
+                      **options)
+
+
+@pytest.fixture
+def signed_in(home):
+    page = client(home)
+    page.cookies.set(COOKIE, TOKEN)
+    return page
+
+
+def test_without_the_token_every_path_is_401_and_says_nothing_of_the_home(home, tmp_path):
+    with agent_of_a_fake_query(home, tmp_path):
+        page = client(home)
+        for path in ("/", "/api/jobs", "/fragments/jobs", "/savepoints", "/static/style.css", "/diff?before=a&after=b",
+                     f"/?token={TOKEN}x", "/nowhere"):
+            answer = page.get(path)
+            assert answer.status_code == 401 and answer.content == DENIED, path
+        page.cookies.set(COOKIE, TOKEN + "x")
+        assert page.get("/").status_code == 401
+        assert page.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
+
+
+def test_the_token_in_the_url_becomes_a_cookie_and_leaves_the_address(home):
+    page = client(home)
+    answer = page.get(f"/savepoints?token={TOKEN}")
+    assert answer.status_code == 303 and answer.headers["location"] == "/savepoints"
+    cookie = answer.headers["set-cookie"]
+    assert cookie.startswith(f"{COOKIE}={TOKEN};") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert page.get("/savepoints").status_code == 200  # the client kept the cookie
+    assert client(home).get("/api/jobs", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+
+
+def test_every_answer_forbids_framing_and_scripts_from_elsewhere(signed_in):
+    headers = signed_in.get("/").headers
+    assert "default-src 'self'" in headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in headers["content-security-policy"]
+    assert headers["x-content-type-options"] == "nosniff" and headers["cache-control"] == "no-store"
+
+
+def test_the_jobs_page_shows_a_running_job_s_queries_and_a_hostile_name_as_text(home, tmp_path, signed_in):
+    with agent_of_a_fake_query(home, tmp_path) as job:
+        registry = Registry(str(home))
+        hostile = registry.new_job("plain", app="app.py", app_args=[], master="local[2]", submit_args=[])
+        hostile.end("failed", error="<img src=x onerror=alert(2)>")
+        registry.save(hostile)
+        record = json.loads((registry.root / hostile.id / "job.json").read_text())
+        record["name"] = "<script>alert(1)</script>"  # a hand-edited record
+        (registry.root / hostile.id / "job.json").write_text(json.dumps(record))
+        html = signed_in.get("/").text
+        row = re.search(rf"<tr class=\"state-running\">.*?{job.id}.*?</tr>", html, re.S).group(0)
+        assert ">running<" in row and ">alarms<" in row and ">3<" in row and "12.5/s" in row and "40.0/s" in row
+        assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+        assert "<img src=x" not in html and "&lt;img src=x onerror=alert(2)&gt;" in html
+        assert "state-failed" in html
+        # The table alone, as the page refreshes it, and the JSON `list --all -o json` prints.
+        assert job.id in signed_in.get("/fragments/jobs").text
+        listed = signed_in.get("/api/jobs").json()
+        assert {entry["id"]: entry["state"] for entry in listed}[job.id] == "running"
+
+
+@pytest.fixture
+def two_savepoints(home, tmp_path, capsys):
+    made = []
+    for committed in (3, 5):
+        checkpoint = hdfs_checkpoint(tmp_path / f"cut-{committed}" / "alarms", committed=committed, planned=True)
+        assert main(["--home", str(home), "-o", "json", "savepoint", "--from-checkpoint", str(checkpoint),
+                     "--name", "alarms"]) == 0
+        made.append(json.loads(capsys.readouterr().out))
+    return made
+
+
+def test_the_catalog_a_savepoint_s_contents_and_the_diff_of_two(signed_in, two_savepoints):
+    earlier, later = two_savepoints
+    catalog = signed_in.get("/savepoints").text
+    assert earlier["id"] in catalog and later["id"] in catalog
+    assert f'/diff?before={earlier["id"]}&amp;after={later["id"]}' in catalog
+    page = signed_in.get(f"/savepoints/{later['id']}").text
+    assert "cut at batch 5" in page and "<code>{\"logOffset\": 5}</code>" in page and "stateStoreSave" in page
+    diff = signed_in.get(f"/diff?before={earlier['id']}&after={later['id']}").text
+    assert "query alarms: cut at batch 3 → 5" in diff
+    missing = signed_in.get("/savepoints/savepoint-none-20260101-000000-000000")
+    assert missing.status_code == 404 and "savepoint-none-20260101-000000-000000" in missing.text
+    assert signed_in.get("/diff?before=x").status_code == 400

@@ -15,12 +15,13 @@ from sparkpoint.errors import BadArgumentError
 _ADDRESS = re.compile(r"(?:(?:\[(?P<ipv6>[0-9A-Fa-f:.%\w]+)\]|(?P<host>[^:\[\]]+)):)?(?P<port>[0-9]{1,5})")
 
 
-def address(text: str) -> tuple[str, int]:
-    """[HOST:]PORT, an IPv6 host in brackets ([::1]:9464)."""
+def address(text: str, any_port: bool = False) -> tuple[str, int]:
+    """[HOST:]PORT, an IPv6 host in brackets ([::1]:9464); with ``any_port``, port 0 asks for any free one."""
     found = _ADDRESS.fullmatch(text)
-    if not found or not 0 < int(found["port"]) < 65536:
-        raise BadArgumentError(f"--serve {text!r}: give [HOST:]PORT, a port from 1 to 65535 (an IPv6 host in "
-                               "brackets: [::1]:9464)")
+    lowest = 0 if any_port else 1
+    if not found or not lowest <= int(found["port"]) < 65536:
+        raise BadArgumentError(f"--serve {text!r}: give [HOST:]PORT, a port from {lowest} to 65535 (an IPv6 host "
+                               "in brackets: [::1]:9464)")
     return found["ipv6"] or found["host"] or "127.0.0.1", int(found["port"])
 
 

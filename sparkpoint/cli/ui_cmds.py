@@ -38,7 +38,7 @@ def ui_cmd(app, address, token_file, refresh):
     except ImportError as exc:
         raise EnvironmentSetupError(f"`sparkpoint ui` needs the ui extra: pip install 'sparkpoint[ui]' ({exc})") \
             from None
-    host, port = serving_address(address) if address != "0" else ("127.0.0.1", 0)
+    host, port = serving_address(address, any_port=True)
     token = token_from(Path(token_file), make=False) if token_file else secrets.token_urlsafe(24)
     try:
         listening = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)

@@ -20,6 +20,7 @@ from sparkpoint.config import Settings
 from sparkpoint.errors import NotFoundError, SparkpointError
 from sparkpoint.results import as_json, human_bytes
 from sparkpoint.times import parse_iso
+from sparkpoint.web import draw
 from sparkpoint.web.auth import TokenGate
 
 HERE = Path(__file__).parent
@@ -30,8 +31,8 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
     templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined)
     templates.filters.update(bytes=human_bytes, age=_age, rate=_rate)
 
-    def page(name: str, status: int = 200, **values: Any) -> HTMLResponse:
-        return HTMLResponse(templates.get_template(name).render(home=settings.home, refresh=refresh_seconds,
+    def page(template: str, status: int = 200, **values: Any) -> HTMLResponse:
+        return HTMLResponse(templates.get_template(template).render(home=settings.home, refresh=refresh_seconds,
                                                                 **values), status_code=status)
 
     def jobs_page(_request: Request) -> Response:
@@ -50,7 +51,17 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
         by_job: dict[str, list] = {}
         for entry in entries:
             by_job.setdefault(entry.job or "(no job)", []).append(entry)
-        return page("savepoints.html", by_job=sorted(by_job.items()))
+        return page("savepoints.html", by_job=sorted(by_job.items()),
+                    pictures={job: draw.timeline(listed) for job, listed in by_job.items()})
+
+    def name_page(request: Request) -> Response:
+        from sparkpoint.savepoints import catalog
+
+        name = request.path_params["name"]
+        jobs = [job for job in _jobs(settings) if job.name == name]
+        entries = [e for e in catalog.scan(settings.savepoints_dir(), settings.storage_options) if e.job == name]
+        return page("name.html", name=name, jobs=jobs, entries=entries, lineage=draw.versions(jobs),
+                    savepoints=draw.timeline(entries))
 
     def savepoint_page(request: Request) -> Response:
         from sparkpoint.savepoints import catalog
@@ -82,6 +93,7 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
         Route("/fragments/jobs", jobs_fragment),
         Route("/api/jobs", jobs_json),
         Route("/savepoints", savepoints_page),
+        Route("/names/{name}", name_page),
         Route("/savepoints/{ref:path}", savepoint_page),
         Route("/diff", diff_page),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),

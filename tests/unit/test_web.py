@@ -108,3 +108,35 @@ def test_the_catalog_a_savepoint_s_contents_and_the_diff_of_two(signed_in, two_s
     missing = signed_in.get("/savepoints/savepoint-none-20260101-000000-000000")
     assert missing.status_code == 404 and "savepoint-none-20260101-000000-000000" in missing.text
     assert signed_in.get("/diff?before=x").status_code == 400
+
+
+def test_the_timeline_puts_each_savepoint_at_its_time_in_the_lane_of_the_job_that_took_it():
+    from types import SimpleNamespace
+
+    from sparkpoint.web.draw import timeline
+
+    def entry(name, created, job, size):
+        return SimpleNamespace(id=name, created=created, created_at=str(created), origin={"kind": "job", "job_id": job},
+                               bytes=size, status="complete", queries=[{"name": "q", "batch_id": 1}])
+
+    picture = timeline([entry("a", 100.0, "v1", 10), entry("b", 200.0, "v1", 1000), entry("c", 300.0, "v2", 0)])
+    assert [lane["label"] for lane in picture.lanes] == ["v1", "v2"]
+    xs = {mark.href: mark.x for mark in picture.marks}
+    assert xs["/savepoints/a"] < xs["/savepoints/b"] < xs["/savepoints/c"]
+    radius = {mark.href: mark.r for mark in picture.marks}
+    assert radius["/savepoints/b"] > radius["/savepoints/a"] > radius["/savepoints/c"] == 3
+    assert timeline([]).marks == []
+
+
+def test_a_name_s_page_draws_its_versions_with_the_savepoint_on_each_edge(home, signed_in):
+    registry = Registry(str(home))
+    v1 = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    v1.end("finished", reason="stopped")
+    registry.save(v1)
+    v2 = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[], follows=v1.id,
+                          restored_from="/home/savepoints/alarms/savepoint-alarms-20261127-000000-abcdef")
+    v2.end("failed", error="it failed on probation")
+    registry.save(v2)
+    html = signed_in.get("/names/alarms").text
+    assert f"{v1.id} → {v2.id} from savepoint-alarms-20261127-000000-abcdef" in html
+    assert html.count("<circle") == 2 and "state-failed" in html and "state-finished" in html

@@ -1,0 +1,109 @@
+"""The page's pictures, as geometry the templates draw as inline SVG (every label escaped there): a job name's
+savepoints on a time line, and its versions as a graph. Pure functions of what the catalog and the registry hold."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+WIDTH = 1000  # the viewBox's width: the picture scales to the page
+LANE = 34  # px per lane
+MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP = 150, 20, 24
+
+
+@dataclass
+class Mark:
+    x: float
+    y: float
+    r: float
+    href: str
+    title: str
+    css: str  # status-<complete|incomplete|invalid> kind-<origin kind>
+
+
+@dataclass
+class Picture:
+    height: float
+    lanes: list[dict[str, Any]] = field(default_factory=list)  # {y, label}
+    ticks: list[dict[str, Any]] = field(default_factory=list)  # {x, label}
+    marks: list[Mark] = field(default_factory=list)
+    edges: list[dict[str, Any]] = field(default_factory=list)  # {x1, y1, x2, y2, title}
+
+
+def timeline(entries: list[Any]) -> Picture:
+    """One job name's savepoints (catalog entries): x is when each was taken, one lane per job that took it
+    (its origin), the radius grows with the square root of its size."""
+    dated = [e for e in entries if e.created is not None]
+    if not dated:
+        return Picture(height=LANE)
+    lanes = sorted({_lane_of(e) for e in dated}, key=lambda lane: min(e.created for e in dated
+                                                                        if _lane_of(e) == lane))
+    first, last = min(e.created for e in dated), max(e.created for e in dated)
+    span = max(last - first, 1.0)
+    biggest = max((e.bytes or 0) for e in dated) or 1
+
+    def x_of(moment: float) -> float:
+        return MARGIN_LEFT + (WIDTH - MARGIN_LEFT - MARGIN_RIGHT) * (moment - first) / span
+
+    picture = Picture(height=MARGIN_TOP + LANE * len(lanes) + 8)
+    picture.lanes = [{"y": MARGIN_TOP + LANE * i + LANE / 2, "label": lane} for i, lane in enumerate(lanes)]
+    picture.ticks = [{"x": x_of(first + span * i / 4), "label": _clock(first + span * i / 4)} for i in range(5)]
+    for entry in dated:
+        kind = (entry.origin or {}).get("kind") or "unknown"
+        cuts = ", ".join(f"{q.get('name')}@{q.get('batch_id')}" for q in entry.queries)
+        picture.marks.append(Mark(
+            x=x_of(entry.created), y=MARGIN_TOP + LANE * lanes.index(_lane_of(entry)) + LANE / 2,
+            r=3 + 9 * math.sqrt((entry.bytes or 0) / biggest), href=f"/savepoints/{entry.id}",
+            title=f"{entry.id}: {entry.created_at}, {kind}, {entry.status}, {cuts or 'no query'}",
+            css=f"status-{entry.status} kind-{kind}"))
+    return picture
+
+
+def _lane_of(entry: Any) -> str:
+    origin = entry.origin or {}
+    return origin.get("job_id") or origin.get("kind") or "unknown"
+
+
+def versions(jobs: list[Any]) -> Picture:
+    """A job name's versions (listed jobs) as a graph: one column per generation (a job and the one it
+    follows), an edge from each to the version it continues, titled with the savepoint it restored from."""
+    by_id = {job.id: job for job in jobs if job.id}
+    depth: dict[str, int] = {}
+
+    def generation(job_id: str, seen: frozenset = frozenset()) -> int:
+        if job_id in depth:
+            return depth[job_id]
+        job = by_id[job_id]
+        parent = job.follows if job.follows in by_id and job.follows not in seen else None
+        depth[job_id] = 0 if parent is None else generation(parent, seen | {job_id}) + 1
+        return depth[job_id]
+
+    ordered = sorted(by_id, key=lambda job_id: (generation(job_id), by_id[job_id].created_at or ""))
+    columns = max(depth.values(), default=0) + 1
+    rows: dict[int, int] = {}
+    place: dict[str, tuple[float, float]] = {}
+    step = (WIDTH - 2 * MARGIN_RIGHT - 160) / max(columns - 1, 1)
+    for job_id in ordered:
+        column = depth[job_id]
+        row = rows.get(column, 0)
+        rows[column] = row + 1
+        place[job_id] = (MARGIN_RIGHT + 80 + step * column, MARGIN_TOP + LANE * row + LANE / 2)
+    picture = Picture(height=MARGIN_TOP + LANE * max(rows.values(), default=1) + 8)
+    for job_id in ordered:
+        job = by_id[job_id]
+        x, y = place[job_id]
+        picture.marks.append(Mark(x=x, y=y, r=7, href=f"/#job-{job_id}", title=f"{job_id}: {job.state}",
+                                  css=f"state-{job.state}"))
+        picture.lanes.append({"x": x, "y": y, "label": job_id})
+        if job.follows in place:
+            x0, y0 = place[job.follows]
+            restored = (job.restored_from or "").rstrip("/").rsplit("/", 1)[-1]
+            picture.edges.append({"x1": x0, "y1": y0, "x2": x, "y2": y,
+                                  "title": f"{job.follows} → {job_id}" + (f" from {restored}" if restored else "")})
+    return picture
+
+
+def _clock(moment: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(moment))

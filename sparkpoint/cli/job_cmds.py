@@ -353,15 +353,8 @@ def stop_cmd(app, job_ref, savepoint_path, timeout, output):
 
 
 def _render_stopped(stopped: Stopped) -> None:
-    echo(f"Job {stopped.job.id} stopped ({stopped.job.state}); savepoint {stopped.path}")
-    phases = stopped.phases
-    echo(f"  boundary {phases['boundary']:.1f} s, savepoint {phases['savepoint']:.1f} s, driver exit "
-         f"{phases['driver_exit']:.1f} s (from the boundary, alongside the savepoint)")
-    for q in stopped.queries:
-        where = "at a batch boundary" if q.at_boundary else "without a boundary (interrupted)"
-        replay = (f"; batch {q.replayed_batch_id} is replayed on restore" if q.replayed_batch_id is not None
-                  else "; no batch is replayed")
-        echo(f"  {q.name}: stopped {where}, cut at batch {q.batch_id}{replay}")
+    for line in stopped.said():
+        echo(line)
 
 
 @click.command("cancel")

@@ -90,12 +90,8 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
 
 
 def _render_created(created: Created) -> None:
-    echo(f"Savepoint {created.id} completed: {created.path}")
-    for q in created.queries:
-        replay = f", batch {q.planned_batch_id} planned (replayed on restore)" if q.planned_batch_id is not None else ""
-        echo(f"  {q.name}: cut at batch {q.batch_id}{replay}, {human_bytes(q.bytes)}")
-    if created.pruned is not None:  # --keep-last
-        echo(f"  pruned older savepoints: {', '.join(entry.id for entry in created.pruned) or 'none'}")
+    for line in created.said():
+        echo(line)
 
 
 def _render_trigger(record: TriggerRecord) -> None:
@@ -107,7 +103,8 @@ def _render_trigger(record: TriggerRecord) -> None:
 
 
 def _render_disposed(disposed: Disposed) -> None:
-    echo(f"Disposed of savepoint {disposed.id} ({human_bytes(disposed.bytes)}): {disposed.path}")
+    for line in disposed.said():
+        echo(line)
 
 
 @click.command("restore")

@@ -24,8 +24,10 @@ DEFAULT_ADDRESS = "127.0.0.1:9465"
               help="The token the page asks for [default: a new one at each start, printed in the URL].")
 @click.option("--refresh", type=Seconds(min=1), default=5.0, show_default=True,
               help="Seconds between refreshes of the jobs table while the page is visible.")
+@click.option("--allow-actions", is_flag=True,
+              help="Offer savepoint, stop (with a savepoint) and dispose on the page, each behind a confirmation.")
 @pass_app
-def ui_cmd(app, address, token_file, refresh):
+def ui_cmd(app, address, token_file, refresh, allow_actions):
     """Serve a web page of this home: jobs and their queries (refreshed live), the savepoint catalog per job,
     what a savepoint holds, and what changed between two.
 
@@ -51,7 +53,8 @@ def ui_cmd(app, address, token_file, refresh):
              "proxy)", err=True)
     shown = f"[{host}]" if ":" in host else host
     echo(f"Serving {app.settings.home} on http://{shown}:{bound}/?token={token} (Ctrl-C ends)", err=True)
-    page = make_app(app.settings, token, cookie=f"sparkpoint-ui-{bound}", refresh_seconds=refresh)
+    page = make_app(app.settings, token, cookie=f"sparkpoint-ui-{bound}", refresh_seconds=refresh,
+                    allow_actions=allow_actions)
     # No access log: the first request's URL carries the token.
     server = uvicorn.Server(uvicorn.Config(page, access_log=False, log_level="warning", server_header=False,
                                            limit_concurrency=32, lifespan="off"))

@@ -105,6 +105,21 @@ class Stopped(Result):
     queries: list[StoppedQuery]
     phases: dict[str, float]  # seconds: boundary, savepoint, driver_exit
 
+    def said(self) -> list[str]:
+        """As the CLI and the page report it."""
+        state = self.job.state if isinstance(self.job, JobView) else "stopped"
+        job_id = self.job.id if isinstance(self.job, JobView) else self.job
+        phases = self.phases
+        lines = [f"Job {job_id} stopped ({state}); savepoint {self.path}",
+                 f"  boundary {phases['boundary']:.1f} s, savepoint {phases['savepoint']:.1f} s, driver exit "
+                 f"{phases['driver_exit']:.1f} s (from the boundary, alongside the savepoint)"]
+        for q in self.queries:
+            where = "at a batch boundary" if q.at_boundary else "without a boundary (interrupted)"
+            replay = (f"; batch {q.replayed_batch_id} is replayed on restore" if q.replayed_batch_id is not None
+                      else "; no batch is replayed")
+            lines.append(f"  {q.name}: stopped {where}, cut at batch {q.batch_id}{replay}")
+        return lines
+
 
 def _await_boundary(client, job: Job, timeout: float, progress: Progress, sleep, clock) -> list[dict[str, Any]]:
     """The agent's account of its queries once every one has ended at its next batch boundary (or was

@@ -40,7 +40,7 @@ from sparkpoint.errors import (
     SavepointInvalidError,
     TargetNotEmptyError,
 )
-from sparkpoint.results import WHEN_SET, Result
+from sparkpoint.results import WHEN_SET, Result, human_bytes
 from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints.savepoint import discard
@@ -243,6 +243,17 @@ class Created(Result):
     file_count: int
     queries: list[SavedQuery]
     pruned: list[catalog.Entry] | None = field(default=None, metadata=WHEN_SET)  # with --keep-last
+
+    def said(self) -> list[str]:
+        """As the CLI and the page report it."""
+        lines = [f"Savepoint {self.id} completed: {self.path}"]
+        for q in self.queries:
+            replay = (f", batch {q.planned_batch_id} planned (replayed on restore)" if q.planned_batch_id is not None
+                      else "")
+            lines.append(f"  {q.name}: cut at batch {q.batch_id}{replay}, {human_bytes(q.bytes)}")
+        if self.pruned is not None:  # --keep-last
+            lines.append(f"  pruned older savepoints: {', '.join(entry.id for entry in self.pruned) or 'none'}")
+        return lines
 
 
 def _created_summary(result: dict[str, Any]) -> Created:

@@ -15,7 +15,7 @@ from typing import Any
 from sparkpoint.adapters import transfer
 from sparkpoint.adapters.storage import Storage, basename, digest_of, join, open_no_link, storage_for, translate_errors
 from sparkpoint.errors import NotFoundError, SavepointInvalidError, StorageError
-from sparkpoint.results import Result
+from sparkpoint.results import Result, human_bytes
 from sparkpoint.savepoints import manifest as mf
 
 
@@ -104,6 +104,9 @@ class Disposed(Result):
     id: str
     disposed: bool
     bytes: int
+
+    def said(self) -> list[str]:
+        return [f"Disposed of savepoint {self.id} ({human_bytes(self.bytes)}): {self.path}"]
 
 
 def verify(savepoint: Savepoint, workers: int = 4, progress: transfer.Progress | None = None) -> Verification:

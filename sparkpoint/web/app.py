@@ -5,12 +5,14 @@ script, style or font from elsewhere: they work on a host with no internet, unde
 
 from __future__ import annotations
 
+import secrets
 import time
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -20,20 +22,50 @@ from sparkpoint.config import Settings
 from sparkpoint.errors import NotFoundError, SparkpointError
 from sparkpoint.results import as_json, human_bytes
 from sparkpoint.times import parse_iso
-from sparkpoint.web import draw
+from sparkpoint.web import actions, draw
 from sparkpoint.web.auth import TokenGate
 
 HERE = Path(__file__).parent
 
 
-def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float = 5.0) -> TokenGate:
-    """The page for ``settings``' home, behind ``token``."""
+def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float = 5.0,
+             allow_actions: bool = False) -> TokenGate:
+    """The page for ``settings``' home, behind ``token``; ``allow_actions``: savepoint, stop and dispose from it."""
     templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined)
     templates.filters.update(bytes=human_bytes, age=_age, rate=_rate)
+    forms = actions.Forms(secrets.token_bytes(32))
 
     def page(template: str, status: int = 200, **values: Any) -> HTMLResponse:
         return HTMLResponse(templates.get_template(template).render(home=settings.home, refresh=refresh_seconds,
-                                                                **values), status_code=status)
+                                                                    actions=allow_actions, **values),
+                            status_code=status)
+
+    def confirm_page(request: Request) -> Response:
+        action, target = request.query_params.get("action", ""), request.query_params.get("target", "")
+        if not allow_actions:
+            return page("problem.html", status=403, problem=actions.NOT_ALLOWED)
+        if action not in actions.ACTIONS or not target:
+            return page("problem.html", status=400, problem=f"no such action: {action!r} on {target!r}")
+        return page("confirm.html", action=action, target=target, said=actions.ACTIONS[action],
+                    seal=forms.seal(action, target))
+
+    async def action_page(request: Request) -> Response:
+        action = request.path_params["action"]
+        if not allow_actions:
+            return page("problem.html", status=403, problem=actions.NOT_ALLOWED)
+        refused = actions.refused(request.headers, str(request.base_url))
+        if refused:
+            return page("problem.html", status=403, problem=refused)
+        fields = actions.form(await request.body()) or {}
+        target = fields.get("target", "")
+        if action not in actions.ACTIONS or not forms.opens(fields.get("seal", ""), action, target):
+            return page("problem.html", status=403, problem="this form was not made by this page: nothing was done")
+        try:
+            done = await run_in_threadpool(actions.perform, settings, action, target)
+        except SparkpointError as exc:
+            return page("problem.html", status=409,
+                        problem=f"{action} of {target} failed (exit {exc.exit_code}): {exc}")
+        return page("done.html", action=action, target=target, lines=done.said())
 
     def jobs_page(_request: Request) -> Response:
         return page("jobs.html", jobs=_jobs(settings))
@@ -96,6 +128,8 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
         Route("/names/{name}", name_page),
         Route("/savepoints/{ref:path}", savepoint_page),
         Route("/diff", diff_page),
+        Route("/confirm", confirm_page),
+        Route("/actions/{action}", action_page, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ])
     return TokenGate(app, token, cookie)

@@ -140,3 +140,50 @@ def test_a_name_s_page_draws_its_versions_with_the_savepoint_on_each_edge(home, 
     html = signed_in.get("/names/alarms").text
     assert f"{v1.id} → {v2.id} from savepoint-alarms-20261127-000000-abcdef" in html
     assert html.count("<circle") == 2 and "state-failed" in html and "state-finished" in html
+
+
+def seal_of(page: TestClient, action: str, target: str) -> str:
+    form = page.get(f"/confirm?action={action}&target={target}")
+    assert form.status_code == 200 and f"Yes, {action} {target}" in form.text
+    return re.search(r'name="seal" value="([0-9a-f]+)"', form.text).group(1)
+
+
+def test_actions_are_off_unless_allowed(signed_in, home):
+    assert signed_in.get("/confirm?action=savepoint&target=x").status_code == 403
+    answer = signed_in.post("/actions/savepoint", data={"target": "x", "seal": "0"},
+                            headers={"Origin": "http://testserver"})
+    assert answer.status_code == 403 and "--allow-actions" in answer.text
+    assert 'href="/confirm' not in signed_in.get("/").text
+
+
+def test_an_allowed_savepoint_is_taken_and_a_forged_one_is_not(home, tmp_path):
+    from sparkpoint.savepoints import catalog
+
+    page = TestClient(make_app(load_settings(overrides={"home": str(home)}), TOKEN, COOKIE, allow_actions=True),
+                      follow_redirects=False)
+    page.cookies.set(COOKIE, TOKEN)
+
+    def savepoints() -> list[str]:
+        return [entry.id for entry in catalog.scan(str(home / "savepoints"))]
+
+    with agent_of_a_fake_query(home, tmp_path) as job:
+        assert f"/confirm?action=savepoint&amp;target={job.id}" in page.get("/").text
+        seal = seal_of(page, "savepoint", job.id)
+        # Another port of this host (one site to the browser, so the cookie goes along), no Origin at all, a seal
+        # for another job, and a seal made by another run of the page: nothing is done.
+        for headers, data in [({"Origin": "http://testserver:8080"}, {"target": job.id, "seal": seal}),
+                              ({}, {"target": job.id, "seal": seal}),
+                              ({"Origin": "http://testserver"}, {"target": "other-job", "seal": seal}),
+                              ({"Origin": "http://testserver"}, {"target": job.id, "seal": "ab" * 32})]:
+            assert page.post("/actions/savepoint", data=data, headers=headers).status_code == 403
+        assert savepoints() == []
+        done = page.post("/actions/savepoint", data={"target": job.id, "seal": seal},
+                         headers={"Origin": "http://testserver"})
+        assert done.status_code == 200, done.text
+        (taken,) = savepoints()
+        assert f"Savepoint {taken} completed: " in done.text and "alarms: cut at batch 3" in done.text
+        # Its disposal, from its page, as `savepoint --dispose` says it.
+        assert f"/confirm?action=dispose&amp;target={taken}" in page.get(f"/savepoints/{taken}").text
+        gone = page.post("/actions/dispose", data={"target": taken, "seal": seal_of(page, "dispose", taken)},
+                         headers={"Sec-Fetch-Site": "same-origin"})
+        assert gone.status_code == 200 and f"Disposed of savepoint {taken}" in gone.text and savepoints() == []

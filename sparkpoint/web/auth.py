@@ -13,7 +13,8 @@ DENIED = b"401: this page needs the token `sparkpoint ui` printed: open the URL 
 SECURITY_HEADERS = [
     (b"content-security-policy", b"default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    # same-origin, not no-referrer: under no-referrer a browser sends its own forms with "Origin: null".
+    (b"referrer-policy", b"same-origin"),
     (b"cache-control", b"no-store"),
 ]
 

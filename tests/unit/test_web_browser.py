@@ -1,0 +1,132 @@
+"""The page in a real headless Chromium (Debian's, driven by Playwright), served by a real `sparkpoint ui` process
+over a home with a running job (its agent in this process, a fake query behind it), a job whose record names it
+`<script>alert(1)</script>`, and savepoints of two cuts of a checkpoint. No Spark. scripts/setup.sh installs
+Chromium; without it these tests skip, except in CI (CI=true), where that is a failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from checkpoints import hdfs_checkpoint
+from running_jobs import agent_of_a_fake_query
+
+from sparkpoint.cli.main import main
+from sparkpoint.jobs.registry import Registry
+from sparkpoint.savepoints import catalog
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Without the background-networking flags Chromium keeps trying Google's hosts, which this machine refuses.
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]
+
+if not os.path.exists(CHROMIUM):
+    if os.environ.get("CI"):
+        raise RuntimeError(f"no Chromium at {CHROMIUM}: scripts/setup.sh installs it")
+    pytest.skip("no Chromium (scripts/setup.sh installs it)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield launched
+        launched.close()
+
+
+def serve(home, *options) -> tuple[subprocess.Popen, str]:
+    """`sparkpoint ui` on a free port: its process and the URL it printed, with the token."""
+    process = subprocess.Popen([sys.executable, "-m", "sparkpoint", "--home", str(home), "ui", "--serve",
+                                "127.0.0.1:0", "--refresh", "1", *options], stderr=subprocess.PIPE, text=True)
+    line = process.stderr.readline()
+    found = re.search(r"(http://127\.0\.0\.1:\d+/\?token=\S+)", line)
+    assert found, line
+    return process, found.group(1)
+
+
+def test_the_page_in_a_browser(home, tmp_path, capsys, browser):
+    registry = Registry(str(home))
+    hostile = registry.new_job("plain", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    hostile.end("failed", error="it failed")
+    registry.save(hostile)
+    record = json.loads((registry.root / hostile.id / "job.json").read_text())
+    record["name"] = "<script>alert(1)</script>"
+    (registry.root / hostile.id / "job.json").write_text(json.dumps(record))
+    for committed in (3, 5):
+        checkpoint = hdfs_checkpoint(tmp_path / f"cut-{committed}" / "alarms", committed=committed, planned=True)
+        assert main(["--home", str(home), "-q", "savepoint", "--from-checkpoint", str(checkpoint), "--name",
+                     "alarms"]) == 0
+    capsys.readouterr()
+    with agent_of_a_fake_query(home, tmp_path / "agent") as job:
+        process, url = serve(home, "--allow-actions")
+        try:
+            page = browser.new_page()
+            dialogs = []
+            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+            base = url.split("?")[0]
+            # Without the token: 401, nothing of the home.
+            denied = page.goto(base + "savepoints")
+            assert denied.status == 401 and "alarms" not in page.content()
+            page.goto(url)  # the token, traded for a cookie, leaves the address bar
+            assert page.url == base
+            row = page.locator(f"tr:has(td#job-{job.id})")
+            assert row.locator(".state").inner_text() == "running" and "12.5/s" in row.inner_text()
+            # The markup name is text: shown as typed, never run.
+            assert page.get_by_text("<script>alert(1)</script>").count() == 1 and dialogs == []
+            # The table refreshes itself (every second here) without a reload.
+            page.evaluate("document.querySelector('#jobs').innerHTML = 'stale'")
+            deadline = time.monotonic() + 10  # polled from here: the page's CSP forbids the harness's eval
+            while "running" not in page.locator("#jobs").inner_text():
+                assert time.monotonic() < deadline, "the jobs table was not refreshed"
+                time.sleep(0.2)
+            # The catalog: the time line of the name's two savepoints, and their diff.
+            page.goto(base + "savepoints")
+            assert page.locator("svg.timeline circle").count() == 2
+            page.get_by_role("link", name="diff").first.click()
+            assert "cut at batch 3 → 5" in page.locator("table.diff").inner_text()
+            # Savepoint now, confirmed: one more savepoint, in the catalog the CLI lists.
+            before = len(catalog.scan(str(home / "savepoints")))
+            page.goto(base)
+            page.locator(f"tr:has(td#job-{job.id}) a.act", has_text="savepoint").click()
+            page.get_by_role("button", name=f"Yes, savepoint {job.id}").click()
+            assert "completed" in page.locator("main").inner_text(), page.locator("main").inner_text()
+            assert len(catalog.scan(str(home / "savepoints"))) == before + 1
+            assert dialogs == []
+        finally:
+            process.terminate()
+            process.wait(10)
+
+
+def test_a_forged_cross_site_form_does_nothing(home, tmp_path, browser):
+    """A page of another origin (another port of this host: the same site, so the cookie goes along) posts a
+    savepoint form to the page: refused, nothing taken."""
+    with agent_of_a_fake_query(home, tmp_path / "agent") as job:
+        process, url = serve(home, "--allow-actions")
+        evil = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory",
+                                 str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            base = url.split("?")[0]
+            port = re.search(r"port (\d+)", evil.stdout.readline()).group(1)
+            (tmp_path / "evil.html").write_text(
+                f'<form id="f" method="post" action="{base}actions/savepoint">'
+                f'<input name="target" value="{job.id}"><input name="seal" value="{"ab" * 32}"></form>'
+                "<script>document.getElementById('f').submit()</script>")
+            page = browser.new_page()
+            page.goto(url)  # signed in: the cookie is set
+            with page.expect_navigation():
+                page.goto(f"http://127.0.0.1:{port}/evil.html")
+            time.sleep(0.5)
+            assert "nothing was done" in page.content()
+            assert catalog.scan(str(home / "savepoints")) == []
+        finally:
+            evil.terminate()
+            process.terminate()
+            process.wait(10)

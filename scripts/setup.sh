@@ -44,3 +44,16 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.sparkpoint-installed-*
   touch "$stamp"
 fi
+
+# The page's browser tests (tests/unit/test_web_browser.py) drive Debian's Chromium through Playwright (Playwright's
+# own browser download does not reach this machine's registries).
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "Installing Chromium for the page's browser tests ..." >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core >/dev/null \
+      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+             chromium fonts-dejavu-core >/dev/null; }
+  else
+    echo "sparkpoint: note: no Chromium; the page's browser tests need it: apt-get install chromium" >&2
+  fi
+fi

@@ -2,7 +2,9 @@
 
 Times `sparkpoint --help`, `sparkpoint list` / `list --all` and `sparkpoint metrics` over a home with 100
 registered jobs (ended jobs, 10 complete savepoints each of a file-source query: 1,000 in the catalog), as
-whole processes, median of 7 runs after one warm-up. It prints figures; it is never a pass/fail test.
+whole processes, median of 7 runs after one warm-up; then the pages `sparkpoint ui` serves over that home
+(the jobs, the catalog, one name's, one savepoint's), each request in this process. It prints figures; it is
+never a pass/fail test.
 
     .venv/bin/python scripts/bench_cli.py [--jobs 100] [--savepoints-per-job 10] [--against DIR]
 
@@ -111,8 +113,33 @@ def main() -> None:
             for checkout, runs in alternated(argv, [here, options.against.resolve()]).items():
                 print(f"{label:40s} {checkout}: median {statistics.median(runs) * 1000:6.1f} ms, "
                       f"min {min(runs) * 1000:6.1f} ms (25 alternated)")
+        pages(work / "home")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def pages(home: Path) -> None:
+    """The page's answers over the home, as `sparkpoint ui` serves them (through Starlette's test client)."""
+    from starlette.testclient import TestClient
+
+    from sparkpoint.config import load_settings
+    from sparkpoint.savepoints import catalog
+    from sparkpoint.web.app import make_app
+
+    client = TestClient(make_app(load_settings(overrides={"home": str(home)}), "bench", "c"))
+    client.cookies.set("c", "bench")
+    some = catalog.scan(str(home / "savepoints"))[0].id
+    for label, path in [("page: jobs (/)", "/"), ("page: the catalog (/savepoints)", "/savepoints"),
+                        ("page: one name (/names/job000)", "/names/job000"),
+                        ("page: one savepoint", f"/savepoints/{some}")]:
+        assert client.get(path).status_code == 200, path
+        samples = []
+        for _ in range(7):
+            start = time.perf_counter()
+            client.get(path)
+            samples.append(time.perf_counter() - start)
+        print(f"{label:40s} {statistics.median(samples) * 1000:7.1f} ms (median of 7)")
+    print(f"the pages imported pyspark: {'pyspark' in sys.modules}")
 
 
 if __name__ == "__main__":

@@ -59,22 +59,22 @@ class Inspected(Result):
 
 
 def inspect(savepoint: Savepoint, state_limit: int | None = None, kafka: Mapping[str, Any] | None = None,
-            storage_options: Mapping[str, Any] | None = None) -> Inspected:
+            storage_options: Mapping[str, Any] | None = None, state_offset: int = 0) -> Inspected:
     """The savepoint's manifest; whether its Kafka input is still in the log (asked of the broker ``kafka``
     names), and its Delta sources' tables still hold what they read; with ``state_limit``, every store's row
-    count and first rows too."""
-    state = _state_rows(savepoint, state_limit) if state_limit is not None else None
+    count and ``state_limit`` rows from row ``state_offset`` too."""
+    state = _state_rows(savepoint, state_limit, state_offset) if state_limit is not None else None
     checked = check_input([savepoint], kafka or {})[savepoint.path]
     gone, unchecked = delta_gone(savepoint, storage_options)
     delta = {"gone": gone, "unchecked": unchecked} if delta_reads(savepoint) else None
     return Inspected(path=savepoint.path, manifest=savepoint.manifest, state=state, input=checked, delta_input=delta)
 
 
-def _state_rows(savepoint: Savepoint, limit: int) -> list[StoreRows]:
+def _state_rows(savepoint: Savepoint, limit: int, offset: int = 0) -> list[StoreRows]:
     scratch = tempfile.mkdtemp(prefix="sparkpoint-inspect-")
     try:
         restored = restore(savepoint, os.path.join(scratch, "ckpt"))
         locations = {q.name: q.checkpoint for q in restored.queries}
-        return [StoreRows(**store) for store in state_rows.read(savepoint.queries, locations, limit)]
+        return [StoreRows(**store) for store in state_rows.read(savepoint.queries, locations, limit, offset)]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

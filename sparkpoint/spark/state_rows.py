@@ -75,8 +75,9 @@ def spark_session():
     return session
 
 
-def read(queries: list[dict[str, Any]], locations: dict[str, str], limit: int = 20) -> list[dict[str, Any]]:
-    """Row count, columns and the first ``limit`` rows of every store of every query (manifest entries),
+def read(queries: list[dict[str, Any]], locations: dict[str, str], limit: int = 20,
+         offset: int = 0) -> list[dict[str, Any]]:
+    """Row count, columns and ``limit`` rows from row ``offset`` of every store of every query (manifest entries),
     each read from its checkpoint in ``locations``."""
     spark = spark_session()
     out: list[dict[str, Any]] = []
@@ -86,7 +87,7 @@ def read(queries: list[dict[str, Any]], locations: dict[str, str], limit: int = 
                 try:
                     frame = state_frame(spark, locations[query["name"]], query["batch_id"], operator["id"], options)
                     count = frame.count()
-                    sample = frame.limit(limit).collect()
+                    sample = (frame.offset(offset) if offset else frame).limit(limit).collect()
                 except Exception as exc:  # noqa: BLE001 - Spark's error, reported as one line
                     raise SparkFailureError(
                         f"Spark could not read state of {query['name']} operator {operator['id']} "

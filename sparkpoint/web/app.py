@@ -26,6 +26,7 @@ from sparkpoint.web import actions, draw
 from sparkpoint.web.auth import TokenGate
 
 HERE = Path(__file__).parent
+PAGE_ROWS = 50  # state rows per store and page
 
 
 def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float = 5.0,
@@ -107,6 +108,25 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
         return page("savepoint.html", inspected=inspected, manifest=inspected.manifest,
                     queries=inspected.queries)
 
+    def state_page(request: Request) -> Response:
+        """The savepoint's state rows, read by a local Spark (started in this process on the first such request:
+        the only page that needs one), PAGE_ROWS at a time."""
+        from sparkpoint.savepoints import catalog
+        from sparkpoint.savepoints.inspect import inspect
+
+        try:
+            number = max(0, int(request.query_params.get("page", "0")))
+        except ValueError:
+            number = 0
+        try:
+            inspected = inspect(catalog.load(settings, request.path_params["ref"]), PAGE_ROWS, settings.kafka,
+                                settings.storage_options, state_offset=number * PAGE_ROWS)
+        except SparkpointError as exc:
+            return page("problem.html", status=404 if isinstance(exc, NotFoundError) else 400, problem=str(exc))
+        more = any(store.rows > (number + 1) * PAGE_ROWS for store in inspected.state or [])
+        return page("state.html", manifest=inspected.manifest, stores=inspected.state or [], number=number,
+                    rows_per_page=PAGE_ROWS, more=more)
+
     def diff_page(request: Request) -> Response:
         from sparkpoint.savepoints import catalog
         from sparkpoint.savepoints.diff import diff
@@ -126,6 +146,7 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
         Route("/api/jobs", jobs_json),
         Route("/savepoints", savepoints_page),
         Route("/names/{name}", name_page),
+        Route("/savepoints/{ref:path}/state", state_page),
         Route("/savepoints/{ref:path}", savepoint_page),
         Route("/diff", diff_page),
         Route("/confirm", confirm_page),

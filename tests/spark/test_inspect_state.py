@@ -32,3 +32,29 @@ def test_inspect_state_reads_each_store(spark, tmp_path, capsys, kind, stores):
         assert len(store["sample"]) <= 2 and store["columns"]
     # 4 keys; 36 input rows per side, kept as history and as join state; 18 distinct ids deduplicated
     assert {(s["operator"], s["store"]): s["rows"] for s in report["state"]} == stores
+    if kind == "join":
+        _state_pages(saved.path, tmp_path)
+
+
+def _state_pages(savepoint: str, tmp_path) -> None:
+    """The page's state rows (sparkpoint ui), ten a page here: each join side's 36 rows on four pages."""
+    import re
+
+    from starlette.testclient import TestClient
+
+    from sparkpoint.config import load_settings
+    from sparkpoint.web import app
+
+    page = TestClient(app.make_app(load_settings(overrides={"home": str(tmp_path / "home")}), "t", "c"))
+    page.cookies.set("c", "t")
+    original, app.PAGE_ROWS = app.PAGE_ROWS, 10
+    try:
+        first, last = page.get(f"/savepoints{savepoint}/state"), page.get(f"/savepoints{savepoint}/state?page=3")
+    finally:
+        app.PAGE_ROWS = original
+    assert first.status_code == 200 and last.status_code == 200, first.text
+    for html, rows in ((first.text, 10), (last.text, 6)):
+        tables = re.findall(r"<table class=\"rows\">.*?</table>", html, re.S)
+        assert [table.count("<tr>") - 1 for table in tables] == [rows, rows]  # left, right (less the header)
+        assert "operator 0, left: 36 rows" in html and "operator 0, right: 36 rows" in html
+    assert 'href="?page=1"' in first.text and 'href="?page=4"' not in last.text

@@ -124,7 +124,8 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
         except SparkpointError as exc:
             return page("problem.html", status=404 if isinstance(exc, NotFoundError) else 400, problem=str(exc))
         more = any(store.rows > (number + 1) * PAGE_ROWS for store in inspected.state or [])
-        return page("state.html", manifest=inspected.manifest, stores=inspected.state or [], number=number,
+        return page("state.html", manifest=inspected.manifest, path=inspected.path, stores=inspected.state or [],
+                    number=number,
                     rows_per_page=PAGE_ROWS, more=more)
 
     def diff_page(request: Request) -> Response:

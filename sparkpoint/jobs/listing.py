@@ -38,6 +38,20 @@ class Version(Result):
     id: str
     command: str  # the application's file name (not its arguments: they may hold secrets)
     state: str
+    how: str | None = None  # how it continues the version before it: restore, replace, rollback, fork; None: first
+
+
+def continues_how(job: Job) -> str | None:
+    """How ``job`` continues the job it follows: ``rollback`` (the version a failed one replaced, started again),
+    ``replace`` (run --replace's hand-over), ``fork`` (run -s --fork: a variant beside it), ``restore`` (run -s
+    from a savepoint it took); None when it follows none."""
+    if job.follows is None:
+        return None
+    if (job.rollback or {}).get("rollback_of"):
+        return "rollback"
+    if any(event.get("event") == "took_over" for event in job.history):
+        return "replace"
+    return "fork" if job.fork else "restore"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,7 +72,8 @@ def lineage(job: Job, jobs: dict[str, tuple[Job, str]]) -> list[Version]:
     while current in jobs and current not in seen:  # a link back to the line (an edited record) ends it too
         seen.add(current)
         entry, state = jobs[current]
-        line.append(Version(id=entry.id, command=os.path.basename(entry.app), state=state))
+        line.append(Version(id=entry.id, command=os.path.basename(entry.app), state=state,
+                            how=continues_how(entry) if entry.follows in jobs else None))
         current = entry.follows
     return line[::-1]
 

@@ -121,6 +121,7 @@ class Job:
     # Where its live checkpoints are, when not in its directory (the `checkpoints` setting at its launch: a later
     # change of the setting does not lose them).
     checkpoints: str | None = None
+    fork: bool = False  # run -s --fork: a variant with query ids of its own, beside the job it follows
 
     @property
     def last_savepoint(self) -> str | None:

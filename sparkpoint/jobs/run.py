@@ -185,7 +185,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
             app_args=request.app_args,
             master=request.master, submit_args=request.submit_args, detached=request.detach,
             restored_from=saved.path if saved else None, upgrade_check=upgrade_check, confs=request.confs,
-            follows=follows.id if follows else None,
+            follows=follows.id if follows else None, fork=bool(saved and request.fork),
             rollback={"rollback_of": rollback_of.id, "at": iso()} if rollback_of else None, app_sha256=app_digest(app),
             spark_home=spark.home if spark else None, spark_version=spark.version if spark else None,
             launch={"at": began},
@@ -378,7 +378,8 @@ def _started(job: Job, request: RunRequest, saved: Savepoint | None, replaced: J
     where = (f"to take over from {replaced.id}" if replaced else
              f"restored from {saved.path}" if saved else "with no savepoint")
     why = f", in place of {rollback_of.id}, which failed on probation" if rollback_of else ""
-    return f"{command} ({request.deploy_mode} mode), {where}{why}"
+    fork = ", a fork (query ids of its own)" if saved and request.fork else ""
+    return f"{command} ({request.deploy_mode} mode), {where}{fork}{why}"
 
 
 def _on_probation(settings: Settings, registry: Registry, job: Job, process: subprocess.Popen | None,

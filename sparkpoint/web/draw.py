@@ -100,8 +100,10 @@ def versions(jobs: list[Any]) -> Picture:
         if job.follows in place:
             x0, y0 = place[job.follows]
             restored = (job.restored_from or "").rstrip("/").rsplit("/", 1)[-1]
-            picture.edges.append({"x1": x0, "y1": y0, "x2": x, "y2": y,
-                                  "title": f"{job.follows} → {job_id}" + (f" from {restored}" if restored else "")})
+            how = job.lineage[-1].how if job.lineage else None
+            picture.edges.append({"x1": x0, "y1": y0, "x2": x, "y2": y, "how": how or "restore",
+                                  "title": f"{job.follows} → {job_id}" + (f" ({how})" if how else "")
+                                  + (f" from {restored}" if restored else "")})
     return picture
 
 

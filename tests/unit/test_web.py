@@ -138,7 +138,7 @@ def test_a_name_s_page_draws_its_versions_with_the_savepoint_on_each_edge(home, 
     v2.end("failed", error="it failed on probation")
     registry.save(v2)
     html = signed_in.get("/names/alarms").text
-    assert f"{v1.id} → {v2.id} from savepoint-alarms-20261127-000000-abcdef" in html
+    assert f"{v1.id} → {v2.id} (restore) from savepoint-alarms-20261127-000000-abcdef" in html
     assert html.count("<circle") == 2 and "state-failed" in html and "state-finished" in html
 
 
@@ -187,3 +187,21 @@ def test_an_allowed_savepoint_is_taken_and_a_forged_one_is_not(home, tmp_path):
         gone = page.post("/actions/dispose", data={"target": taken, "seal": seal_of(page, "dispose", taken)},
                          headers={"Sec-Fetch-Site": "same-origin"})
         assert gone.status_code == 200 and f"Disposed of savepoint {taken}" in gone.text and savepoints() == []
+
+
+def test_each_version_says_how_it_continues_the_one_before_it(home):
+    from sparkpoint.jobs.listing import continues_how
+
+    registry = Registry(str(home))
+
+    def job(**fields):
+        made = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[], **fields)
+        registry.save(made)
+        return made
+
+    first = job()
+    replacing = job(follows=first.id)
+    replacing.note("took_over", f"from {first.id}, stopped at batch 3 (alarms)")
+    assert [continues_how(j) for j in (first, replacing, job(follows=first.id), job(follows=first.id, fork=True),
+                                       job(follows=replacing.id, rollback={"rollback_of": replacing.id}))] == [
+        None, "replace", "restore", "fork", "rollback"]

@@ -20,6 +20,7 @@ from starlette.staticfiles import StaticFiles
 
 from sparkpoint.config import Settings
 from sparkpoint.errors import NotFoundError, SparkpointError
+from sparkpoint.jobs import timeline
 from sparkpoint.results import as_json, human_bytes
 from sparkpoint.times import parse_iso
 from sparkpoint.web import actions, draw
@@ -85,16 +86,21 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
         for entry in entries:
             by_job.setdefault(entry.job or "(no job)", []).append(entry)
         return page("savepoints.html", by_job=sorted(by_job.items()),
-                    pictures={job: draw.timeline(listed) for job, listed in by_job.items()})
+                    pictures={job: draw.timeline([timeline.Taken(entry=e, kind=timeline.kind_of(e, {}),
+                                                                 restorable=None, pruned=False) for e in listed])
+                              for job, listed in by_job.items()})
 
     def name_page(request: Request) -> Response:
-        from sparkpoint.savepoints import catalog
-
         name = request.path_params["name"]
+        try:
+            keep_last = int(request.query_params["keep_last"]) if request.query_params.get("keep_last") else None
+        except ValueError:
+            return page("problem.html", status=400, problem="keep_last: give a number of savepoints to keep")
         jobs = [job for job in _jobs(settings) if job.name == name]
-        entries = [e for e in catalog.scan(settings.savepoints_dir(), settings.storage_options) if e.job == name]
-        return page("name.html", name=name, jobs=jobs, entries=entries, lineage=draw.versions(jobs),
-                    savepoints=draw.timeline(entries))
+        drawn = timeline.timeline(settings, name, keep_last=keep_last)
+        return page("name.html", name=name, jobs=jobs, entries=[t.entry for t in drawn.savepoints], drawn=drawn,
+                    keep_last=keep_last, lineage=draw.versions(jobs),
+                    savepoints=draw.timeline(drawn.savepoints, drawn.failures))
 
     def savepoint_page(request: Request) -> Response:
         from sparkpoint.savepoints import catalog

@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkpoint.times import parse_iso
+
 WIDTH = 1000  # the viewBox's width: the picture scales to the page
 LANE = 34  # px per lane
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP = 150, 20, 24
@@ -32,15 +34,21 @@ class Picture:
     edges: list[dict[str, Any]] = field(default_factory=list)  # {x1, y1, x2, y2, title}
 
 
-def timeline(entries: list[Any]) -> Picture:
-    """One job name's savepoints (catalog entries): x is when each was taken, one lane per job that took it
-    (its origin), the radius grows with the square root of its size."""
-    dated = [e for e in entries if e.created is not None]
-    if not dated:
+def timeline(taken: list[Any], failures: list[Any] = ()) -> Picture:
+    """One job name's savepoints (jobs.timeline's Taken: a catalog entry, how it was taken, whether it restores,
+    whether retention would remove it) and failed savepoints: x is when each was taken, one lane per job that
+    took it (its origin), the radius grows with the square root of its size."""
+    how = {t.entry.path: t for t in taken}
+    dated = [t.entry for t in taken if t.entry.created is not None]
+    failed = [(f, parse_iso(f.at)) for f in failures if parse_iso(f.at) is not None]
+    if not dated and not failed:
         return Picture(height=LANE)
-    lanes = sorted({_lane_of(e) for e in dated}, key=lambda lane: min(e.created for e in dated
-                                                                        if _lane_of(e) == lane))
-    first, last = min(e.created for e in dated), max(e.created for e in dated)
+    moments = [e.created for e in dated] + [at for _, at in failed]
+    first_at = {}
+    for lane, at in [(_lane_of(e), e.created) for e in dated] + [(f.job, at) for f, at in failed]:
+        first_at[lane] = min(first_at.get(lane, at), at)
+    lanes = sorted(first_at, key=first_at.get)
+    first, last = min(moments), max(moments)
     span = max(last - first, 1.0)
     biggest = max((e.bytes or 0) for e in dated) or 1
 
@@ -51,13 +59,22 @@ def timeline(entries: list[Any]) -> Picture:
     picture.lanes = [{"y": MARGIN_TOP + LANE * i + LANE / 2, "label": lane} for i, lane in enumerate(lanes)]
     picture.ticks = [{"x": x_of(first + span * i / 4), "label": _clock(first + span * i / 4)} for i in range(5)]
     for entry in dated:
-        kind = (entry.origin or {}).get("kind") or "unknown"
+        said = how[entry.path]
         cuts = ", ".join(f"{q.get('name')}@{q.get('batch_id')}" for q in entry.queries)
+        notes = [said.kind, entry.status, cuts or "no query"]
+        notes += [f"its Kafka input: {said.restorable}"] if said.restorable else []
+        notes += ["retention would remove it"] if said.pruned else []
+        css = [f"status-{entry.status}", f"kind-{said.kind}"]
+        css += ["unrestorable"] if said.restorable == "unrestorable" else []
+        css += ["pruned"] if said.pruned else []
         picture.marks.append(Mark(
             x=x_of(entry.created), y=MARGIN_TOP + LANE * lanes.index(_lane_of(entry)) + LANE / 2,
             r=3 + 9 * math.sqrt((entry.bytes or 0) / biggest), href=f"/savepoints/{entry.id}",
-            title=f"{entry.id}: {entry.created_at}, {kind}, {entry.status}, {cuts or 'no query'}",
-            css=f"status-{entry.status} kind-{kind}"))
+            title=f"{entry.id}: {entry.created_at}, " + ", ".join(notes), css=" ".join(css)))
+    for failure, at in failed:
+        picture.marks.append(Mark(x=x_of(at), y=MARGIN_TOP + LANE * lanes.index(failure.job) + LANE / 2, r=5,
+                                  href=f"/#job-{failure.job}", title=f"a savepoint of {failure.job} failed at "
+                                  f"{failure.at}: {failure.error or 'no error recorded'}", css="failed"))
     return picture
 
 

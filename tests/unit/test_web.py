@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 from checkpoints import hdfs_checkpoint
@@ -113,18 +114,27 @@ def test_the_catalog_a_savepoint_s_contents_and_the_diff_of_two(signed_in, two_s
 def test_the_timeline_puts_each_savepoint_at_its_time_in_the_lane_of_the_job_that_took_it():
     from types import SimpleNamespace
 
+    from sparkpoint.jobs.timeline import Failure, Taken
     from sparkpoint.web.draw import timeline
 
-    def entry(name, created, job, size):
-        return SimpleNamespace(id=name, created=created, created_at=str(created), origin={"kind": "job", "job_id": job},
-                               bytes=size, status="complete", queries=[{"name": "q", "batch_id": 1}])
+    def taken(name, created, job, size, **how):
+        entry = SimpleNamespace(id=name, path=f"/sp/{name}", created=created, created_at=str(created), bytes=size,
+                                origin={"kind": "job", "job_id": job}, status="complete",
+                                queries=[{"name": "q", "batch_id": 1}])
+        return Taken(entry=entry, **{"kind": "live", "restorable": None, "pruned": False, **how})
 
-    picture = timeline([entry("a", 100.0, "v1", 10), entry("b", 200.0, "v1", 1000), entry("c", 300.0, "v2", 0)])
+    picture = timeline([taken("a", 100.0, "v1", 10, pruned=True), taken("b", 200.0, "v1", 1000, kind="stop"),
+                        taken("c", 300.0, "v2", 0, restorable="unrestorable")],
+                       [Failure(job="v2", at="1970-01-01T00:04:10Z", error="the agent did not answer")])
     assert [lane["label"] for lane in picture.lanes] == ["v1", "v2"]
-    xs = {mark.href: mark.x for mark in picture.marks}
-    assert xs["/savepoints/a"] < xs["/savepoints/b"] < xs["/savepoints/c"]
-    radius = {mark.href: mark.r for mark in picture.marks}
-    assert radius["/savepoints/b"] > radius["/savepoints/a"] > radius["/savepoints/c"] == 3
+    marks = {mark.href: mark for mark in picture.marks}
+    assert marks["/savepoints/a"].x < marks["/savepoints/b"].x < marks["/savepoints/c"].x
+    assert marks["/savepoints/b"].r > marks["/savepoints/a"].r > marks["/savepoints/c"].r == 3
+    assert "pruned" in marks["/savepoints/a"].css and "kind-stop" in marks["/savepoints/b"].css
+    unrestorable = marks["/savepoints/c"]
+    assert "unrestorable" in unrestorable.css and "its Kafka input: unrestorable" in unrestorable.title
+    (failed,) = [mark for mark in picture.marks if mark.css == "failed"]
+    assert marks["/savepoints/b"].x < failed.x < marks["/savepoints/c"].x and "the agent did not answer" in failed.title
     assert timeline([]).marks == []
 
 
@@ -205,3 +215,32 @@ def test_each_version_says_how_it_continues_the_one_before_it(home):
     assert [continues_how(j) for j in (first, replacing, job(follows=first.id), job(follows=first.id, fork=True),
                                        job(follows=replacing.id, rollback={"rollback_of": replacing.id}))] == [
         None, "replace", "restore", "fork", "rollback"]
+
+
+def test_a_name_s_timeline_says_how_each_savepoint_was_taken_and_what_retention_would_remove(home, tmp_path, capsys):
+    from sparkpoint.jobs import timeline
+    from sparkpoint.jobs.triggers import TRIGGERS_DIR
+
+    settings = load_settings(overrides={"home": str(home)})
+    with agent_of_a_fake_query(home, tmp_path) as job:
+        paths = []
+        for _ in range(3):
+            assert main(["--home", str(home), "-o", "json", "savepoint", job.id]) == 0
+            paths.append(json.loads(capsys.readouterr().out)["path"])
+            time.sleep(1.1)  # a savepoint's id is of its second
+    registry = Registry(str(home))
+    recorded = registry.load(job.id)
+    recorded.stop = {"at": "2026-11-27T10:00:00Z", "savepoint": paths[2]}
+    registry.save(recorded)
+    triggers = home / "jobs" / job.id / TRIGGERS_DIR
+    triggers.mkdir()
+    (triggers / "t-1.json").write_text(json.dumps({"trigger_id": "t-1", "status": "completed",
+                                                   "savepoint": {"path": paths[1]}}))
+    (triggers / "t-2.json").write_text("{not json")  # a malformed record says nothing
+    from sparkpoint.errors import UnreachableError
+
+    registry.savepoint_failed(registry.load(job.id), UnreachableError("the agent did not answer"))
+    drawn = timeline.timeline(settings, "alarms", keep_last=1)
+    assert [(t.entry.path, t.kind, t.pruned) for t in drawn.savepoints] == [
+        (paths[2], "stop", False), (paths[1], "scheduled", True), (paths[0], "live", True)]
+    assert drawn.failed == 1 and drawn.failures[0].error == "the agent did not answer"

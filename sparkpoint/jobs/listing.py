@@ -57,6 +57,7 @@ def continues_how(job: Job) -> str | None:
 @dataclass(frozen=True, kw_only=True)
 class ListedJob(JobView):
     last_savepoint: str | None  # the newest savepoint taken of this job, while it is there
+    last_savepoint_at: str | None  # when it was taken (its record's time), or None
     name_last_savepoint: str | None  # the newest complete savepoint of the job's name (any version's)
     app_state: str | None  # what its cluster manager says of the application (RUNNING, FINISHED, KILLED, ...)
     lineage: list[Version]  # the versions this job continues, oldest first, ending with itself; [] if none
@@ -87,7 +88,7 @@ def ui_entries(ui_url: str) -> list[ListedJob]:
                   created_at=None, app=None, checkpoint_root=None, restored_from=None, log=None, error=None,
                   queries=[LiveQuery.from_report(q) for q in app["queries"]], master=None, submission_id=None,
                   driver_state=None, follows=None, spark_version=None, history=[], last_savepoint=None,
-                  name_last_savepoint=None, app_state=None, lineage=[], ui=ui_url)
+                  last_savepoint_at=None, name_last_savepoint=None, app_state=None, lineage=[], ui=ui_url)
         for app in applications(ui_url)
     ]
 
@@ -98,7 +99,7 @@ def unreadable_entry(job_id: str, error: SparkpointError) -> ListedJob:
     return ListedJob(id=job_id, name=None, state=MALFORMED, app_id=None, pid=None, created_at=None, app=None,
                      checkpoint_root=None, restored_from=None, log=None, error=str(error), queries=[], master=None,
                      submission_id=None, driver_state=None, follows=None, spark_version=None, history=[],
-                     last_savepoint=None, name_last_savepoint=None, app_state=None, lineage=[])
+                     last_savepoint=None, last_savepoint_at=None, name_last_savepoint=None, app_state=None, lineage=[])
 
 
 def list_jobs(settings: Settings, include_all: bool = False) -> list[ListedJob]:
@@ -112,8 +113,10 @@ def list_jobs(settings: Settings, include_all: bool = False) -> list[ListedJob]:
 
     def live(job: Job, state: str, status: dict | None) -> ListedJob:
         view = describe_job(job, status, state)
+        own = own_savepoint(settings, job)
         return ListedJob(**{f.name: getattr(view, f.name) for f in fields(view)},
-                         last_savepoint=own_savepoint(settings, job), name_last_savepoint=newest_of[job.name],
+                         last_savepoint=own, last_savepoint_at=(job.savepoints.last or {}).get("at") if own else None,
+                         name_last_savepoint=newest_of[job.name],
                          app_state=None,
                          lineage=lineage(job, by_id))
 

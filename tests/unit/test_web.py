@@ -192,6 +192,8 @@ def test_an_allowed_savepoint_is_taken_and_a_forged_one_is_not(home, tmp_path):
         assert done.status_code == 200, done.text
         (taken,) = savepoints()
         assert f"Savepoint {taken} completed: " in done.text and "alarms: cut at batch 3" in done.text
+        jobs = page.get("/").text  # the job's last savepoint, and how long ago it was taken
+        assert re.search(rf">{taken}</a><div class=\"sub\">\d+ s ago</div>", jobs), jobs
         # Its disposal, from its page, as `savepoint --dispose` says it.
         assert f"/confirm?action=dispose&amp;target={taken}" in page.get(f"/savepoints/{taken}").text
         gone = page.post("/actions/dispose", data={"target": taken, "seal": seal_of(page, "dispose", taken)},

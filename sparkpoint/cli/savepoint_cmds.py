@@ -158,10 +158,8 @@ def verify_cmd(app, loaded, output):
 
 
 def _render_verified(report: Verification) -> None:
-    if report.valid:
-        echo(f"Savepoint {report.id} is valid: {report.files} files, {human_bytes(report.bytes)} verified")
-    for problem in report.problems:
-        echo(f"  {problem}")
+    for line in report.said():
+        echo(line)
 
 
 @click.command("inspect")

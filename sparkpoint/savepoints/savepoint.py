@@ -97,6 +97,11 @@ class Verification(Result):
     bytes: int
     problems: list[str]  # one line per file: missing, size differs, checksum differs
 
+    def said(self) -> list[str]:
+        """As the CLI and the page report it."""
+        valid = [f"Savepoint {self.id} is valid: {self.files} files, {human_bytes(self.bytes)} verified"]
+        return (valid if self.valid else []) + [f"  {problem}" for problem in self.problems]
+
 
 @dataclass(frozen=True)
 class Disposed(Result):

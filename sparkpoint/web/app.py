@@ -134,6 +134,18 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
                     number=number,
                     rows_per_page=PAGE_ROWS, more=more)
 
+    def verify_page(request: Request) -> Response:
+        """Every file of the savepoint read and checked against its manifest (`sparkpoint verify`)."""
+        from sparkpoint.savepoints import catalog
+        from sparkpoint.savepoints.savepoint import verify
+
+        try:
+            report = verify(catalog.load(settings, request.path_params["ref"]), settings.transfer_workers)
+        except SparkpointError as exc:
+            return page("problem.html", status=404 if isinstance(exc, NotFoundError) else 400, problem=str(exc))
+        return page("verified.html", report=report, lines=report.said() or [f"Savepoint {report.id} failed "
+                                                                          "verification"])
+
     def diff_page(request: Request) -> Response:
         from sparkpoint.savepoints import catalog
         from sparkpoint.savepoints.diff import diff
@@ -154,6 +166,7 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
         Route("/savepoints", savepoints_page),
         Route("/names/{name}", name_page),
         Route("/savepoints/{ref:path}/state", state_page),
+        Route("/savepoints/{ref:path}/verify", verify_page),
         Route("/savepoints/{ref:path}", savepoint_page),
         Route("/diff", diff_page),
         Route("/confirm", confirm_page),

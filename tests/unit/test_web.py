@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from pathlib import Path
 
 import pytest
 from checkpoints import hdfs_checkpoint
@@ -104,6 +105,11 @@ def test_the_catalog_a_savepoint_s_contents_and_the_diff_of_two(signed_in, two_s
     assert f'/diff?before={earlier["id"]}&amp;after={later["id"]}' in catalog
     page = signed_in.get(f"/savepoints/{later['id']}").text
     assert "cut at batch 5" in page and "<code>{\"logOffset\": 5}</code>" in page and "stateStoreSave" in page
+    assert f"Savepoint {later['id']} is valid: " in signed_in.get(f"/savepoints/{later['id']}/verify").text
+    tampered = next(Path(later["path"]).rglob("*.delta"))
+    tampered.write_bytes(b"not what was saved")
+    broken = signed_in.get(f"/savepoints/{later['id']}/verify").text
+    assert "Not valid" in broken and tampered.name in broken
     diff = signed_in.get(f"/diff?before={earlier['id']}&after={later['id']}").text
     assert "query alarms: cut at batch 3 → 5" in diff
     missing = signed_in.get("/savepoints/savepoint-none-20260101-000000-000000")

@@ -304,6 +304,7 @@ _RECORD_TYPES: RecordTypes = {
     "stop": (lambda v: isinstance(v, dict), True),
     "launch": (lambda v: isinstance(v, dict), True),
     "checkpoints": (lambda v: isinstance(v, str) and v != "", True),
+    "fork": (lambda v: isinstance(v, bool), False),
 }
 
 

@@ -66,6 +66,27 @@ def test_the_page_in_a_browser(home, tmp_path, capsys, browser):
                      "alarms"]) == 0
     capsys.readouterr()
     with agent_of_a_fake_query(home, tmp_path / "agent") as job:
+        # Its line of versions: v1 stopped, replaced by v2, which failed on probation; this job restarted v1's
+        # version in its place; and a fork of v1 beside them.
+        def version(**fields):
+            made = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[],
+                                    **fields)
+            registry.save(made)
+            return made
+
+        v1 = version()
+        v1.end("finished", reason="replaced")
+        registry.save(v1)
+        v2 = version(follows=v1.id, rollback={"rolled_back_to": job.id})
+        v2.note("took_over", f"from {v1.id}, stopped at batch 3 (alarms)")
+        v2.end("failed", error="failed on probation")
+        registry.save(v2)
+        fork = version(follows=v1.id, fork=True)
+        fork.end("cancelled", reason="cancel")
+        registry.save(fork)
+        restarted = registry.load(job.id)
+        restarted.follows, restarted.rollback = v2.id, {"rollback_of": v2.id}
+        registry.save(restarted)
         process, url = serve(home, "--allow-actions")
         try:
             page = browser.new_page()
@@ -79,6 +100,18 @@ def test_the_page_in_a_browser(home, tmp_path, capsys, browser):
             assert page.url == base
             row = page.locator(f"tr:has(td#job-{job.id})")
             assert row.locator(".state").inner_text() == "running" and "12.5/s" in row.inner_text()
+            def state_of(job_id: str) -> str:
+                return page.locator(f"tr:has(td#job-{job_id}) td:nth-child(2)").first.inner_text()
+
+            assert state_of(v1.id).startswith("finished")
+            assert state_of(v2.id).startswith("failed") and f"rolled back to {job.id}" in state_of(v2.id)
+            assert f"restarted in place of {v2.id}" in state_of(job.id)
+            assert state_of(fork.id).startswith("cancelled") and f"a fork of {v1.id}" in state_of(fork.id)
+            # The name's versions, drawn: how each continues the one before it.
+            page.goto(base + "names/alarms")
+            assert sorted(page.locator("svg.versions text.edge-label").all_text_contents()) == [
+                "fork", "replace", "rollback"]
+            page.goto(base)
             # The markup name is text: shown as typed, never run.
             assert page.get_by_text("<script>alert(1)</script>").count() == 1 and dialogs == []
             # The table refreshes itself (every second here) without a reload.

@@ -212,14 +212,15 @@ def test_each_version_says_how_it_continues_the_one_before_it(home):
 
     registry = Registry(str(home))
 
-    def job(**fields):
+    def job(**fields):  # as saved and read back
         made = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[], **fields)
         registry.save(made)
-        return made
+        return registry.load(made.id)
 
     first = job()
     replacing = job(follows=first.id)
     replacing.note("took_over", f"from {first.id}, stopped at batch 3 (alarms)")
+    registry.save(replacing)
     assert [continues_how(j) for j in (first, replacing, job(follows=first.id), job(follows=first.id, fork=True),
                                        job(follows=replacing.id, rollback={"rollback_of": replacing.id}))] == [
         None, "replace", "restore", "fork", "rollback"]

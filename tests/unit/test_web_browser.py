@@ -6,14 +6,13 @@ Chromium; without it these tests skip, except in CI (CI=true), where that is a f
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 import time
 
 import pytest
+from browser import chromium, served
 from checkpoints import hdfs_checkpoint
 from running_jobs import agent_of_a_fake_query
 
@@ -21,35 +20,10 @@ from sparkpoint.cli.main import main
 from sparkpoint.jobs.registry import Registry
 from sparkpoint.savepoints import catalog
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-# Without the background-networking flags Chromium keeps trying Google's hosts, which this machine refuses.
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]
-
-if not os.path.exists(CHROMIUM):
-    if os.environ.get("CI"):
-        raise RuntimeError(f"no Chromium at {CHROMIUM}: scripts/setup.sh installs it")
-    pytest.skip("no Chromium (scripts/setup.sh installs it)", allow_module_level=True)
-
-
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+    with chromium() as launched:
         yield launched
-        launched.close()
-
-
-def serve(home, *options) -> tuple[subprocess.Popen, str]:
-    """`sparkpoint ui` on a free port: its process and the URL it printed, with the token."""
-    process = subprocess.Popen([sys.executable, "-m", "sparkpoint", "--home", str(home), "ui", "--serve",
-                                "127.0.0.1:0", "--refresh", "1", *options], stderr=subprocess.PIPE, text=True)
-    line = process.stderr.readline()
-    found = re.search(r"(http://127\.0\.0\.1:\d+/\?token=\S+)", line)
-    assert found, line
-    return process, found.group(1)
 
 
 def test_the_page_in_a_browser(home, tmp_path, capsys, browser):
@@ -87,8 +61,7 @@ def test_the_page_in_a_browser(home, tmp_path, capsys, browser):
         restarted = registry.load(job.id)
         restarted.follows, restarted.rollback = v2.id, {"rollback_of": v2.id}
         registry.save(restarted)
-        process, url = serve(home, "--allow-actions")
-        try:
+        with served(home, "--allow-actions", "--refresh", "1") as url:
             page = browser.new_page()
             dialogs = []
             page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
@@ -133,16 +106,12 @@ def test_the_page_in_a_browser(home, tmp_path, capsys, browser):
             assert "completed" in page.locator("main").inner_text(), page.locator("main").inner_text()
             assert len(catalog.scan(str(home / "savepoints"))) == before + 1
             assert dialogs == []
-        finally:
-            process.terminate()
-            process.wait(10)
 
 
 def test_a_forged_cross_site_form_does_nothing(home, tmp_path, browser):
     """A page of another origin (another port of this host: the same site, so the cookie goes along) posts a
     savepoint form to the page: refused, nothing taken."""
-    with agent_of_a_fake_query(home, tmp_path / "agent") as job:
-        process, url = serve(home, "--allow-actions")
+    with agent_of_a_fake_query(home, tmp_path / "agent") as job, served(home, "--allow-actions") as url:
         evil = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory",
                                  str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
@@ -161,5 +130,3 @@ def test_a_forged_cross_site_form_does_nothing(home, tmp_path, browser):
             assert catalog.scan(str(home / "savepoints")) == []
         finally:
             evil.terminate()
-            process.terminate()
-            process.wait(10)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 import socket
 from pathlib import Path
@@ -14,6 +15,7 @@ from sparkpoint.cli.serving import beyond_loopback, token_from
 from sparkpoint.errors import BadArgumentError, EnvironmentSetupError
 
 DEFAULT_ADDRESS = "127.0.0.1:9465"
+URL_SAFE = re.compile(r"[A-Za-z0-9._~-]+")
 
 
 @click.command("ui")
@@ -42,6 +44,9 @@ def ui_cmd(app, address, token_file, refresh, allow_actions):
             from None
     host, port = serving_address(address, any_port=True)
     token = token_from(Path(token_file), make=False) if token_file else secrets.token_urlsafe(24)
+    if not URL_SAFE.fullmatch(token):  # it travels in a URL and a cookie, as it is
+        raise BadArgumentError(f"the token in {token_file} must be letters, digits and . _ ~ - only (as "
+                               "`python -c 'import secrets; print(secrets.token_urlsafe(32))'` makes one)")
     try:
         listening = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
     except OSError as exc:

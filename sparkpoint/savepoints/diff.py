@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkpoint.adapters.storage import join
-from sparkpoint.errors import NotACheckpointError
+from sparkpoint.errors import NotACheckpointError, StorageError
 from sparkpoint.results import Result, human_bytes
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.spark.state_schema import SCHEMA_FILE, read_schema_file, type_said
@@ -148,7 +148,8 @@ def _read(savepoint: Savepoint, entry: dict[str, Any]) -> Any:
     where = join(savepoint.path, entry["path"])
     try:
         return read_schema_file(savepoint.storage.read_bytes(where, limit=SCHEMA_LIMIT), where)
-    except NotACheckpointError:  # a format this version does not know: compared by its digest
+    except (NotACheckpointError, StorageError, OSError, RecursionError):
+        # A format this version does not know, a file gone or unreadable: compared by the manifest's digest.
         return {"digest": entry.get("digest")}
 
 
@@ -157,7 +158,10 @@ def _read_v3(savepoint: Savepoint, entry: dict[str, Any]) -> Any:
     schemas); one this version cannot read is known by its digest."""
     if entry.get("size", 0) > SCHEMA_LIMIT:
         return {"digest": entry.get("digest")}
-    raw = savepoint.storage.read_bytes(join(savepoint.path, entry["path"]), limit=SCHEMA_LIMIT)
+    try:
+        raw = savepoint.storage.read_bytes(join(savepoint.path, entry["path"]), limit=SCHEMA_LIMIT)
+    except (StorageError, OSError):
+        return {"digest": entry.get("digest")}
     families = {}
     for line in raw.decode("utf-8", errors="replace").splitlines()[1:]:
         try:

@@ -68,17 +68,18 @@ def _fields(text: str, where: str) -> list[dict[str, Any]]:
     return [{"name": f["name"], "type": f.get("type"), "nullable": f.get("nullable", True)} for f in fields]
 
 
-def type_said(spark_type: Any) -> str:
-    """A field's type in one word or a short form: ``long``, ``struct<a,b>``, ``array<string>``."""
-    if isinstance(spark_type, str):
-        return spark_type
-    if isinstance(spark_type, dict):
-        kind = spark_type.get("type")
-        if kind == "struct":
-            return "struct<" + ",".join(str(f.get("name")) for f in spark_type.get("fields") or []) + ">"
-        if kind == "array":
-            return f"array<{type_said(spark_type.get('elementType'))}>"
-        if kind == "map":
-            return f"map<{type_said(spark_type.get('keyType'))},{type_said(spark_type.get('valueType'))}>"
-        return str(kind)
-    return str(spark_type)
+def type_said(spark_type: Any, depth: int = 0) -> str:
+    """A field's type in one word or a short form: ``long``, ``struct<a,b>``, ``array<string>``; nesting past
+    eight levels is ``...`` (a file's JSON may nest deeper than Python recurses)."""
+    if depth > 8:
+        return "..."
+    if not isinstance(spark_type, dict):
+        return str(spark_type)
+    kind = spark_type.get("type")
+    inner = {"array": ("elementType",), "map": ("keyType", "valueType")}.get(kind)
+    if kind == "struct":
+        return "struct<" + ",".join(str(f.get("name")) for f in spark_type.get("fields") or []
+                                    if isinstance(f, dict)) + ">"
+    if inner:
+        return f"{kind}<" + ",".join(type_said(spark_type.get(key), depth + 1) for key in inner) + ">"
+    return str(kind)

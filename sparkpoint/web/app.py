@@ -6,6 +6,7 @@ script, style or font from elsewhere: they work on a host with no internet, unde
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from sparkpoint.config import Settings
-from sparkpoint.errors import NotFoundError, SparkpointError
+from sparkpoint.errors import BadArgumentError, NotFoundError, SparkpointError
 from sparkpoint.jobs import timeline
 from sparkpoint.results import as_json, human_bytes
 from sparkpoint.times import parse_iso
@@ -36,6 +37,7 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
     templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined)
     templates.filters.update(bytes=human_bytes, age=_age, rate=_rate)
     forms = actions.Forms(secrets.token_bytes(32))
+    state_reads = threading.Lock()
 
     def page(template: str, status: int = 200, **values: Any) -> HTMLResponse:
         return HTMLResponse(templates.get_template(template).render(home=settings.home, refresh=refresh_seconds,
@@ -58,7 +60,7 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
         refused = actions.refused(request.headers, str(request.base_url))
         if refused:
             return page("problem.html", status=403, problem=refused)
-        fields = actions.form(await request.body()) or {}
+        fields = actions.form(await _body(request, actions.FORM_LIMIT)) or {}
         target = fields.get("target", "")
         if action not in actions.ACTIONS or not forms.opens(fields.get("seal", ""), action, target):
             return page("problem.html", status=403, problem="this form was not made by this page: nothing was done")
@@ -125,8 +127,9 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
         except ValueError:
             number = 0
         try:
-            inspected = inspect(catalog.load(settings, request.path_params["ref"]), PAGE_ROWS, settings.kafka,
-                                settings.storage_options, state_offset=number * PAGE_ROWS)
+            with state_reads:  # one at a time: each restores the savepoint and counts every store
+                inspected = inspect(catalog.load(settings, request.path_params["ref"]), PAGE_ROWS, settings.kafka,
+                                    settings.storage_options, state_offset=number * PAGE_ROWS)
         except SparkpointError as exc:
             return page("problem.html", status=404 if isinstance(exc, NotFoundError) else 400, problem=str(exc))
         more = any(store.rows > (number + 1) * PAGE_ROWS for store in inspected.state or [])
@@ -159,7 +162,12 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
             return page("problem.html", status=404 if isinstance(exc, NotFoundError) else 400, problem=str(exc))
         return page("diff.html", compared=compared)
 
-    app = Starlette(routes=[
+    def refused(_request: Request, exc: Exception) -> Response:
+        """What a route did not catch of sparkpoint's own errors: its line, not a bare 500."""
+        status = 404 if isinstance(exc, NotFoundError) else 400 if isinstance(exc, BadArgumentError) else 500
+        return page("problem.html", status=status, problem=str(exc))
+
+    app = Starlette(exception_handlers={SparkpointError: refused}, routes=[
         Route("/", jobs_page),
         Route("/fragments/jobs", jobs_fragment),
         Route("/api/jobs", jobs_json),
@@ -174,6 +182,18 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ])
     return TokenGate(app, token, cookie)
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    """The request's body, or what fits in ``limit`` + 1 bytes (a larger one is refused by its reader)."""
+    if int(request.headers.get("content-length") or 0) > limit:
+        return b"x" * (limit + 1)
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            break
+    return body
 
 
 def _jobs(settings: Settings) -> list:

@@ -5,10 +5,12 @@ and taken out of the address bar. Without it: 401 and a fixed body, nothing of t
 from __future__ import annotations
 
 import hmac
-from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, urlencode
 
+from starlette.requests import cookie_parser
+
 DENIED = b"401: this page needs the token `sparkpoint ui` printed: open the URL it printed\n"
+CROSS_SITE = b"403: a request from another page of this host or another site: nothing was done\n"
 # The headers of every answer: no framing, no script or style from elsewhere, nothing cached or told to others.
 SECURITY_HEADERS = [
     (b"content-security-policy", b"default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"),
@@ -36,13 +38,20 @@ class TokenGate:
         given = dict(query).get("token")
         if given is not None and self._matches(given.encode()):
             rest = urlencode([(k, v) for k, v in query if k != "token"])
-            location = scope.get("root_path", "") + scope["path"] + (f"?{rest}" if rest else "")
+            # The path as sent, one leading slash: "//host/x" or "/\\host" would send the browser elsewhere.
+            path = "/" + scope.get("raw_path", scope["path"].encode()).decode("latin-1").lstrip("/\\")
+            location = path + (f"?{rest}" if rest else "")
             cookie = f"{self.cookie}={given}; HttpOnly; SameSite=Strict; Path=/"
             return await _answer(send, 303, b"", [(b"location", location.encode()),
                                                   (b"set-cookie", cookie.encode())])
         if not (self._bearer(headers) or self._from_cookie(headers)):
             return await _answer(send, 401, DENIED, [(b"content-type", b"text/plain; charset=utf-8"),
                                                      (b"www-authenticate", b'Bearer realm="sparkpoint"')])
+        # Every port of a host is one site: the cookie goes along with a request another local page makes. What
+        # a browser says came from elsewhere (another port, another site) is refused, a GET too (a state page
+        # starts Spark, a verify reads every file); one typed or opened from a link says none.
+        if headers.get(b"sec-fetch-site", b"same-origin") not in (b"same-origin", b"none"):
+            return await _answer(send, 403, CROSS_SITE, [(b"content-type", b"text/plain; charset=utf-8")])
 
         async def secured(message):
             if message["type"] == "http.response.start":
@@ -59,13 +68,10 @@ class TokenGate:
         return scheme.lower() == b"bearer" and self._matches(value.strip())
 
     def _from_cookie(self, headers: dict[bytes, bytes]) -> bool:
-        jar = SimpleCookie()
-        try:
-            jar.load(headers.get(b"cookie", b"").decode("latin-1"))
-        except Exception:  # noqa: BLE001 - a malformed Cookie header carries no token
-            return False
-        morsel = jar.get(self.cookie)
-        return morsel is not None and self._matches(morsel.value.encode())
+        # Starlette's parser, as browsers parse: another local app's odd cookie in the same header does not hide
+        # ours (http.cookies drops every cookie after one it cannot read).
+        value = cookie_parser(headers.get(b"cookie", b"").decode("latin-1")).get(self.cookie)
+        return value is not None and self._matches(value.encode())
 
 
 async def _answer(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:

@@ -7,6 +7,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from sparkpoint.times import parse_iso
 
@@ -69,7 +70,7 @@ def timeline(taken: list[Any], failures: list[Any] = ()) -> Picture:
         css += ["pruned"] if said.pruned else []
         picture.marks.append(Mark(
             x=x_of(entry.created), y=MARGIN_TOP + LANE * lanes.index(_lane_of(entry)) + LANE / 2,
-            r=3 + 9 * math.sqrt((entry.bytes or 0) / biggest), href=f"/savepoints/{entry.id}",
+            r=3 + 9 * math.sqrt((entry.bytes or 0) / biggest), href=f"/savepoints/{quote(entry.id, safe='')}",
             title=f"{entry.id}: {entry.created_at}, " + ", ".join(notes), css=" ".join(css)))
     for failure, at in failed:
         picture.marks.append(Mark(x=x_of(at), y=MARGIN_TOP + LANE * lanes.index(failure.job) + LANE / 2, r=5,
@@ -89,12 +90,16 @@ def versions(jobs: list[Any]) -> Picture:
     by_id = {job.id: job for job in jobs if job.id}
     depth: dict[str, int] = {}
 
-    def generation(job_id: str, seen: frozenset = frozenset()) -> int:
-        if job_id in depth:
-            return depth[job_id]
-        job = by_id[job_id]
-        parent = job.follows if job.follows in by_id and job.follows not in seen else None
-        depth[job_id] = 0 if parent is None else generation(parent, seen | {job_id}) + 1
+    def generation(job_id: str) -> int:
+        """Walked up, not recursed: a line of a thousand replaces is a thousand deep."""
+        chain, current = [], job_id
+        while current in by_id and current not in depth and current not in chain:  # a loop (an edited record) ends
+            chain.append(current)
+            current = by_id[current].follows
+        base = depth.get(current, -1)
+        for node in reversed(chain):
+            base += 1
+            depth[node] = base
         return depth[job_id]
 
     ordered = sorted(by_id, key=lambda job_id: (generation(job_id), by_id[job_id].created_at or ""))

@@ -253,3 +253,49 @@ def test_a_name_s_timeline_says_how_each_savepoint_was_taken_and_what_retention_
     assert [(t.entry.path, t.kind, t.pruned) for t in drawn.savepoints] == [
         (paths[2], "stop", False), (paths[1], "scheduled", True), (paths[0], "live", True)]
     assert drawn.failed == 1 and drawn.failures[0].error == "the agent did not answer"
+
+
+def test_the_door_holds_against_odd_cookies_other_pages_of_the_host_and_redirects_elsewhere(home):
+    page = client(home)
+    # Another local app's cookie that Python's http.cookies cannot parse, before ours: ours still counts.
+    for other in ('other="a\\"b', "a[b]=c", "x=a b", 'x={"a":1}', "k@y=v"):
+        answer = page.get("/api/jobs", headers={"Cookie": f"{other}; {COOKIE}={TOKEN}"})
+        assert answer.status_code == 200, other
+    # A request another page of this host (or another site) makes carries the cookie: refused, a GET too.
+    for site in ("same-site", "cross-site"):
+        answer = page.get("/", headers={"Cookie": f"{COOKIE}={TOKEN}", "Sec-Fetch-Site": site})
+        assert answer.status_code == 403 and b"nothing was done" in answer.content
+    assert page.get("/", headers={"Cookie": f"{COOKIE}={TOKEN}", "Sec-Fetch-Site": "none"}).status_code == 200
+    # The token's exchange sends the browser to this page's own path, never another host's.
+    for path in ("//evil.example/x", "/\\evil.example/x"):
+        answer = page.get(f"http://testserver{path}?token={TOKEN}")
+        assert answer.status_code == 303 and answer.headers["location"] == "/evil.example/x", path
+
+
+def test_a_bad_parameter_is_a_page_that_says_so_and_a_long_line_of_versions_draws(home, signed_in):
+    from types import SimpleNamespace
+
+    from sparkpoint.web.draw import versions
+
+    answer = signed_in.get("/names/alarms?keep_last=-1")
+    assert answer.status_code == 400 and "zero or more" in answer.text
+    line = [SimpleNamespace(id=f"v{i}", follows=f"v{i - 1}" if i else None, created_at=f"{i:06d}", state="finished",
+                            restored_from=None, lineage=[]) for i in range(1500)]
+    assert len(versions(line[::-1]).edges) == 1499  # newest first, as listed: walked, not recursed
+
+
+def test_an_action_s_oversized_form_does_nothing(home, tmp_path):
+    page = TestClient(make_app(load_settings(overrides={"home": str(home)}), TOKEN, COOKIE, allow_actions=True),
+                      follow_redirects=False)
+    page.cookies.set(COOKIE, TOKEN)
+    answer = page.post("/actions/savepoint", content=b"target=x&seal=" + b"a" * 100_000,
+                       headers={"Origin": "http://testserver", "Content-Type": "application/x-www-form-urlencoded"})
+    assert answer.status_code == 403 and "nothing was done" in answer.text
+
+
+def test_a_token_file_must_hold_a_token_a_url_and_a_cookie_carry_as_it_is(home, tmp_path, capsys):
+    token = tmp_path / "ui.token"
+    token.write_text("Ab+c/d=\n")  # base64's: "+" reads as a space in a URL
+    token.chmod(0o600)
+    assert main(["--home", str(home), "ui", "--token-file", str(token)]) == 2
+    assert "letters, digits and . _ ~ - only" in capsys.readouterr().err

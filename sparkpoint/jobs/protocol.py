@@ -69,18 +69,28 @@ def read_agent_record(directory: Path | str) -> tuple[dict[str, Any], str | None
     return (data, None) if isinstance(data, dict) else ({}, f"{path} is not a JSON object")
 
 
-def await_handover(directory: Path | str, controller_pid: int, sleep=time.sleep) -> dict[str, Any]:
-    """In a driver started by `run --replace`: say it is up, then wait until the job it replaces is
-    stopped and its savepoint restored here ({"expected_queries": [...]}), or the hand-over is off
-    ({"abort": reason}). A controller that died cannot answer any more: that is an abort too."""
+def await_handover(directory: Path | str, controller_pid: int, held: str | None = None,
+                   sleep=time.sleep) -> dict[str, Any]:
+    """In a driver started by `run --replace`: say it is up (and which query's start it holds, ``held``), then
+    wait until the job it replaces is stopped and its savepoint restored here ({"expected_queries": [...]}), or
+    the hand-over is off ({"abort": reason}). A controller that died cannot answer any more: an abort too."""
     directory = Path(directory)
-    (directory / HANDOVER_WAITING).touch()
+    write_json(directory / HANDOVER_WAITING, {"held": held})
     return _await_controller(directory / HANDOVER_FILE, controller_pid, "the hand-over", None, sleep)
 
 
 def handover_waiting(directory: Path | str) -> bool:
     """Whether a driver started by `run --replace` is up and waiting for its hand-over."""
     return (Path(directory) / HANDOVER_WAITING).exists()
+
+
+def held_start(directory: Path | str) -> str | None:
+    """The query whose start a driver waiting for its hand-over holds, when it said."""
+    try:
+        said = read_json_record(Path(directory) / HANDOVER_WAITING)
+    except (FileNotFoundError, MalformedRecord):
+        return None
+    return said.get("held") if isinstance(said, dict) and isinstance(said.get("held"), str) else None
 
 
 def answer_handover(directory: Path | str, answer: dict[str, Any]) -> None:

@@ -36,6 +36,7 @@ from sparkpoint.jobs.upgrade_check import (
     check_before_launch,
     check_in_driver,
     check_move,
+    NotCheckableInDriver,
     check_request,
     check_said,
     checkable_in_driver,
@@ -118,7 +119,7 @@ def _unheard(_message: str) -> None:
 
 def _run_job(settings: Settings, request: RunRequest, progress: Progress | None, sleep: Callable[[float], None],
              clock: Callable[[], float], start_timeout: float, rollback_of: Job | None, warn: Callable[[str], None],
-             rolled: list[SinkRolledBack | TableRolledBack]) -> JobView:
+             rolled: list[SinkRolledBack | TableRolledBack], in_driver: bool = True) -> JobView:
     began = iso()  # the start's first milestone (jobs.startup)
     app = os.path.abspath(request.app)
     if not os.path.isfile(app):
@@ -165,7 +166,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
             to_check, scratch = savepoint_to_check(settings, replaced, progress)
             cleanup.callback(shutil.rmtree, scratch, ignore_errors=True)
         checked_in_driver = (to_check is not None and request.check and rollback_of is None and not request.claim
-                             and checkable_in_driver(to_check, replaced is not None))
+                             and in_driver and checkable_in_driver(to_check, replaced is not None))
         moved = (check_move(to_check, spark, request, refuse=checked_in_driver)
                  if to_check is not None and spark is not None else Move(None, [], []))
         if rollback_of is not None:
@@ -204,10 +205,14 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
             raise
         registry.save(job)
     if checked_in_driver:
-        check_in_driver(registry, job, process, to_check, request, moved,
-                        lambda: _rolled_back_before_the_first_query(settings, registry, job, request, saved, warn,
-                                                                    rolled) if saved else None, progress, sleep,
-                        clock, start_timeout, replaced)
+        try:
+            check_in_driver(registry, job, process, to_check, request, moved,
+                            lambda: _rolled_back_before_the_first_query(settings, registry, job, request, saved, warn,
+                                                                        rolled) if saved else None, progress, sleep,
+                            clock, start_timeout, replaced)
+        except NotCheckableInDriver:
+            return _run_job(settings, request, progress, sleep, clock, start_timeout, rollback_of, warn, rolled,
+                            in_driver=False)
         job = registry.load(job.id)  # with the verdict it recorded, which a later save of this job must keep
     handover = None
     if replaced is not None:

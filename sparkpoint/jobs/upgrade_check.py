@@ -23,7 +23,7 @@ from sparkpoint.errors import IncompatibleUpgradeError, SparkFailureError
 from sparkpoint.adapters.spark_submit import Spark
 from sparkpoint.jobs.check import CheckRequest, Launch, await_in_driver, check_upgrade, migration_to
 from sparkpoint.jobs.drivers import end_driver
-from sparkpoint.jobs.protocol import START_CHECK_DIR, read_agent_file
+from sparkpoint.jobs.protocol import START_CHECK_DIR, handover_waiting, held_start, read_agent_file
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, state_of
 from sparkpoint.jobs.savepoint import savepoint_job
 from sparkpoint.savepoints import compat
@@ -92,6 +92,12 @@ def check_request(request: RunRequest) -> CheckRequest:
                         timeout=request.restore_grace + 240.0)
 
 
+class NotCheckableInDriver(Exception):  # noqa: N818 - a turn the run takes, not a failure reported
+    """`run --replace`: the new driver held another query's start for the hand-over before its saved query was
+    checked (an application that starts a new query first). Nothing was stopped; the run checks in a driver of its
+    own and starts the new version again."""
+
+
 def check_in_driver(registry: Registry, job: Job, process: subprocess.Popen | None, saved: Savepoint,
                     request: RunRequest, moved: Move, before_go: Callable[[], None], progress: Progress | None,
                     sleep, clock, start_timeout: float, replaced: Job | None = None) -> None:
@@ -101,6 +107,8 @@ def check_in_driver(registry: Registry, job: Job, process: subprocess.Popen | No
     what the savepoint's move to the job's Spark changes, found before the launch (check_move). ``replaced``:
     the job `run --replace` replaces, which runs on whatever is found (``saved`` is its savepoint_to_check)."""
     def running() -> bool:
+        if replaced is not None and handover_waiting(job.directory):
+            return False  # it holds another query's start for the hand-over: the saved one was not tried before it
         return process.poll() is None if process is not None else state_of(registry.load(job.id)) in ACTIVE_STATES
 
     def gave_up() -> bool:  # the application did not start a saved query within --restore-grace
@@ -110,12 +118,22 @@ def check_in_driver(registry: Registry, job: Job, process: subprocess.Popen | No
     (progress or NullProgress()).waiting(f"checking {os.path.basename(job.app)} in its driver against "
                                          f"{saved.manifest['id']}")
     try:
+        # A foreground -s waits as long as its application: Ctrl-C ends both. --replace is bounded: the old job
+        # runs on while it waits.
         found = await_in_driver(saved, job.app, job.directory, running, gave_up, before_go,
-                                None if process is not None and not request.detach
+                                None if process is not None and not request.detach and replaced is None
                                 else start_timeout + check_request(request).timeout, sleep, clock)
     finally:  # the sandbox goes; the answers stay (the driver may not have read the last one yet)
         shutil.rmtree(os.path.join(job.directory, START_CHECK_DIR, "checkpoints"), ignore_errors=True)
     checked = found.checked
+    if replaced is not None and found.untried and handover_waiting(job.directory):
+        held = held_start(job.directory)
+        end_driver(registry.load(job.id), grace=0.0, sleep=sleep, clock=clock)
+        latest = registry.load(job.id)
+        latest.end("cancelled", reason=f"it started query {held} before its saved query {found.untried[0]}: "
+                                        "checked in a driver of its own instead, and started again")
+        registry.save(latest)
+        raise NotCheckableInDriver(held)
     # Nothing refused, but saved queries the driver never tried while it runs on and its agent has not given up
     # on them: the wait timed out (a driver that ended, or an agent that gave up, reports its own failure or note).
     timed_out = checked.compatible and bool(found.untried) and running() and not gave_up()

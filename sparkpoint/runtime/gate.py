@@ -23,7 +23,7 @@ from pathlib import Path
 
 from sparkpoint.jobs.protocol import CHECK_REQUEST, await_answer, write_outcome
 from sparkpoint.runtime.agent import CHECK_QUERY_SUFFIX
-from sparkpoint.runtime.writers import StartCall, intercept_starts, outcome, session_confs, session_of
+from sparkpoint.runtime.writers import StartCall, intercept_starts, outcome, refuse_start, session_confs, session_of
 
 
 class Gate:
@@ -70,7 +70,7 @@ class Gate:
         if answer.get("go") is True:
             return call.as_called()
         # The application ends here, as by sys.exit(message): the bootstrap records the message as its error.
-        raise SystemExit(f"sparkpoint: query {name} is not started: {answer.get('abort')}")
+        return refuse_start(f"sparkpoint: query {name} is not started: {answer.get('abort')}")
 
     def _sandbox_writer(self, writer, name: str):
         """The application's query as a writer of its own: the application's writer is left as it set it, for

@@ -16,7 +16,7 @@ from typing import Any
 
 from sparkpoint.jobs.protocol import await_handover
 from sparkpoint.runtime.agent import CHECK_QUERY_SUFFIX
-from sparkpoint.runtime.writers import StartCall, intercept_starts
+from sparkpoint.runtime.writers import StartCall, intercept_starts, refuse_start
 
 
 def hold_first_start(job_dir: str, controller_pid: int, on_answer, classes: list | None = None) -> None:
@@ -31,11 +31,11 @@ def hold_first_start(job_dir: str, controller_pid: int, on_answer, classes: list
             return call.as_called()
         with lock:  # two threads starting queries at once: one asks, both hear the same answer
             if not answer:
-                answer.update(await_handover(job_dir, controller_pid))
+                answer.update(await_handover(job_dir, controller_pid, getattr(writer, "_sparkpoint_name", None)))
                 if "abort" not in answer:
                     on_answer(tuple(answer["expected_queries"]))
         if "abort" in answer:
-            raise SystemExit(f"sparkpoint: not started: {answer['abort']}")
+            return refuse_start(f"sparkpoint: not started: {answer['abort']}")
         return call.as_called()
 
     intercept_starts(on_start, classes)

@@ -9,6 +9,9 @@ starts for real).
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -100,6 +103,16 @@ def _intercept(writer_class, on_start: OnStart) -> None:
     writer_class.options = options
     writer_class.start = start
     writer_class.toTable = to_table
+
+
+def refuse_start(reason: str):
+    """End the application as ``sys.exit(reason)`` would, from inside a start() it must not make. On the main
+    thread that is SystemExit; on another (an application that starts its queries from a thread), SystemExit
+    would end that thread only, and the driver would wait on for ever: the process ends here."""
+    if threading.current_thread() is threading.main_thread():
+        raise SystemExit(reason)
+    print(reason, file=sys.stderr, flush=True)
+    os._exit(1)
 
 
 def conf_of(session, key: str, effective: bool = False) -> str | None:

@@ -102,6 +102,16 @@ def test_run_checks_first_and_replace_refuses_an_incompatible_version_before_tou
     assert {p.name for p in (home / "savepoints" / "posts").iterdir()} == before  # the check's savepoint is gone
     assert list((home / "tmp").iterdir()) == []  # and so is its scratch directory
     assert batches(root / "out-paid") == []
+    # A version that starts another query before its saved one: its driver holds that start for the hand-over
+    # before the saved query could be checked there, so the run checks in a driver of its own instead, which
+    # refuses this one too, with nothing stopped.
+    code, out, err = cli(home, "run", "--replace", v1["id"], "--detach", APP, "paid+echo", str(saved["inputs"]),
+                         str(root / "out-echo"))
+    assert code == 16 and "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE" in err and "so nothing was stopped" in err, err
+    assert [(job["id"], job["state"]) for job in cli_json(home, "list")] == [(v1["id"], "running")]
+    (tried,) = [job for job in cli_json(home, "list", "--all") if job["state"] == "cancelled"]
+    assert "started query echo before its saved query posts: checked in a driver of its own" in tried["history"][-1][
+        "detail"]
 
     # A v2 that passes the check but raises in its third batch with input: rolled back to v1, at the cut. Input
     # arrives throughout (a file every 1.5 s), so the outage is the pipeline's, not an idle moment's.

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from sparkpoint.jobs.protocol import answer_handover, handover_waiting
+from sparkpoint.jobs.protocol import answer_handover, handover_waiting, held_start
 from sparkpoint.runtime.handover import hold_first_start
 
 
@@ -49,12 +49,13 @@ def test_starts_wait_for_the_hand_over_and_hear_it_once(tmp_path):
     heard = []
     hold_first_start(str(tmp_path), os.getpid(), heard.append, classes=[cls])
     results = []
-    starts = [threading.Thread(target=lambda n=name: results.append(cls(n).start())) for name in ("a", "b")]
+    starts = [threading.Thread(target=lambda n=name: results.append(cls("w").queryName(n).start()))
+              for name in ("a", "b")]
     for thread in starts:
         thread.start()
     time.sleep(0.5)
-    # The application is at its first start: it says so, and nothing has started yet.
-    assert handover_waiting(tmp_path) and cls.started == [] and heard == []
+    # The application is at its first start: it says so, and which query it holds; nothing has started yet.
+    assert handover_waiting(tmp_path) and held_start(tmp_path) in ("a", "b") and cls.started == [] and heard == []
     answer_handover(tmp_path, {"expected_queries": ["a"]})
     for thread in starts:
         thread.join(10)

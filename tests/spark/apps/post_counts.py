@@ -6,8 +6,9 @@ ones: paid (the aggregation key gains `paid`), dedupe (a deduplication before th
 change order), other-name (the query renamed: the saved one is not started), partitions (8 shuffle
 partitions instead of 2), two-sources (a second source unioned in), own-checkpoint (the query sets its
 own checkpointLocation: `run` restores elsewhere); fails-third (v1 that raises in the
-third batch with input it runs). A batch reads one file. Each batch's rows go to OUT_DIR/batch-N.json
-through foreachBatch (a sink the check must replace).
+third batch with input it runs). VERSION+echo: that version, starting a stateless query, echo, before posts.
+A batch reads one file. Each batch's rows go to OUT_DIR/batch-N.json through foreachBatch (a sink the check must
+replace).
 """
 
 import json
@@ -18,6 +19,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 version, src, out = sys.argv[1:4]
+version, _, extra = version.partition("+")
 spark = (SparkSession.builder.appName(f"post-counts-{version}").config("spark.ui.enabled", "false")
          .config("spark.sql.shuffle.partitions", "8" if version == "partitions" else "2").getOrCreate())
 
@@ -54,6 +56,8 @@ def write(batch, batch_id):
     os.replace(tmp, os.path.join(out, f"batch-{batch_id}.json"))
 
 
+if extra == "echo":
+    read(src).writeStream.queryName("echo").format("noop").start()
 name = "renamed" if version == "other-name" else "posts"
 writer = counts.writeStream.queryName(name).outputMode("update").foreachBatch(write)
 if version == "own-checkpoint":

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
+import threading
 from collections.abc import Mapping
 from urllib.parse import parse_qsl, urlsplit
 
@@ -23,16 +25,32 @@ FORM_LIMIT = 4096  # bytes: a form of this page is a target and a seal
 
 
 class Forms:
-    """Seals the forms this page makes, and opens them."""
+    """Seals the forms this page makes, and opens each once: a confirmation submitted again (the browser's back,
+    then the button again) does nothing the second time."""
 
-    def __init__(self, key: bytes):
+    def __init__(self, key: bytes, remembered: int = 1000):
         self._key = key
+        self._open: dict[str, None] = {}  # the nonces of sealed forms not yet used, oldest first
+        self._remembered = remembered
+        self._lock = threading.Lock()
 
     def seal(self, action: str, target: str) -> str:
-        return hmac.new(self._key, f"{action}\n{target}".encode(), hashlib.sha256).hexdigest()
+        nonce = secrets.token_hex(8)
+        with self._lock:
+            self._open[nonce] = None
+            while len(self._open) > self._remembered:
+                del self._open[next(iter(self._open))]
+        return f"{nonce}.{self._mac(nonce, action, target)}"
 
     def opens(self, seal: str, action: str, target: str) -> bool:
-        return bool(target) and hmac.compare_digest(seal.encode(), self.seal(action, target).encode())
+        nonce, _, mac = seal.partition(".")
+        if not target or not hmac.compare_digest(mac.encode(), self._mac(nonce, action, target).encode()):
+            return False
+        with self._lock:
+            return self._open.pop(nonce, False) is None
+
+    def _mac(self, nonce: str, action: str, target: str) -> str:
+        return hmac.new(self._key, f"{nonce}\n{action}\n{target}".encode(), hashlib.sha256).hexdigest()
 
 
 def refused(headers: Mapping[str, str], base_url: str) -> str | None:

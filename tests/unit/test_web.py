@@ -161,7 +161,7 @@ def test_a_name_s_page_draws_its_versions_with_the_savepoint_on_each_edge(home, 
 def seal_of(page: TestClient, action: str, target: str) -> str:
     form = page.get(f"/confirm?action={action}&target={target}")
     assert form.status_code == 200 and f"Yes, {action} {target}" in form.text
-    return re.search(r'name="seal" value="([0-9a-f]+)"', form.text).group(1)
+    return re.search(r'name="seal" value="([0-9a-f.]+)"', form.text).group(1)
 
 
 def test_actions_are_off_unless_allowed(signed_in, home):
@@ -198,6 +198,9 @@ def test_an_allowed_savepoint_is_taken_and_a_forged_one_is_not(home, tmp_path):
         assert done.status_code == 200, done.text
         (taken,) = savepoints()
         assert f"Savepoint {taken} completed: " in done.text and "alarms: cut at batch 3" in done.text
+        again = page.post("/actions/savepoint", data={"target": job.id, "seal": seal},
+                          headers={"Origin": "http://testserver"})
+        assert again.status_code == 403 and savepoints() == [taken]  # a form is good for one action
         jobs = page.get("/").text  # the job's last savepoint, and how long ago it was taken
         assert re.search(rf">{taken}</a><div class=\"sub\">\d+ s ago</div>", jobs), jobs
         # Its disposal, from its page, as `savepoint --dispose` says it.

@@ -141,6 +141,14 @@ def check_in_driver(registry: Registry, job: Job, process: subprocess.Popen | No
         [f"query {', '.join(found.untried)} was not started and checked in time"] if timed_out else [])
     problems = "; ".join(found_problems)
     latest = registry.load(job.id)
+    if found.untried and not found_problems and not running() and not gave_up():
+        # The driver ended before it tried them (the application failed first): nothing was checked, which the
+        # record says; the application's own failure is what `run` then reports.
+        latest.upgrade_check = {"skipped": f"the driver ended before it tried query {', '.join(found.untried)}",
+                                "at": iso(), "in_driver": True}
+        latest.note("check", check_said(latest.upgrade_check))
+        registry.save(latest)
+        return
     latest.upgrade_check = {"compatible": not found_problems, "savepoint": None if replaced else saved.path,
                             "seconds": checked.seconds,
                             "notes": moved.notes + checked.notes, "at": iso(), "in_driver": True,

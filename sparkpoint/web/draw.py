@@ -58,7 +58,8 @@ def timeline(taken: list[Any], failures: list[Any] = ()) -> Picture:
 
     picture = Picture(height=MARGIN_TOP + LANE * len(lanes) + 8)
     picture.lanes = [{"y": MARGIN_TOP + LANE * i + LANE / 2, "label": lane} for i, lane in enumerate(lanes)]
-    picture.ticks = [{"x": x_of(first + span * i / 4), "label": _clock(first + span * i / 4)} for i in range(5)]
+    picture.ticks = [{"x": x_of(first + span * i / 4), "label": _clock(first + span * i / 4),
+                      "anchor": "end" if i == 4 else "middle"} for i in range(5)]  # the last inside the picture
     for entry in dated:
         said = how[entry.path]
         cuts = ", ".join(f"{q.get('name')}@{q.get('batch_id')}" for q in entry.queries)

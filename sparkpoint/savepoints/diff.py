@@ -16,7 +16,7 @@ from sparkpoint.adapters.storage import join
 from sparkpoint.errors import NotACheckpointError, StorageError
 from sparkpoint.results import Result, human_bytes
 from sparkpoint.savepoints.savepoint import Savepoint
-from sparkpoint.spark.state_schema import SCHEMA_FILE, read_schema_file, type_said
+from sparkpoint.spark.state_schema import SCHEMA_FILE, read_schema_file, read_v3_schema_file, type_said
 
 # A state schema file is small: a larger one is not read (its digest is compared instead).
 SCHEMA_LIMIT = 4 << 20
@@ -154,23 +154,15 @@ def _read(savepoint: Savepoint, entry: dict[str, Any]) -> Any:
 
 
 def _read_v3(savepoint: Savepoint, entry: dict[str, Any]) -> Any:
-    """transformWithState's schema file: ``v3``, then a JSON object per column family (its name, key and value
-    schemas); one this version cannot read is known by its digest."""
+    """transformWithState's schema file: its column families, each with its key and value fields; one this version
+    cannot read is known by its digest."""
     if entry.get("size", 0) > SCHEMA_LIMIT:
         return {"digest": entry.get("digest")}
+    where = join(savepoint.path, entry["path"])
     try:
-        raw = savepoint.storage.read_bytes(join(savepoint.path, entry["path"]), limit=SCHEMA_LIMIT)
-    except (StorageError, OSError):
+        return {"families": read_v3_schema_file(savepoint.storage.read_bytes(where, limit=SCHEMA_LIMIT), where)}
+    except (NotACheckpointError, StorageError, OSError, RecursionError):
         return {"digest": entry.get("digest")}
-    families = {}
-    for line in raw.decode("utf-8", errors="replace").splitlines()[1:]:
-        try:
-            family = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
-            continue  # a format line ("v1"), or what a later Spark writes: the digest tells a change then
-        if isinstance(family, dict) and isinstance(family.get("columnFamilyName"), str):
-            families[family["columnFamilyName"]] = {k: family.get(k) for k in ("keySchema", "valueSchema")}
-    return {"families": families} if families else {"digest": entry.get("digest")}
 
 
 def _schema(name: str, where: tuple[int, str], a: Any, b: Any) -> list[Difference]:
@@ -186,7 +178,9 @@ def _schema(name: str, where: tuple[int, str], a: Any, b: Any) -> list[Differenc
         gone = sorted(a["families"].keys() - b["families"].keys())
         changed = sorted(f for f in a["families"].keys() & b["families"].keys()
                          if a["families"][f] != b["families"][f])
-        lines = [*(f"+ {f}" for f in added), *(f"- {f}" for f in gone), *(f"~ {f}" for f in changed)]
+        lines = [*(f"+ {f}" for f in added), *(f"- {f}" for f in gone)]
+        lines += [f"~ {f}: " + ", ".join(line for part in ("key", "value") for line in _fields_changed(
+            part, a["families"][f][part], b["families"][f][part])) for f in changed]
         return [Difference(name, op_id, "state_schema", a, b, f"{label} state schema (column families): "
                            + "; ".join(lines))] if lines else []
     return [Difference(name, op_id, "state_schema", a, b, f"{label} state schema file differs")]

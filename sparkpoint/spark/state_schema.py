@@ -56,6 +56,48 @@ def read_schema_file(raw: bytes, where: str) -> dict[str, list[dict[str, Any]]]:
     return {"key": schemas[0], "value": schemas[1]}
 
 
+def read_v3_schema_file(raw: bytes, where: str) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """transformWithState's schema file (``state/<op>/_stateSchema/<store>/<batch>_<uuid>``), as Spark 4.3.0 writes
+    it (read in the files it wrote): ``writeUTF("v3")``, an int count of column families, and for each its name
+    (writeUTF), then a short and its key schema (an int count of writeUTF chunks), a short and its value schema
+    (chunked the same), then its key encoder and user key encoder (chunked): ``{name: {"key": [...], "value":
+    [...]}}``. Another layout is a NotACheckpointError (the caller compares the file by its digest)."""
+    version, at = java_utf(raw, 0, where, "state schema")
+    if version != "v3":
+        raise NotACheckpointError(f"{where} is a state schema of version {version!r}, not v3")
+    count, at = _int(raw, at, where)
+    families = {}
+    for _ in range(count):
+        name, at = java_utf(raw, at, where, "state schema")
+        schemas = []
+        for _part in ("key", "value"):
+            at += 2  # a short Spark writes before each schema
+            text, at = _chunked(raw, at, where)
+            schemas.append(_fields(text, where))
+        for _part in ("key encoder", "user key encoder"):
+            _text, at = _chunked(raw, at, where)
+        families[name] = {"key": schemas[0], "value": schemas[1]}
+    return families
+
+
+def _int(raw: bytes, at: int, where: str) -> tuple[int, int]:
+    if at + 4 > len(raw):
+        raise NotACheckpointError(f"{where}: truncated state schema")
+    (value,) = struct.unpack_from(">i", raw, at)
+    if not 0 <= value <= len(raw):
+        raise NotACheckpointError(f"{where} has a count of {value}")
+    return value, at + 4
+
+
+def _chunked(raw: bytes, at: int, where: str) -> tuple[str, int]:
+    chunks, at = _int(raw, at, where)
+    parts = []
+    for _ in range(chunks):
+        part, at = java_utf(raw, at, where, "state schema")
+        parts.append(part)
+    return "".join(parts), at
+
+
 def _fields(text: str, where: str) -> list[dict[str, Any]]:
     try:
         struct_type = json.loads(text)

@@ -87,3 +87,34 @@ def test_a_schema_file_it_cannot_read_is_compared_by_its_digest(tmp_path):
     odd = load(create([QuerySource("counts", str(root))], storage, target, storage, job="counts")["path"])
     assert [d.said for d in diff(before, odd).differences if d.kind == "state_schema"] == [
         "query counts: operator 0 state schema file differs"]
+
+
+def v3_schema_file(families: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]]) -> bytes:
+    """transformWithState's schema file, laid out as Spark 4.3.0 wrote the demo's (see state_schema)."""
+    def chunked(text: str) -> bytes:
+        return struct.pack(">i", 1) + utf(text)
+
+    def struct_json(fields):
+        return json.dumps({"type": "struct", "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}}
+                                                        for n, t in fields]})
+
+    out = utf("v3") + struct.pack(">i", len(families))
+    for name, (key, value) in families.items():
+        out += utf(name) + b"\x00\x00" + chunked(struct_json(key)) + b"\x00\x00" + chunked(struct_json(value))
+        out += chunked('{"keyStateEncoderType":"NoPrefixKeyStateEncoderSpec"}') + chunked("{    }")
+    return out
+
+
+def test_transform_with_state_s_schema_file_reads_as_its_column_families():
+    from sparkpoint.spark.state_schema import read_v3_schema_file
+
+    raw = v3_schema_file({"armed": ([("room", "string")], [("armed", "boolean")]),
+                          "armed_at": ([("room", "string")], [("ts", "long")])})
+    read = read_v3_schema_file(raw, "x")
+    assert {name: ([f["name"] for f in s["key"]], [f["name"] for f in s["value"]]) for name, s in read.items()} == {
+        "armed": (["room"], ["armed"]), "armed_at": (["room"], ["ts"])}
+    for end in (3, 11, len(raw) - 3):
+        with pytest.raises(NotACheckpointError, match="^x: truncated state schema"):
+            read_v3_schema_file(raw[:end], "x")
+    with pytest.raises(NotACheckpointError, match="not v3"):
+        read_v3_schema_file(utf("v2"), "x")

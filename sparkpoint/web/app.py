@@ -20,7 +20,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from sparkpoint.config import Settings
-from sparkpoint.errors import BadArgumentError, NotFoundError, SparkpointError
+from sparkpoint.errors import NotFoundError, SparkpointError
 from sparkpoint.jobs import timeline
 from sparkpoint.results import as_json, human_bytes
 from sparkpoint.times import parse_iso
@@ -108,11 +108,8 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
         from sparkpoint.savepoints import catalog
         from sparkpoint.savepoints.inspect import inspect
 
-        try:
-            inspected = inspect(catalog.load(settings, request.path_params["ref"]), None, settings.kafka,
-                                settings.storage_options)
-        except SparkpointError as exc:
-            return page("problem.html", status=404 if isinstance(exc, NotFoundError) else 400, problem=str(exc))
+        inspected = inspect(catalog.load(settings, request.path_params["ref"]), None, settings.kafka,
+                            settings.storage_options)
         return page("savepoint.html", inspected=inspected, manifest=inspected.manifest,
                     queries=inspected.queries)
 
@@ -126,12 +123,9 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
             number = max(0, int(request.query_params.get("page", "0")))
         except ValueError:
             number = 0
-        try:
-            with state_reads:  # one at a time: each restores the savepoint and counts every store
-                inspected = inspect(catalog.load(settings, request.path_params["ref"]), PAGE_ROWS, settings.kafka,
-                                    settings.storage_options, state_offset=number * PAGE_ROWS)
-        except SparkpointError as exc:
-            return page("problem.html", status=404 if isinstance(exc, NotFoundError) else 400, problem=str(exc))
+        with state_reads:  # one at a time: each restores the savepoint and counts every store
+            inspected = inspect(catalog.load(settings, request.path_params["ref"]), PAGE_ROWS, settings.kafka,
+                                settings.storage_options, state_offset=number * PAGE_ROWS)
         more = any(store.rows > (number + 1) * PAGE_ROWS for store in inspected.state or [])
         return page("state.html", manifest=inspected.manifest, path=inspected.path, stores=inspected.state or [],
                     number=number,
@@ -142,10 +136,7 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
         from sparkpoint.savepoints import catalog
         from sparkpoint.savepoints.savepoint import verify
 
-        try:
-            report = verify(catalog.load(settings, request.path_params["ref"]), settings.transfer_workers)
-        except SparkpointError as exc:
-            return page("problem.html", status=404 if isinstance(exc, NotFoundError) else 400, problem=str(exc))
+        report = verify(catalog.load(settings, request.path_params["ref"]), settings.transfer_workers)
         return page("verified.html", report=report, lines=report.said() or [f"Savepoint {report.id} failed "
                                                                           "verification"])
 
@@ -156,16 +147,12 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
         before, after = request.query_params.get("before"), request.query_params.get("after")
         if not before or not after:
             return page("problem.html", status=400, problem="a diff needs two savepoints: ?before=ID&after=ID")
-        try:
-            compared = diff(catalog.load(settings, before), catalog.load(settings, after))
-        except SparkpointError as exc:
-            return page("problem.html", status=404 if isinstance(exc, NotFoundError) else 400, problem=str(exc))
+        compared = diff(catalog.load(settings, before), catalog.load(settings, after))
         return page("diff.html", compared=compared)
 
     def refused(_request: Request, exc: Exception) -> Response:
-        """What a route did not catch of sparkpoint's own errors: its line, not a bare 500."""
-        status = 404 if isinstance(exc, NotFoundError) else 400 if isinstance(exc, BadArgumentError) else 500
-        return page("problem.html", status=status, problem=str(exc))
+        """Any page's failure with sparkpoint's own error: its line, 404 for what does not exist, else 400."""
+        return page("problem.html", status=404 if isinstance(exc, NotFoundError) else 400, problem=str(exc))
 
     app = Starlette(exception_handlers={SparkpointError: refused}, routes=[
         Route("/", jobs_page),

@@ -93,15 +93,19 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
                               for job, listed in by_job.items()})
 
     def name_page(request: Request) -> Response:
+        from sparkpoint.savepoints import catalog
+
         name = request.path_params["name"]
         try:
             keep_last = int(request.query_params["keep_last"]) if request.query_params.get("keep_last") else None
         except ValueError:
             return page("problem.html", status=400, problem="keep_last: give a number of savepoints to keep")
+        max_age = request.query_params.get("max_age") or None  # as prune's --max-age takes it: 7d, 1d12h
         jobs = [job for job in _jobs(settings) if job.name == name]
-        drawn = timeline.timeline(settings, name, keep_last=keep_last)
+        drawn = timeline.timeline(settings, name, keep_last=keep_last,
+                                  max_age=catalog.parse_duration(max_age) if max_age else None)
         return page("name.html", name=name, jobs=jobs, entries=[t.entry for t in drawn.savepoints], drawn=drawn,
-                    keep_last=keep_last, lineage=draw.versions(jobs),
+                    keep_last=keep_last, max_age=max_age, lineage=draw.versions(jobs),
                     savepoints=draw.timeline(drawn.savepoints, drawn.failures))
 
     def savepoint_page(request: Request) -> Response:

@@ -34,8 +34,9 @@ def job_sources(queries: list[dict[str, Any]]) -> list[QuerySource]:
 
 
 def savepoint_job(settings: Settings, reference: str, target_dir: str | None = None, keep_last: int | None = None,
-                  progress: Progress | None = None) -> Created:
-    """A savepoint of every query of a running job, without pausing it."""
+                  progress: Progress | None = None, taken: str = "live") -> Created:
+    """A savepoint of every query of a running job, without pausing it; ``taken`` says why (its manifest's
+    ``origin.taken``: ``live``, or ``scheduled`` for a detached trigger)."""
     registry = Registry(settings.home_url())
     job = registry.resolve(reference)
     try:
@@ -46,11 +47,11 @@ def savepoint_job(settings: Settings, reference: str, target_dir: str | None = N
     except SparkpointError as exc:  # a savepoint that could not even start failed all the same (metrics count it)
         registry.savepoint_failed(job, exc)
         raise
-    return create_savepoint(settings, job, sources, target_dir, progress, keep_last)
+    return create_savepoint(settings, job, sources, target_dir, progress, keep_last, taken)
 
 
 def create_savepoint(settings: Settings, job: Job, sources: list[QuerySource], target_dir: str | None,
-                     progress: Progress | None, keep_last: int | None = None) -> Created:
+                     progress: Progress | None, keep_last: int | None = None, taken: str = "live") -> Created:
     """A savepoint of ``job``'s checkpoints, recorded as taken or failed in the job's savepoint record."""
     registry = Registry(settings.home_url())
     started = time.monotonic()
@@ -58,7 +59,7 @@ def create_savepoint(settings: Settings, job: Job, sources: list[QuerySource], t
     sources = _with_earlier_writes(settings, job, sources)
     try:
         created = take(settings, job.name, sources, source_storage, target_dir,
-                       origin={"kind": "job", "job_id": job.id}, restored_from=job.restored_from,
+                       origin={"kind": "job", "job_id": job.id, "taken": taken}, restored_from=job.restored_from,
                        keep_last=keep_last, spark_version=spark_version_of(job), progress=progress)
     except SparkpointError as exc:
         registry.savepoint_failed(job, exc)

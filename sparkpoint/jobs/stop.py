@@ -56,7 +56,7 @@ def stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target
         raise
     boundary = clock()
     exiting = DriverExit(job, sleep, clock)
-    created = create_savepoint(settings, job, job_sources(stopped), target_dir, progress)
+    created = create_savepoint(settings, job, job_sources(stopped), target_dir, progress, taken="stop")
     outcome = {q["name"]: q for q in stopped}
     queries = [StoppedQuery(**vars(q), at_boundary=_at_boundary(q, outcome[q.name]),
                             replayed_batch_id=_replayed(q, outcome[q.name]), how=_how(outcome[q.name].get("how")))

@@ -1,9 +1,10 @@
 """A job name's savepoints in time, as the operator's page draws them: each savepoint with how it was taken, whether
 it can still be restored, and whether a retention policy would remove it; and the savepoints that failed.
 
-How a savepoint was taken is read from what recorded it: a job's stop (``stop``, also a cancel with a savepoint and
-a hand-over's), a detached trigger's record (``scheduled``: `savepoint --detached`, what cron runs), the manifest's
-origin (``rescale``, ``checkpoint``); any other savepoint of a job was taken while it ran (``live``).
+How a savepoint was taken is its manifest's origin: ``rescale``, ``checkpoint``, or for a job's, ``taken``: ``stop``
+(also a cancel with a savepoint and a hand-over's), ``scheduled`` (`savepoint --detached`, what cron runs) or
+``live``. A savepoint written before manifests said so is read from the jobs' records while they last (its job's
+stop, a detached trigger's record); any other was taken while its job ran (``live``).
 """
 
 from __future__ import annotations
@@ -80,11 +81,13 @@ def taken_how(jobs: list[Job]) -> dict[str, str]:
 
 
 def kind_of(entry: catalog.Entry, kinds: dict[str, str]) -> str:
-    """How ``entry`` was taken: its origin's kind for a rescale or a checkpoint's, else ``kinds``' (taken_how),
-    else ``live``."""
-    origin = (entry.origin or {}).get("kind")
-    if origin in ("rescale", "checkpoint"):
-        return origin
+    """How ``entry`` was taken: its origin's kind for a rescale or a checkpoint's, else its origin's ``taken``,
+    else ``kinds``' (taken_how), else ``live``."""
+    origin = entry.origin or {}
+    if origin.get("kind") in ("rescale", "checkpoint"):
+        return origin["kind"]
+    if origin.get("taken") in ("live", "stop", "scheduled"):
+        return origin["taken"]
     return kinds.get(_key(entry.path), "live")
 
 

@@ -94,7 +94,7 @@ def run_trigger(settings: Settings, reference: str, trigger_id: str, target_dir:
     path = _trigger_path(job, trigger_id)
     record = _read_trigger(path, job, trigger_id)
     try:
-        result = savepoint_job(settings, job.id, target_dir, keep_last)
+        result = savepoint_job(settings, job.id, target_dir, keep_last, taken="scheduled")
     except SparkpointError as exc:
         _write_trigger(path, replace(record, status="failed", error=str(exc), exit_code=exc.exit_code,
                                      ended_at=iso()))

@@ -17,6 +17,7 @@ from starlette.testclient import TestClient
 from sparkpoint.cli.main import main
 from sparkpoint.config import load_settings
 from sparkpoint.jobs.registry import Registry
+from sparkpoint.times import poll_until
 from sparkpoint.web.app import make_app
 from sparkpoint.web.auth import DENIED
 
@@ -234,21 +235,30 @@ def test_a_name_s_timeline_says_how_each_savepoint_was_taken_and_what_retention_
     from sparkpoint.jobs.triggers import TRIGGERS_DIR
 
     settings = load_settings(overrides={"home": str(home)})
+    def sparkpoint(*args) -> dict:
+        assert main(["--home", str(home), "-o", "json", *args]) == 0
+        return json.loads(capsys.readouterr().out)
+
     with agent_of_a_fake_query(home, tmp_path) as job:
-        paths = []
-        for _ in range(3):
-            assert main(["--home", str(home), "-o", "json", "savepoint", job.id]) == 0
-            paths.append(json.loads(capsys.readouterr().out)["path"])
-            time.sleep(1.1)  # a savepoint's id is of its second
+        paths = [sparkpoint("savepoint", job.id)["path"]]
+        time.sleep(1.1)  # a savepoint's id is of its second
+        trigger = sparkpoint("savepoint", "--detached", job.id)["trigger_id"]
+        assert poll_until(lambda: sparkpoint("savepoint", "--status", job.id, trigger)["status"] == "completed", 30,
+                          0.2)
+        paths.append(sparkpoint("savepoint", "--status", job.id, trigger)["savepoint"]["path"])
+        time.sleep(1.1)
+        paths.append(sparkpoint("savepoint", job.id)["path"])
+    # The third as a savepoint written before manifests said how it was taken: its job's stop record says.
+    manifest = Path(paths[2]) / "manifest.json"
+    written = json.loads(manifest.read_text())
+    assert written["origin"] == {"kind": "job", "job_id": job.id, "taken": "live"}
+    del written["origin"]["taken"]
+    manifest.write_text(json.dumps(written))
     registry = Registry(str(home))
     recorded = registry.load(job.id)
     recorded.stop = {"at": "2026-11-27T10:00:00Z", "savepoint": paths[2]}
     registry.save(recorded)
-    triggers = home / "jobs" / job.id / TRIGGERS_DIR
-    triggers.mkdir()
-    (triggers / "t-1.json").write_text(json.dumps({"trigger_id": "t-1", "status": "completed",
-                                                   "savepoint": {"path": paths[1]}}))
-    (triggers / "t-2.json").write_text("{not json")  # a malformed record says nothing
+    (home / "jobs" / job.id / TRIGGERS_DIR / "t-2.json").write_text("{not json")  # a malformed record says nothing
     from sparkpoint.errors import UnreachableError
 
     registry.savepoint_failed(registry.load(job.id), UnreachableError("the agent did not answer"))
@@ -256,6 +266,15 @@ def test_a_name_s_timeline_says_how_each_savepoint_was_taken_and_what_retention_
     assert [(t.entry.path, t.kind, t.pruned) for t in drawn.savepoints] == [
         (paths[2], "stop", False), (paths[1], "scheduled", True), (paths[0], "live", True)]
     assert drawn.failed == 1 and drawn.failures[0].error == "the agent did not answer"
+    # Retention as prune takes it: with --max-age too, only what is past both limits.
+    page = client(home)
+    page.cookies.set(COOKIE, TOKEN)
+    for query, retired in (("keep_last=1", 2), ("keep_last=1&max_age=1h", 0), ("max_age=1s", 3)):
+        time.sleep(1.1 if query == "max_age=1s" else 0)
+        answer = page.get(f"/names/alarms?{query}")
+        assert answer.status_code == 200 and answer.text.count('class="status-complete pruned"') == retired, query
+    answer = page.get("/names/alarms?max_age=soon")
+    assert answer.status_code == 400 and "invalid duration &#39;soon&#39;" in answer.text
 
 
 def test_the_door_holds_against_odd_cookies_other_pages_of_the_host_and_redirects_elsewhere(home):

@@ -178,12 +178,18 @@ def _schema(name: str, where: tuple[int, str], a: Any, b: Any) -> list[Differenc
         gone = sorted(a["families"].keys() - b["families"].keys())
         changed = sorted(f for f in a["families"].keys() & b["families"].keys()
                          if a["families"][f] != b["families"][f])
-        lines = [*(f"+ {f}" for f in added), *(f"- {f}" for f in gone)]
-        lines += [f"~ {f}: " + ", ".join(line for part in ("key", "value") for line in _fields_changed(
+        lines = [*(f"+ {_family(f)}" for f in added), *(f"- {_family(f)}" for f in gone)]
+        lines += [f"~ {_family(f)}: " + ", ".join(line for part in ("key", "value") for line in _fields_changed(
             part, a["families"][f][part], b["families"][f][part])) for f in changed]
         return [Difference(name, op_id, "state_schema", a, b, f"{label} state schema (column families): "
                            + "; ".join(lines))] if lines else []
     return [Difference(name, op_id, "state_schema", a, b, f"{label} state schema file differs")]
+
+
+def _family(name: str) -> str:
+    # Spark names the column families it keeps beside a processor's own state variables with a "$" (a list
+    # state's row counter, timers, TTL indexes): they change with the variables, and are not the user's.
+    return f"{name} (Spark's own)" if name.startswith("$") else name
 
 
 def _fields_changed(part: str, a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[str]:

@@ -5,8 +5,7 @@ holds an upgraded query against (StateSchemaCompatibilityChecker), read without 
 with Java's DataOutputStream: ``writeUTF("v1")`` then the key's and the value's StructType JSON, each one
 ``writeUTF``; or ``writeUTF("v2")`` then, for the key and then the value, an int count of chunks, each a
 ``writeUTF`` (a schema longer than 65535 bytes is chunked). transformWithState's schema files
-(``state/<op>/_stateSchema/...``, format v3) are not read here: its state variables are in the operator's
-metadata, and its schema files are compared by their digests.
+(``state/<op>/_stateSchema/...``, format v3) hold one key and value schema per column family: read_v3_schema_file.
 """
 
 from __future__ import annotations
@@ -57,8 +56,9 @@ def read_schema_file(raw: bytes, where: str) -> dict[str, list[dict[str, Any]]]:
 
 
 def read_v3_schema_file(raw: bytes, where: str) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    """transformWithState's schema file (``state/<op>/_stateSchema/<store>/<batch>_<uuid>``), as Spark 4.3.0 writes
-    it (read in the files it wrote): ``writeUTF("v3")``, an int count of column families, and for each its name
+    """transformWithState's schema file (``state/<op>/_stateSchema/<store>/<batch>_<uuid>``), as Spark 4.0.5, 4.2.1
+    and 4.3.0 write it (read in the files they wrote; 4.0.5's and 4.2.1's for one processor byte for byte alike):
+    ``writeUTF("v3")``, an int count of column families, and for each its name
     (writeUTF), then a short and its key schema (an int count of writeUTF chunks), a short and its value schema
     (chunked the same), then its key encoder and user key encoder (chunked): ``{name: {"key": [...], "value":
     [...]}}``. Another layout is a NotACheckpointError (the caller compares the file by its digest)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
+from pathlib import Path
 
 import pytest
 from checkpoints import hdfs_checkpoint, offsets, operator_metadata, write
@@ -118,3 +119,19 @@ def test_transform_with_state_s_schema_file_reads_as_its_column_families():
             read_v3_schema_file(raw[:end], "x")
     with pytest.raises(NotACheckpointError, match="not v3"):
         read_v3_schema_file(utf("v2"), "x")
+    # As Spark 4.0.5 wrote it (4.2.1's file was byte for byte the same) for a transformWithStateInPandas processor
+    # with a value state and a list state: Spark adds a column family of its own for the list's row counter.
+    written = (Path(__file__).parent / "data" / "tws-schema-v3-spark-4.0.5").read_bytes()
+    read = read_v3_schema_file(written, "x")
+    assert {name: ([f["name"] for f in s["key"]], [(f["name"], f["type"]) for f in s["value"]])
+            for name, s in read.items()} == {"armed": (["room"], [("armed", "boolean")]),
+                                             "seen": (["room"], [("ts", "long")]),
+                                             "$rowCounter_seen": (["room"], [("count", "long")])}
+    # A list state added beside the value state: its row counter is named as Spark's, not as a variable of the
+    # user's.
+    from sparkpoint.savepoints.diff import _schema
+
+    before = {"families": {"armed": read["armed"]}}
+    (said,) = [d.said for d in _schema("alarms", (0, "default"), before, {"families": read})]
+    assert said == ("query alarms: operator 0 state schema (column families): + $rowCounter_seen (Spark's own); "
+                    "+ seen")

@@ -53,3 +53,20 @@ def served(home: Path, *options: str):
     finally:
         process.terminate()
         process.wait(10)
+
+
+def states_shown(page, base: str) -> dict[str, str]:
+    """The jobs page as Chromium renders it: each job's state cell (its state, then what it says of rollback,
+    replacement or fork), by job id."""
+    page.goto(base)
+    cells = page.locator("td.job").evaluate_all(
+        "cells => cells.map(cell => [cell.id.slice(4), cell.nextElementSibling.innerText])")
+    return {job_id: " ".join(text.split()) for job_id, text in cells}
+
+
+def act(page, base: str, action: str, job_id: str) -> str:
+    """Click a job's action on the jobs page, confirm it, and return what the page said was done."""
+    page.goto(base)
+    page.locator(f"td#job-{job_id} a.act", has_text=action).click()
+    page.get_by_role("button", name=f"Yes, {action} {job_id}").click()
+    return page.locator("main").inner_text()

@@ -14,7 +14,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from clitools import cli, cli_json, processes_mentioning, wait_for
+from browser import act, chromium, served, states_shown
+from clitools import cli, cli_json, process_gone, processes_mentioning, wait_for
 from posts import APP, batches, feed, final_counts, v1_after_two_batches
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -164,7 +165,19 @@ def test_run_checks_first_and_replace_refuses_an_incompatible_version_before_tou
     back = commit_time(again, min(b for b in commits(again) if b > cut))
     print(f"outage of the rolled-back upgrade: {back - handover:.1f} s from v1's last commit before the hand-over "
           f"to its first after the rollback (v2's last commit {failed_at - handover:.1f} s after the hand-over)")
-    assert cli(home, "cancel", again["id"])[0] == 0
+    # The page, in Chromium, over this home: each version in its state, and a stop with a savepoint from it.
+    with chromium() as browser, served(home, "--allow-actions") as url:
+        page, base = browser.new_page(), url.split("?")[0]
+        page.goto(url)
+        shown = states_shown(page, base)
+        assert shown[v1["id"]] == "finished" and shown[saved["job"]["id"]] == "finished"
+        assert shown[failed["id"]] == f"failed rolled back to {again['id']} replaced {v1['id']}"
+        assert shown[again["id"]] == f"running restarted in place of {failed['id']}"
+        said = act(page, base, "stop", again["id"])
+        assert f"Job {again['id']} stopped (finished); savepoint " in said and "at a batch boundary" in said, said
+    assert process_gone(again["pid"])
+    (stop,) = [s for s in cli_json(home, "savepoints") if s["origin"].get("job_id") == again["id"]]
+    assert f"savepoint {stop['path']}" in said and cli(home, "verify", stop["path"])[0] == 0
 
 
 def feed_until(directory: Path, first: int, stop: threading.Event) -> None:

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from browser import chromium, served, states_shown
 from clitools import cli_json, wait_for
 from posts import APP, batches, feed, final_counts, v1_after_two_batches
 
@@ -36,6 +37,12 @@ def test_two_forks_of_one_savepoint_are_two_queries_with_the_same_state(tmp_path
     # The same state continued: each fork's counts after file 2 are v1's counts plus file 2's posts.
     counts = [final_counts(tmp_path / f"out-{variant}") for variant in "ab"]
     assert counts[0] == counts[1] and counts[0] == {"p2/like": 3, "p3/like": 2, "p0/like": 2}
+    # The page, in Chromium: the stopped v1 and its two forks, running, each in its state.
+    with chromium() as browser, served(home) as url:
+        page = browser.new_page()
+        page.goto(url)
+        shown = states_shown(page, url.split("?")[0])
+    assert shown == {v1["id"]: "finished", **{fork["id"]: f"running a fork of {v1['id']}" for fork in forks}}
     for fork in forks:
         assert cli_json(home, "cancel", fork["id"])["state"] == "cancelled"
 

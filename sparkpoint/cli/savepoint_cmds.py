@@ -172,7 +172,8 @@ def inspect_cmd(app, loaded, with_state, limit, output):
     """Show a savepoint: its cut, source offsets, operators and sizes, optionally the state rows."""
     from sparkpoint.savepoints.inspect import inspect
 
-    emit(output, inspect(loaded, limit if with_state else None, app.settings.kafka, app.settings.storage_options),
+    emit(output, inspect(loaded, limit if with_state else None, app.settings.kafka, app.settings.storage_options,
+                         scratch=app.settings.scratch_dir),
          _render_inspected)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,22 +59,24 @@ class Inspected(Result):
 
 
 def inspect(savepoint: Savepoint, state_limit: int | None = None, kafka: Mapping[str, Any] | None = None,
-            storage_options: Mapping[str, Any] | None = None, state_offset: int = 0) -> Inspected:
+            storage_options: Mapping[str, Any] | None = None, state_offset: int = 0,
+            scratch: Callable[[str], str] = lambda prefix: tempfile.mkdtemp(prefix=prefix)) -> Inspected:
     """The savepoint's manifest; whether its Kafka input is still in the log (asked of the broker ``kafka``
     names), and its Delta sources' tables still hold what they read; with ``state_limit``, every store's row
-    count and ``state_limit`` rows from row ``state_offset`` too."""
-    state = _state_rows(savepoint, state_limit, state_offset) if state_limit is not None else None
+    count and ``state_limit`` rows from row ``state_offset`` too, read from a restore into a directory
+    ``scratch`` makes (Settings.scratch_dir: beside the savepoints, where the restore links instead of copying)."""
+    state = _state_rows(savepoint, state_limit, state_offset, scratch) if state_limit is not None else None
     checked = check_input([savepoint], kafka or {})[savepoint.path]
     gone, unchecked = delta_gone(savepoint, storage_options)
     delta = {"gone": gone, "unchecked": unchecked} if delta_reads(savepoint) else None
     return Inspected(path=savepoint.path, manifest=savepoint.manifest, state=state, input=checked, delta_input=delta)
 
 
-def _state_rows(savepoint: Savepoint, limit: int, offset: int = 0) -> list[StoreRows]:
-    scratch = tempfile.mkdtemp(prefix="sparkpoint-inspect-")
+def _state_rows(savepoint: Savepoint, limit: int, offset: int, scratch: Callable[[str], str]) -> list[StoreRows]:
+    directory = scratch("sparkpoint-inspect-")
     try:
-        restored = restore(savepoint, os.path.join(scratch, "ckpt"))
+        restored = restore(savepoint, os.path.join(directory, "ckpt"))
         locations = {q.name: q.checkpoint for q in restored.queries}
         return [StoreRows(**store) for store in state_rows.read(savepoint.queries, locations, limit, offset)]
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(directory, ignore_errors=True)

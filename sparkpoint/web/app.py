@@ -129,7 +129,7 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
             number = 0
         with state_reads:  # one at a time: each restores the savepoint and counts every store
             inspected = inspect(catalog.load(settings, request.path_params["ref"]), PAGE_ROWS, settings.kafka,
-                                settings.storage_options, state_offset=number * PAGE_ROWS)
+                                settings.storage_options, state_offset=number * PAGE_ROWS, scratch=settings.scratch_dir)
         more = any(store.rows > (number + 1) * PAGE_ROWS for store in inspected.state or [])
         return page("state.html", manifest=inspected.manifest, path=inspected.path, stores=inspected.state or [],
                     number=number,

@@ -56,9 +56,9 @@ def read_schema_file(raw: bytes, where: str) -> dict[str, list[dict[str, Any]]]:
 
 
 def read_v3_schema_file(raw: bytes, where: str) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    """transformWithState's schema file (``state/<op>/_stateSchema/<store>/<batch>_<uuid>``), as Spark 4.0.5, 4.2.1
-    and 4.3.0 write it (read in the files they wrote; 4.0.5's and 4.2.1's for one processor byte for byte alike):
-    ``writeUTF("v3")``, an int count of column families, and for each its name
+    """transformWithState's schema file (``state/<op>/_stateSchema/<store>/<batch>_<uuid>``), as Spark 4.0.5,
+    4.1.4, 4.2.1 and 4.3.0 write it (read in the files they wrote; the first three wrote one processor's byte for
+    byte alike): ``writeUTF("v3")``, an int count of column families, and for each its name
     (writeUTF), then a short and its key schema (an int count of writeUTF chunks), a short and its value schema
     (chunked the same), then its key encoder and user key encoder (chunked): ``{name: {"key": [...], "value":
     [...]}}``. Another layout is a NotACheckpointError (the caller compares the file by its digest)."""

@@ -119,8 +119,9 @@ def test_transform_with_state_s_schema_file_reads_as_its_column_families():
             read_v3_schema_file(raw[:end], "x")
     with pytest.raises(NotACheckpointError, match="not v3"):
         read_v3_schema_file(utf("v2"), "x")
-    # As Spark 4.0.5 wrote it (4.2.1's file was byte for byte the same) for a transformWithStateInPandas processor
-    # with a value state and a list state: Spark adds a column family of its own for the list's row counter.
+    # As Spark 4.0.5 wrote it (4.1.4's and 4.2.1's files were byte for byte the same) for a
+    # transformWithStateInPandas processor with a value state and a list state: Spark adds a column family of its
+    # own for the list's row counter.
     written = (Path(__file__).parent / "data" / "tws-schema-v3-spark-4.0.5").read_bytes()
     read = read_v3_schema_file(written, "x")
     assert {name: ([f["name"] for f in s["key"]], [(f["name"], f["type"]) for f in s["value"]])

@@ -53,19 +53,25 @@ def sparkpoint(home: Path, *args: str) -> dict:
     return json.loads(done.stdout)
 
 
-def start_phases(home: Path, job_id: str, timeout: float = 60.0) -> str:
-    """Where the job's start went (`run`'s `start.phases`), once its first batch is in them: one line."""
+def started(home: Path, job_id: str, timeout: float = 60.0) -> dict:
+    """The job's `start` record (`run`'s `start`: its phases and its queries' first batches), once its first batch
+    is in it (or as it is after ``timeout``)."""
     deadline = time.monotonic() + timeout
     while True:
         job = next(j for j in sparkpoint(home, "list", "--all") if j["id"] == job_id)
-        phases = (job.get("start") or {}).get("phases") or {}
-        if "first_batch" in phases or time.monotonic() > deadline:
-            spark = "; ".join(
-                f"{name}'s first batch {query['first_batch']['batch_id']}: " + ", ".join(
-                    f"{part} {ms / 1000:.2f}" for part, ms in query["first_batch"]["duration_ms"].items())
-                for name, query in (job["start"] or {}).get("queries", {}).items() if query.get("first_batch"))
-            return (phases_said(phases) or "none recorded") + (f" ({spark})" if spark else "")
+        start = job.get("start") or {}
+        if "first_batch" in (start.get("phases") or {}) or time.monotonic() > deadline:
+            return start
         time.sleep(0.5)
+
+
+def start_said(start: dict) -> str:
+    """Where a start went, one line: its phases, then Spark's durations of each query's first batch."""
+    spark = "; ".join(
+        f"{name}'s first batch {query['first_batch']['batch_id']}: " + ", ".join(
+            f"{part} {ms / 1000:.2f}" for part, ms in query["first_batch"]["duration_ms"].items())
+        for name, query in start.get("queries", {}).items() if query.get("first_batch"))
+    return (phases_said(start.get("phases") or {}) or "none recorded") + (f" ({spark})" if spark else "")
 
 
 def phases_said(phases: dict[str, float]) -> str:
@@ -135,9 +141,10 @@ def stop_then_run(home: Path, workload) -> tuple[float, float]:
 
 
 def run_replace(home: Path, workload, old_spark: tuple[str, ...] = (),
-                new_spark: tuple[str, ...] = ()) -> tuple[float, float]:
+                new_spark: tuple[str, ...] = ()) -> tuple[float, float, dict[str, float]]:
     """`sparkpoint run --replace`, from a job on ``old_spark`` to one on ``new_spark`` (see managed_job):
-    (command start -> first new commit, commit gap)."""
+    (command start -> first new commit, commit gap, the phases: the old version's stop's as ``stop.<phase>``,
+    then the new one's start's)."""
     app, query, args = workload
     job, checkpoint = managed_job(home, workload, old_spark)
     start = time.time()
@@ -146,10 +153,12 @@ def run_replace(home: Path, workload, old_spark: tuple[str, ...] = (),
     cut = restored["replaced"]["queries"][0]["batch_id"]
     new_checkpoint = Path(restored["checkpoint_root"]) / query
     first = commit_time(new_checkpoint, wait_for_commit_after(new_checkpoint, cut))
+    start_record = started(home, restored["id"])
     print(f"  (the old version's stop: {phases_said(restored['replaced']['phases'])}; the start: "
-          f"{start_phases(home, restored['id'])})")
+          f"{start_said(start_record)})")
     sparkpoint(home, "cancel", restored["id"])
-    return first - start, first - commit_time(checkpoint, cut)
+    return first - start, first - commit_time(checkpoint, cut), {
+        **{f"stop.{k}": v for k, v in restored["replaced"]["phases"].items()}, **start_record.get("phases", {})}
 
 
 def plain_restart(work: Path, workload) -> tuple[float, float]:

@@ -1,16 +1,19 @@
 """Benchmark: the downtime of the two-step upgrade (`stop`, then `run -s`) with and without its check, beside
-`run --replace`'s, on the 1M-key job of bench_stop.py (scripts/demo_apps/keyed_state.py: a million keys of
-HDFS-backed state, a 1 s trigger, input every batch).
+`run --replace`'s, on the keyed job of bench_stop.py (scripts/demo_apps/keyed_state.py: a million keys of
+HDFS-backed state by default, a 1 s trigger, input every batch).
 
 Each round runs one job per path and measures, from the commit logs' file times:
 - stop + run -s (checked), stop + run -s --no-check: from `stop`'s return to the restored job's first commit;
 - run --replace: from the command's start to the new job's first commit;
-and for each, the commit gap: the old job's last commit to the new one's first. It prints each round, then the
-median per path and what the check adds (checked minus --no-check). A figure, never a pass/fail test.
+and for each, the commit gap: the old job's last commit to the new one's first, and where it went: the stop's
+phases (`stop`'s and the hand-over's `phases`) and the new job's start (`run`'s `start.phases`). It prints each
+round, then per path the min / median / max of each figure and each phase, and what the check adds (checked minus
+--no-check). A figure, never a pass/fail test.
 
     .venv/bin/python scripts/bench_pitstop.py [--rounds 5] [--workload keyed|rate] [--paths replace]
-        [--from-spark-home DIR] [--to-spark-home DIR]
+        [--keys 4000000] [--provider rocksdb] [--from-spark-home DIR] [--to-spark-home DIR]
 
+--keys, --provider: the keyed job's number of keys and state store (hdfs, the default, or rocksdb).
 --from-spark-home / --to-spark-home: the old and the new job's Spark (default: the project's), for the
 downtime of a move to another Spark (scripts/spark-versions.sh installs each supported one in .venv-spark/).
 """
@@ -26,13 +29,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_jobs import (WORKLOADS, commit_time, managed_job, phases_said, run_replace, sparkpoint, start_phases,
-                        wait_for_commit_after)
+from bench_jobs import (WORKLOADS, commit_time, managed_job, phases_said, run_replace, sparkpoint, start_said,
+                        started, wait_for_commit_after)
 
 
 def stop_then_run(home: Path, workload, old_spark: tuple[str, ...], new_spark: tuple[str, ...],
-                  *check: str) -> tuple[float, float]:
-    """(`stop`'s return -> the restored job's first commit, commit gap)."""
+                  *check: str) -> tuple[float, float, dict[str, float]]:
+    """(`stop`'s return -> the restored job's first commit, commit gap, the phases: the stop's as
+    ``stop.<phase>``, then the start's)."""
     app, query, args = workload
     job, checkpoint = managed_job(home, workload, old_spark)
     stopped = sparkpoint(home, "stop", job["id"])
@@ -42,11 +46,18 @@ def stop_then_run(home: Path, workload, old_spark: tuple[str, ...], new_spark: t
                           *args(home.parent))
     new_checkpoint = Path(restored["checkpoint_root"]) / query
     first = commit_time(new_checkpoint, wait_for_commit_after(new_checkpoint, cut))
-    print(f"  (the stop: {phases_said(stopped['phases'])}; the start: {start_phases(home, restored['id'])})")
+    start = started(home, restored["id"])
+    print(f"  (the stop: {phases_said(stopped['phases'])}; the start: {start_said(start)})")
     sparkpoint(home, "cancel", restored["id"])
     if restored["upgrade_check"].get("in_driver"):
         print(f"  (the check's empty batch in the new driver: {restored['upgrade_check']['seconds']:.2f} s)")
-    return first - returned, first - commit_time(checkpoint, cut)
+    return first - returned, first - commit_time(checkpoint, cut), {
+        **{f"stop.{k}": v for k, v in stopped["phases"].items()}, **start.get("phases", {})}
+
+
+def spread(values: list[float]) -> str:
+    ordered = sorted(values)
+    return f"{ordered[0]:.2f} / {statistics.median(ordered):.2f} / {ordered[-1]:.2f}"
 
 
 PATHS = {  # (home, workload, old job's Spark, new job's Spark) -> (downtime, commit gap)
@@ -62,30 +73,37 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="keyed")
     parser.add_argument("--paths", default=",".join(PATH_NAMES), help=f"of {', '.join(PATH_NAMES)}")
+    parser.add_argument("--keys", type=int, default=1_000_000, help="the keyed job's keys")
+    parser.add_argument("--provider", choices=("hdfs", "rocksdb"), default="hdfs", help="the keyed job's state store")
     parser.add_argument("--from-spark-home", help="the old job's Spark [default: the project's own]")
     parser.add_argument("--to-spark-home", help="the new job's Spark [default: the project's own]")
     options = parser.parse_args()
     paths = {PATH_NAMES[name]: PATHS[PATH_NAMES[name]] for name in options.paths.split(",")}
     old_spark, new_spark = (("--spark-home", home) if home else () for home in (options.from_spark_home,
                                                                                   options.to_spark_home))
+    app, query, arguments = WORKLOADS[options.workload]
+    workload = (app, query, arguments if options.workload != "keyed" else lambda work: [
+        *arguments(work), "--keys", str(options.keys), "--provider", options.provider])
     work = Path(tempfile.mkdtemp(prefix="sparkpoint-bench-pitstop-"))
     print(f"machine: nproc={os.cpu_count()}, python {sys.version.split()[0]}; command: {' '.join(sys.argv)}")
-    figures: dict[str, list[tuple[float, float]]] = {path: [] for path in paths}
+    figures: dict[str, list[tuple[float, float, dict[str, float]]]] = {path: [] for path in paths}
     try:
         for round_number in range(1, options.rounds + 1):
             for path, measure in paths.items():  # interleaved: a drift of the machine touches every path alike
-                downtime, gap = measure(work / "home", WORKLOADS[options.workload], old_spark, new_spark)
-                figures[path].append((downtime, gap))
+                downtime, gap, phases = measure(work / "home", workload, old_spark, new_spark)
+                figures[path].append((downtime, gap, phases))
                 print(f"round {round_number}: {path}: {downtime:.2f} s to the first commit, commit gap {gap:.2f} s",
                       flush=True)
-        print(f"\nseconds, min / median / max of {options.rounds} rounds ({options.workload}):")
+        keyed = f", {options.keys:,} keys, {options.provider}" if options.workload == "keyed" else ""
+        print(f"\nseconds, min / median / max of {options.rounds} rounds ({options.workload}{keyed}):")
         for path, rounds in figures.items():
-            downtimes = sorted(d for d, _ in rounds)
-            gaps = sorted(g for _, g in rounds)
-            print(f"  {path:26} to the first commit {downtimes[0]:.2f} / {statistics.median(downtimes):.2f} / "
-                  f"{downtimes[-1]:.2f}; commit gap {gaps[0]:.2f} / {statistics.median(gaps):.2f} / {gaps[-1]:.2f}")
+            print(f"  {path:26} to the first commit {spread([d for d, _, _ in rounds])}; "
+                  f"commit gap {spread([g for _, g, _ in rounds])}")
+            names = dict.fromkeys(name for _, _, phases in rounds for name in phases)  # in the order they came
+            for name in names:
+                print(f"    {name:24} {spread([phases[name] for _, _, phases in rounds if name in phases])}")
         if {PATH_NAMES["checked"], PATH_NAMES["unchecked"]} <= figures.keys():
-            checked, unchecked = (statistics.median(d for d, _ in figures[PATH_NAMES[p]])
+            checked, unchecked = (statistics.median(d for d, _, _ in figures[PATH_NAMES[p]])
                                   for p in ("checked", "unchecked"))
             print(f"the check adds {checked - unchecked:+.2f} s (median, from stop's return to the first commit)")
     finally:

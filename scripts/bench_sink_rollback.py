@@ -56,7 +56,7 @@ def one_round(base: Path, batches: int, files: int, cut: int) -> tuple[float, fl
     out = base / "out"
     write_sink(out, batches, files)
     started = time.perf_counter()
-    plan = sink_rollback.plan(LOCAL, str(out), sink_rollback.Cut(cut, cut, True, last_file(out, cut, files)))
+    plan = sink_rollback.plan(LOCAL, str(out), sink_rollback.SinkCut(cut, cut, True, last_file(out, cut, files)))
     planned = time.perf_counter()
     trash = sink_rollback.apply(LOCAL, plan)
     applied = time.perf_counter()

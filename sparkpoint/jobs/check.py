@@ -145,7 +145,7 @@ def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, p
                    launch_confs=moved.launch_confs)
 
 
-def migration_to(saved: Savepoint, spark: spark_submit.Spark, confs: list[str]) -> migration.Move:
+def migration_to(saved: Savepoint, spark: spark_submit.Spark, confs: list[str]) -> migration.SparkMove:
     """What running ``saved`` on ``spark`` changes, read from the savepoint: the confs the driver needs, what
     that Spark cannot read."""
     return migration.move(saved, spark.version, dict(conf.partition("=")[::2] for conf in confs))

@@ -51,7 +51,7 @@ from sparkpoint.jobs.replace import HandoverFailedError, take_over
 from sparkpoint.spark.delta_log import DELTA_SINK
 from sparkpoint.paths import spark_uri
 from sparkpoint.savepoints import catalog, restorability
-from sparkpoint.savepoints.migration import Move
+from sparkpoint.savepoints.migration import SparkMove
 from sparkpoint.savepoints.rescale import needs_rescale, rescale
 from sparkpoint.savepoints.restore import restore
 from sparkpoint.jobs.sinks import (
@@ -168,7 +168,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
         checked_in_driver = (to_check is not None and request.check and rollback_of is None and not request.claim
                              and in_driver and checkable_in_driver(to_check, replaced is not None))
         moved = (check_move(to_check, spark, request, refuse=checked_in_driver)
-                 if to_check is not None and spark is not None else Move(None, [], []))
+                 if to_check is not None and spark is not None else SparkMove(None, [], []))
         if rollback_of is not None:
             upgrade_check = {"skipped": f"rollback: the version {rollback_of.id} replaced, as it ran before",
                              "at": iso()}

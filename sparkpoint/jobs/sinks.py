@@ -252,8 +252,8 @@ def _table_done(saved: dict[str, Any], cut: SinkCut, dry_run: bool) -> TableRoll
                            restored.removed_files if restored else None, dry_run)
 
 
-def _cut(saved: dict[str, Any], sink: dict[str, Any], compact_interval: int | None) -> sink_rollback.Cut:
-    return sink_rollback.Cut(
+def _cut(saved: dict[str, Any], sink: dict[str, Any], compact_interval: int | None) -> sink_rollback.SinkCut:
+    return sink_rollback.SinkCut(
         sink_batch=sink_batch(saved, sink), query_batch=saved["batch_id"],
         known=bool(sink.get("cut_known")), last_file=sink.get("last_file"),
         compact_interval=compact_interval or sink.get("compact_interval"),
@@ -266,7 +266,7 @@ def log_interval(confs: list[str]) -> int | None:
     return parse_interval(given)
 
 
-def _done(saved: dict[str, Any], plan: sink_rollback.Plan, trash: str | None, dry_run: bool) -> SinkRolledBack:
+def _done(saved: dict[str, Any], plan: sink_rollback.RollbackPlan, trash: str | None, dry_run: bool) -> SinkRolledBack:
     return SinkRolledBack(
         kind=FILE_SINK, query=saved["name"], output=plan.output, cut=saved["batch_id"], latest_batch=plan.latest,
         batches=plan.batches, files=[TrashedFile(path, size) for path, size in plan.moved], bytes=plan.bytes,

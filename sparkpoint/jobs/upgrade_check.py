@@ -27,7 +27,7 @@ from sparkpoint.jobs.protocol import START_CHECK_DIR, handover_waiting, held_sta
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, state_of
 from sparkpoint.jobs.savepoint import savepoint_job
 from sparkpoint.savepoints import compat
-from sparkpoint.savepoints.migration import Move
+from sparkpoint.savepoints.migration import SparkMove
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.savepoints.savepoint import load as load_savepoint
 from sparkpoint.times import iso
@@ -75,7 +75,7 @@ def check_before_launch(settings: Settings, request: RunRequest, saved: Savepoin
             "notes": checked.notes, "at": iso(), **({"confs": checked.launch_confs} if checked.launch_confs else {})}
 
 
-def check_move(saved: Savepoint, spark: Spark, request: RunRequest, refuse: bool) -> Move:
+def check_move(saved: Savepoint, spark: Spark, request: RunRequest, refuse: bool) -> SparkMove:
     """Before a restore launches: what the job's Spark needs to read the savepoint, and what the move changes;
     with ``refuse`` (a checked `run -s`), what it cannot read is refused (exit 16) with nothing started. The
     confs it needs are given whatever --no-check says: they are how that Spark reads it, not a check."""
@@ -99,7 +99,7 @@ class NotCheckableInDriver(Exception):  # noqa: N818 - a turn the run takes, not
 
 
 def check_in_driver(registry: Registry, job: Job, process: subprocess.Popen | None, saved: Savepoint,
-                    request: RunRequest, moved: Move, before_go: Callable[[], None], progress: Progress | None,
+                    request: RunRequest, moved: SparkMove, before_go: Callable[[], None], progress: Progress | None,
                     sleep, clock, start_timeout: float, replaced: Job | None = None) -> None:
     """Answer the new driver's check of each saved query (runtime.gate), and record the verdict. A query
     refused: the job ends, with IncompatibleUpgradeError (exit 16), or SparkFailureError (11) when the check

@@ -1,6 +1,6 @@
 """Creating a savepoint from checkpoints, live or stopped.
 
-Creation copies exactly the files of one consistent cut per query (see ``checkpoint.Plan``),
+Creation copies exactly the files of one consistent cut per query (see ``checkpoint.CopyPlan``),
 hashing them as it copies, and writes ``manifest.json`` last. A live checkpoint may lose files
 to Spark's cleanup mid-copy: the query's copy is thrown away and taken again at a newer cut,
 up to ``attempts`` times. A savepoint whose manifest is not written is never listed or restored.
@@ -45,7 +45,7 @@ from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints.savepoint import discard
 from sparkpoint.spark import sinks
-from sparkpoint.spark.checkpoint import CheckpointReader, Plan, is_checkpoint
+from sparkpoint.spark.checkpoint import CheckpointReader, CopyPlan, is_checkpoint
 from sparkpoint.spark.checkpoint_files import VanishedError
 from sparkpoint.times import iso
 
@@ -271,7 +271,7 @@ def _owner_marker(now: float) -> bytes:
     ).encode()
 
 
-def _plan(storage: Storage, source: QuerySource, batch_id: int | None, attempts: int) -> Plan:
+def _plan(storage: Storage, source: QuerySource, batch_id: int | None, attempts: int) -> CopyPlan:
     """Plan a cut; Spark may purge a file between listing and reading it, so plan again, within bounds."""
     vanished = ""
     for _attempt in range(attempts):
@@ -298,7 +298,7 @@ def _purged_too_fast(source: QuerySource, batch_id: int | None, attempts: int, v
 def _copy_query(
     storage: Storage,
     source: QuerySource,
-    plan: Plan,
+    plan: CopyPlan,
     target: Storage,
     path: str,
     batch_id: int | None,
@@ -306,7 +306,7 @@ def _copy_query(
     attempts: int,
     progress: transfer.Progress,
     dir_mode: int,
-) -> tuple[Plan, list[transfer.Result]]:
+) -> tuple[CopyPlan, list[transfer.Result]]:
     query_dir = join(path, mf.QUERIES_DIR, source.name)
     for attempt in range(attempts):
         if attempt:
@@ -328,7 +328,7 @@ def _copy_query(
     raise _purged_too_fast(source, batch_id, attempts, vanished)
 
 
-def _query_entry(source: QuerySource, plan: Plan, results: list[transfer.Result],
+def _query_entry(source: QuerySource, plan: CopyPlan, results: list[transfer.Result],
                  storage_options: dict | None) -> dict[str, Any]:
     prefix = f"{mf.QUERIES_DIR}/{source.name}/"
     cut = plan.cut

@@ -168,7 +168,7 @@ class Horizon(Result):
 
 
 @dataclass(frozen=True)
-class Move(Result):
+class HorizonShift(Result):
     before: Horizon
     after: Horizon
 
@@ -177,7 +177,7 @@ class Move(Result):
 class PrunePreview(catalog.Pruned):
     """``prune --dry-run``: what it would delete, and how the horizon would move."""
 
-    horizon: Move | None = field(default=None, metadata=WHEN_SET)
+    horizon: HorizonShift | None = field(default=None, metadata=WHEN_SET)
 
 
 # -- what one holder needs -------------------------------------------------------------------------
@@ -540,5 +540,5 @@ def preview(pruned: catalog.Pruned, *, job: str | None = None, jobs: Iterable[An
     kept = [item for item in saved if item.holder.id not in going]
     after = _assemble(pruned.directory, job, kept + live, storage_options, list(warnings), kafka)
     return PrunePreview(**{f.name: getattr(pruned, f.name) for f in fields(catalog.Pruned)},
-                        horizon=Move(before=before, after=after))
+                        horizon=HorizonShift(before=before, after=after))
 

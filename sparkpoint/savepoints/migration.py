@@ -34,7 +34,7 @@ _STATE_LAYOUT_CONFS = (ENCODING_FORMAT_CONF, ROW_CHECKSUM_CONF)
 
 
 @dataclass(frozen=True)
-class Move:
+class SparkMove:
     source: str | None  # the Spark that wrote the savepoint (its manifest), None when it is not known
     problems: list[tuple[str, str]]  # (query, why the target cannot read it)
     notes: list[str]
@@ -49,7 +49,7 @@ class Move:
         return [f"{key}={value}" for key, value in sorted(self.confs.items())]
 
 
-def move(savepoint: Savepoint, target_version: str, given: dict[str, str] | None = None) -> Move:
+def move(savepoint: Savepoint, target_version: str, given: dict[str, str] | None = None) -> SparkMove:
     """What restoring ``savepoint`` on Spark ``target_version`` (one sparkpoint knows) changes. ``given``: the
     confs the user passes the new driver (--conf)."""
     given = given or {}
@@ -95,7 +95,7 @@ def move(savepoint: Savepoint, target_version: str, given: dict[str, str] | None
         found, said = _pinned_confs(name, query["confs"], target, target_version)
         problems += found
         notes += said
-    return Move(source_version, problems, notes, confs)
+    return SparkMove(source_version, problems, notes, confs)
 
 
 def ansi_note(query: str, source_version: str | None, effective: str | None) -> str | None:

@@ -47,7 +47,7 @@ from sparkpoint.spark.state_layout import Operator, StateLayout
 
 
 @dataclass
-class Cut:
+class CheckpointCut:
     """A consistent point of the checkpoint: batch ``batch_id`` committed, state at ``batch_id + 1``."""
 
     batch_id: int
@@ -62,10 +62,10 @@ class Cut:
 
 
 @dataclass
-class Plan:
+class CopyPlan:
     """Everything a savepoint at ``cut`` copies."""
 
-    cut: Cut
+    cut: CheckpointCut
     query_id: str
     provider: str
     checkpoint_format_version: int
@@ -135,7 +135,7 @@ class CheckpointReader(CheckpointFiles):
         rel = f"commits/{batch_id}"
         return parse_commit(self.read(rel), join(self.root, rel))
 
-    def cut(self, batch_id: int | None = None) -> Cut:
+    def cut(self, batch_id: int | None = None) -> CheckpointCut:
         """The latest consistent cut, or the one at a committed ``batch_id`` still present."""
         commits = self.commit_batches()
         offsets = set(self.offset_batches())
@@ -158,7 +158,7 @@ class CheckpointReader(CheckpointFiles):
             raise CutUnavailableError(f"offsets/{chosen - 1} of {self.root} was purged; batch {chosen} cannot be "
                                       "restored")
         planned = chosen + 1 if chosen + 1 in offsets else None
-        return Cut(
+        return CheckpointCut(
             batch_id=chosen,
             planned_batch_id=planned,
             offsets=self.offsets(chosen),
@@ -186,7 +186,7 @@ class CheckpointReader(CheckpointFiles):
         return parse_rate_start(self.read(f"sources/{source}/0"))
 
     # -- the plan ----------------------------------------------------------------------------
-    def plan(self, batch_id: int | None = None) -> Plan:
+    def plan(self, batch_id: int | None = None) -> CopyPlan:
         """The exact files Spark's recovery needs at the cut. Raises VanishedError on a race."""
         self.refresh()
         self.validate()
@@ -202,7 +202,7 @@ class CheckpointReader(CheckpointFiles):
         layout = StateLayout(self, cut, last)
         operators = layout.collect(files)
         self._add_unknown_top_level(files)
-        return Plan(
+        return CopyPlan(
             cut=cut,
             query_id=query_id,
             provider=layout.provider_name(),

@@ -51,7 +51,7 @@ COMPACT_INTERVAL_CONF = "spark.sql.streaming.fileSink.log.compactInterval"
 
 
 @dataclass(frozen=True)
-class Cut:
+class SinkCut:
     """Where the output goes back to: its files as of ``sink_batch``, its log ending at ``query_batch``
     (one more than ``sink_batch`` for a rescaled savepoint, whose own batch wrote nothing)."""
 
@@ -63,7 +63,7 @@ class Cut:
 
 
 @dataclass(frozen=True)
-class Plan:
+class RollbackPlan:
     output: str
     sink_batch: int
     query_batch: int
@@ -90,7 +90,7 @@ class Plan:
         return sum(size for _path, size in self.moved)
 
 
-def plan(storage: Storage, output: str, cut: Cut) -> Plan:
+def plan(storage: Storage, output: str, cut: SinkCut) -> RollbackPlan:
     """What rolling ``output`` back to ``cut`` moves and writes; refused (SinkRollbackRefusedError) with the reason
     when the output is not a file sink's, or its log cannot be brought back to the cut."""
     log = SinkLog(storage, output)
@@ -111,7 +111,7 @@ def plan(storage: Storage, output: str, cut: Cut) -> Plan:
         kept = [] if latest is None else log.entries_at(latest) or []
         filler = {} if latest is None else _log_files(range(cut.sink_batch + 1, cut.query_batch + 1), kept,
                                                           interval, first=None)
-        done = Plan(output, cut.sink_batch, cut.query_batch, latest, [], [], [], {}, filler, False)
+        done = RollbackPlan(output, cut.sink_batch, cut.query_batch, latest, [], [], [], {}, filler, False)
         _check_spark_reads(log, done, interval)
         return done
     current = log.entries_at(latest)
@@ -139,7 +139,7 @@ def plan(storage: Storage, output: str, cut: Cut) -> Plan:
         raise SinkRollbackRefusedError(f"{output} is a mount point: its trash, beside it, would be on another file "
                                        "system, and moving the files there would copy them")
     rebuild_from = _rebuild_start(cut.sink_batch, interval) if rebuilt else cut.sink_batch + 1
-    done = Plan(
+    done = RollbackPlan(
         output=output, sink_batch=cut.sink_batch, query_batch=cut.query_batch, latest=latest, moved=moved,
         log_aside=[log.batches[b] for b in sorted(b for b in log.batches if rebuild_from <= b <= cut.sink_batch)],
         log_chain=[log.batches[b] for b in sorted((b for b in log.batches if b > cut.sink_batch), reverse=True)],
@@ -152,7 +152,7 @@ def plan(storage: Storage, output: str, cut: Cut) -> Plan:
     return done
 
 
-def _interval(log: SinkLog, cut: Cut) -> int:
+def _interval(log: SinkLog, cut: SinkCut) -> int:
     """The log's compaction interval: the job's, when known; else the one interval its files fit (each compaction
     batch a ``.compact``, every other batch a delta), Spark's default for a log without a compaction yet. When
     several fit (one compaction file left: 8.compact fits 3 and 9), refused rather than guessed."""
@@ -213,7 +213,7 @@ def _lock_holder(storage: Storage, lock: str) -> str | None:
     return f"pid {pid}" if pid_alive(pid, start) else None
 
 
-def _interrupted(storage: Storage, output: str, cut: Cut) -> Plan | None:
+def _interrupted(storage: Storage, output: str, cut: SinkCut) -> RollbackPlan | None:
     """The plan of a rollback of ``output`` that was interrupted (its record in a trash beside the output says it
     was moving), to finish; refused when it went to another cut."""
     prefix = f"{basename(output)}{TRASH_INFIX}"
@@ -238,12 +238,12 @@ def _interrupted(storage: Storage, output: str, cut: Cut) -> Plan | None:
     return None
 
 
-def _resumed(output: str, trash: str, record: dict, cut: Cut) -> Plan:
+def _resumed(output: str, trash: str, record: dict, cut: SinkCut) -> RollbackPlan:
     if (record["sink_batch"], record["query_batch"]) != (cut.sink_batch, cut.query_batch):
         raise SinkRollbackRefusedError(
             f"{output}: a rollback to batch {record['sink_batch']} was interrupted ({trash}): run that rollback "
             "again to finish it, before another")
-    resumed = Plan(output=output, sink_batch=record["sink_batch"], query_batch=record["query_batch"],
+    resumed = RollbackPlan(output=output, sink_batch=record["sink_batch"], query_batch=record["query_batch"],
                    latest=record["latest_batch"], moved=[(f["path"], f["size"]) for f in record["files"]],
                    log_aside=record["log_aside"], log_chain=record["log_chain"],
                    log_written={n: t.encode() for n, t in record["log_written"].items()},
@@ -258,7 +258,7 @@ def _resumed(output: str, trash: str, record: dict, cut: Cut) -> Plan:
     return resumed
 
 
-def _check_spark_reads(log: SinkLog, plan: Plan, default_interval: int) -> None:
+def _check_spark_reads(log: SinkLog, plan: RollbackPlan, default_interval: int) -> None:
     """Refuse a plan whose log Spark would not read: the interval Spark derives from the compaction files left
     must name the files of the new newest batch's chain as they will be."""
     names = {b: n for b, n in log.batches.items() if n not in set(plan.log_moved)}
@@ -277,7 +277,7 @@ def _check_spark_reads(log: SinkLog, plan: Plan, default_interval: int) -> None:
                 f"compactInterval, taken as {default_interval}, decides it): nothing was moved")
 
 
-def _kept(log: SinkLog, cut: Cut, at_cut: list[SinkFile] | None,
+def _kept(log: SinkLog, cut: SinkCut, at_cut: list[SinkFile] | None,
           current: list[SinkFile]) -> tuple[list[SinkFile], bool]:
     """(the output's files as of the cut, whether the log at the cut must be rebuilt)."""
     if at_cut is not None:
@@ -338,7 +338,7 @@ def _below(storage: Storage, output: str, full: str) -> str | None:
     return full[len(prefix):] if full.startswith(prefix) and len(full) > len(prefix) else None
 
 
-def apply(storage: Storage, plan: Plan, clock: Callable[[], float] = time.time) -> str | None:
+def apply(storage: Storage, plan: RollbackPlan, clock: Callable[[], float] = time.time) -> str | None:
     """Carry ``plan`` out; the trash directory, or None when there was nothing to move. The trash's record, written
     before the first move, holds the whole plan: an interrupted rollback is finished by planning it again."""
     output = plan.output
@@ -389,7 +389,7 @@ def apply(storage: Storage, plan: Plan, clock: Callable[[], float] = time.time) 
     return trash
 
 
-def _record(plan: Plan, state: str) -> bytes:
+def _record(plan: RollbackPlan, state: str) -> bytes:
     return json.dumps({
         "state": state, "output": plan.output, "sink_batch": plan.sink_batch, "query_batch": plan.query_batch,
         "latest_batch": plan.latest, "rebuilt": plan.rebuilt, "log_aside": plan.log_aside,

@@ -20,7 +20,7 @@ from sparkpoint.spark.state_files import (
 )
 
 if TYPE_CHECKING:
-    from sparkpoint.spark.checkpoint import Cut
+    from sparkpoint.spark.checkpoint import CheckpointCut
 
 PROVIDER_CLASS_CONF = "spark.sql.streaming.stateStore.providerClass"
 SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
@@ -60,7 +60,7 @@ class Operator:
 class StateLayout:
     """Finds, for every operator, partition and store, the files of state version N+1."""
 
-    def __init__(self, checkpoint: CheckpointFiles, cut: Cut, last_batch: int):
+    def __init__(self, checkpoint: CheckpointFiles, cut: CheckpointCut, last_batch: int):
         self.checkpoint = checkpoint
         self.cut = cut
         self.last_batch = last_batch

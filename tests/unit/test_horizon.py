@@ -416,7 +416,7 @@ def test_the_renderings(capsys, monkeypatch):
     _render_pruned(horizon.PrunePreview(
         directory="/h/savepoints", dry_run=True, deleted=[Entry(path="/h/savepoints/posts/sp-1", status="complete",
                                                                 id="sp-1", bytes=2048)],
-        kept=[], freed_bytes=2048, horizon=horizon.Move(SHOWN, after)))
+        kept=[], freed_bytes=2048, horizon=horizon.HorizonShift(SHOWN, after)))
     out, err = capsys.readouterr()
     assert out == (
         "Would delete sp-1 (complete, 2.0 KiB): /h/savepoints/posts/sp-1\n"

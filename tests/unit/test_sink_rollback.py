@@ -13,7 +13,7 @@ from sparkpoint.errors import SinkRollbackRefusedError
 from sparkpoint.spark import sink_rollback
 from sparkpoint.spark.file_sink import SinkLog, derive_interval, parse_entries
 from sparkpoint.spark.sinks import sink_record
-from sparkpoint.spark.sink_rollback import Cut
+from sparkpoint.spark.sink_rollback import SinkCut
 
 LOCAL = Storage(None, local=True)
 
@@ -54,7 +54,7 @@ def last_at(out: Path, batch: int) -> str:
 def test_a_rollback_moves_the_later_batches_aside_and_the_log_ends_at_the_cut(tmp_path):
     out = tmp_path / "out"
     sink(out, 9)  # compactions at 2, 5, 8
-    plan = sink_rollback.plan(LOCAL, str(out), Cut(3, 3, True, last_at(out, 3)))
+    plan = sink_rollback.plan(LOCAL, str(out), SinkCut(3, 3, True, last_at(out, 3)))
     assert plan.batches == [4, 5, 6, 7, 8] and not plan.rebuilt
     # Strictly newest first: each step leaves the log as Spark had it at an earlier batch.
     assert plan.log_aside == [] and plan.log_chain == ["8.compact", "7", "6", "5.compact", "4"]
@@ -77,7 +77,7 @@ def test_the_log_compacted_and_deleted_past_the_cut_is_rebuilt_from_the_recorded
     out = tmp_path / "out"
     sink(out, 9, deleted_below=5)  # 2.compact, 3 and 4 are gone, as Spark's cleanup leaves them
     before = SinkLog(LOCAL, str(out)).entries_at(8)
-    plan = sink_rollback.plan(LOCAL, str(out), Cut(3, 3, True, last_at(out, 3)))
+    plan = sink_rollback.plan(LOCAL, str(out), SinkCut(3, 3, True, last_at(out, 3)))
     assert plan.rebuilt and set(plan.log_written) == {"2.compact", "3"}
     sink_rollback.apply(LOCAL, plan)
     log = SinkLog(LOCAL, str(out))
@@ -89,7 +89,7 @@ def test_the_log_compacted_and_deleted_past_the_cut_is_rebuilt_from_the_recorded
 def test_a_rescaled_savepoint_s_own_batch_is_written_empty_after_the_sink_s_cut(tmp_path):
     out = tmp_path / "out"
     sink(out, 7)
-    plan = sink_rollback.plan(LOCAL, str(out), Cut(3, 4, True, last_at(out, 3)))
+    plan = sink_rollback.plan(LOCAL, str(out), SinkCut(3, 4, True, last_at(out, 3)))
     assert list(plan.filler) == ["4"]
     sink_rollback.apply(LOCAL, plan)
     assert SinkLog(LOCAL, str(out)).latest == 4 and files_at(out, 4) == files_at(out, 3)
@@ -98,7 +98,7 @@ def test_a_rescaled_savepoint_s_own_batch_is_written_empty_after_the_sink_s_cut(
 def test_an_output_at_or_before_the_cut_has_nothing_to_roll_back(tmp_path):
     out = tmp_path / "out"
     sink(out, 4)
-    plan = sink_rollback.plan(LOCAL, str(out), Cut(3, 3, True, last_at(out, 3)))
+    plan = sink_rollback.plan(LOCAL, str(out), SinkCut(3, 3, True, last_at(out, 3)))
     assert plan.batches == [] and sink_rollback.apply(LOCAL, plan) is None
     assert len(list(out.glob("part-*"))) == 8
 
@@ -114,18 +114,18 @@ def test_an_output_at_or_before_the_cut_has_nothing_to_roll_back(tmp_path):
 ])
 def test_refusals_name_the_reason_and_move_nothing(tmp_path, case, expected):
     out = tmp_path / "out"
-    cut = Cut(3, 3, True, last_at(out, 3), compact_interval=3)
+    cut = SinkCut(3, 3, True, last_at(out, 3), compact_interval=3)
     if case == "no log":
         out.mkdir()
     else:
         sink(out, 8, deleted_below=5 if case in ("unknown cut", "file not in log") else 0)  # latest: 5.compact, 6, 7
     log = out / "_spark_metadata"
     if case == "unknown cut":
-        cut = Cut(3, 3, False, None, compact_interval=3)
+        cut = SinkCut(3, 3, False, None, compact_interval=3)
     elif case == "other output":
-        cut = Cut(3, 3, True, last_at(out, 2), compact_interval=3)
+        cut = SinkCut(3, 3, True, last_at(out, 2), compact_interval=3)
     elif case == "file not in log":
-        cut = Cut(3, 3, True, f"file://{tmp_path}/elsewhere/part-03-1.parquet", compact_interval=3)
+        cut = SinkCut(3, 3, True, f"file://{tmp_path}/elsewhere/part-03-1.parquet", compact_interval=3)
     elif case == "deletes":
         (log / "6").write_text((log / "6").read_text().replace('"add"', '"delete"'))
     elif case == "outside":
@@ -190,7 +190,7 @@ def test_the_command_on_a_savepoint_that_records_no_sink_needs_the_output_and_th
 def test_with_one_compaction_left_the_interval_is_the_one_the_version_sets(tmp_path):
     out = tmp_path / "out"
     sink(out, 9, interval=3, deleted_below=8)  # 8.compact alone: Spark's default (10) would make the interval 9
-    plan = sink_rollback.plan(LOCAL, str(out), Cut(3, 3, True, last_at(out, 3), compact_interval=3))
+    plan = sink_rollback.plan(LOCAL, str(out), SinkCut(3, 3, True, last_at(out, 3), compact_interval=3))
     assert set(plan.log_written) == {"2.compact", "3"}
     sink_rollback.apply(LOCAL, plan)
     log = SinkLog(LOCAL, str(out))
@@ -212,7 +212,7 @@ def test_an_interrupted_rollback_keeps_the_log_readable_at_each_step_and_is_fini
         tmp_path, monkeypatch):
     out = tmp_path / "out"
     sink(out, 10, interval=3, deleted_below=5)  # 5.compact .. 9: cut 3 must be rebuilt
-    cut = Cut(3, 3, True, last_at(out, 3), compact_interval=3)
+    cut = SinkCut(3, 3, True, last_at(out, 3), compact_interval=3)
     real_move, moves = Storage.move, []
 
     def move_then_check(self, source, target):
@@ -227,7 +227,7 @@ def test_an_interrupted_rollback_keeps_the_log_readable_at_each_step_and_is_fini
         sink_rollback.apply(LOCAL, sink_rollback.plan(LOCAL, str(out), cut))
     monkeypatch.setattr(Storage, "move", real_move)
     with pytest.raises(SinkRollbackRefusedError, match="was interrupted"):
-        sink_rollback.plan(LOCAL, str(out), Cut(2, 2, True, last_at(out, 2), compact_interval=3))
+        sink_rollback.plan(LOCAL, str(out), SinkCut(2, 2, True, last_at(out, 2), compact_interval=3))
     resumed = sink_rollback.plan(LOCAL, str(out), cut)
     assert resumed.trash is not None and resumed.batches == [4, 5, 6, 7, 8, 9]
     assert sink_rollback.apply(LOCAL, resumed) == resumed.trash
@@ -244,9 +244,9 @@ def test_a_log_that_fits_several_compaction_intervals_is_refused_unless_the_job_
     sink(out, 11, interval=3, deleted_below=8)  # 8.compact, 9, 10: Spark's default (10) would derive 9
     before = sorted(str(p) for p in tmp_path.rglob("*"))
     with pytest.raises(SinkRollbackRefusedError, match="fits compaction intervals 3, 9, and the savepoint does not"):
-        sink_rollback.plan(LOCAL, str(out), Cut(3, 3, True, last_at(out, 3)))
+        sink_rollback.plan(LOCAL, str(out), SinkCut(3, 3, True, last_at(out, 3)))
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before
-    sink_rollback.apply(LOCAL, sink_rollback.plan(LOCAL, str(out), Cut(3, 3, True, last_at(out, 3),
+    sink_rollback.apply(LOCAL, sink_rollback.plan(LOCAL, str(out), SinkCut(3, 3, True, last_at(out, 3),
                                                                       compact_interval=3)))
     assert spark_reads(out, 3) and SinkLog(LOCAL, str(out)).latest == 3
 
@@ -262,7 +262,7 @@ def test_paths_are_decoded_as_hadoop_encodes_them(tmp_path):
         # Hadoop's URI encodes the space, and the '%' of the partition value's own escape again.
         logged = f"file://{str(out).replace(' ', '%20')}/{name.replace('%', '%25')}"
         (log / str(batch)).write_text("v1\n" + json.dumps({"path": logged, "size": 1, "action": "add"}))
-    plan = sink_rollback.plan(LOCAL, str(out), Cut(0, 0, False, None))
+    plan = sink_rollback.plan(LOCAL, str(out), SinkCut(0, 0, False, None))
     assert plan.moved == [("k=50%25/part-1.parquet", 1), ("k=50%25/part-2.parquet", 1)]
     trash = Path(sink_rollback.apply(LOCAL, plan))
     assert sorted(p.name for p in (trash / "k=50%25").iterdir()) == ["part-1.parquet", "part-2.parquet"]
@@ -272,8 +272,8 @@ def test_a_log_behind_the_cut_is_refused_and_one_at_it_gets_the_rescaled_batch(t
     out = tmp_path / "out"
     sink(out, 4)
     with pytest.raises(SinkRollbackRefusedError, match="ends at batch 3, before the savepoint's batch 6"):
-        sink_rollback.plan(LOCAL, str(out), Cut(6, 6, True, None))
-    plan = sink_rollback.plan(LOCAL, str(out), Cut(3, 4, True, last_at(out, 3)))
+        sink_rollback.plan(LOCAL, str(out), SinkCut(6, 6, True, None))
+    plan = sink_rollback.plan(LOCAL, str(out), SinkCut(3, 4, True, last_at(out, 3)))
     assert plan.batches == [] and list(plan.filler) == ["4"]
     assert sink_rollback.apply(LOCAL, plan) is None
     assert SinkLog(LOCAL, str(out)).latest == 4 and files_at(out, 4) == files_at(out, 3)
@@ -297,7 +297,7 @@ def test_a_log_whose_files_spark_would_not_find_after_the_rollback_is_refused(tm
     (log / "4").rename(log / "4.compact")  # not a compaction batch of this log: Spark would look for "4"
     before = sorted(str(p) for p in tmp_path.rglob("*"))
     with pytest.raises(SinkRollbackRefusedError, match="would not find"):
-        sink_rollback.plan(LOCAL, str(out), Cut(4, 4, False, None, compact_interval=3))
+        sink_rollback.plan(LOCAL, str(out), SinkCut(4, 4, False, None, compact_interval=3))
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before
 
 
@@ -334,7 +334,7 @@ def test_a_log_that_names_a_file_outside_the_output_through_dot_dot_or_a_link_is
     log.write_text("v1\n" + json.dumps(entry))
     before = sorted(str(p) for p in tmp_path.rglob("*"))
     with pytest.raises(SinkRollbackRefusedError, match="outside the output"):
-        sink_rollback.plan(LOCAL, str(out), Cut(3, 3, True, last_at(out, 3)))
+        sink_rollback.plan(LOCAL, str(out), SinkCut(3, 3, True, last_at(out, 3)))
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before and (victim / "keep.txt").read_text() == "secret"
 
 
@@ -342,7 +342,7 @@ def test_an_output_named_through_a_link_is_the_output(tmp_path):
     out = tmp_path / "out"
     sink(out, 6)
     (tmp_path / "link").symlink_to(out)
-    plan = sink_rollback.plan(LOCAL, str(tmp_path / "link"), Cut(3, 3, True, last_at(out, 3)))
+    plan = sink_rollback.plan(LOCAL, str(tmp_path / "link"), SinkCut(3, 3, True, last_at(out, 3)))
     assert sorted(p for p, _ in plan.moved) == [f"part-{b:02d}-{i}.parquet" for b in (4, 5) for i in range(2)]
 
 
@@ -357,7 +357,7 @@ def test_an_edited_record_of_an_interrupted_rollback_is_refused(tmp_path, monkey
     sink(out, 7)
     victim.mkdir()
     (victim / "keep.txt").write_text("secret")
-    cut = Cut(3, 3, True, last_at(out, 3), compact_interval=3)
+    cut = SinkCut(3, 3, True, last_at(out, 3), compact_interval=3)
     monkeypatch.setattr(Storage, "move", lambda self, source, target: (_ for _ in ()).throw(OSError(5, "I/O")))
     with pytest.raises(Exception, match="I/O"):
         sink_rollback.apply(LOCAL, sink_rollback.plan(LOCAL, str(out), cut))

@@ -1,5 +1,5 @@
 """`sparkpoint check`: whether an application will restore from a savepoint, learned before any downtime
-by running it in a sandbox (savepoints.compat prepares it and words the verdict; runtime.check is the
+by running it in a sandbox (savepoints.compat prepares it and words the verdict; runtime.sandbox is the
 driver's half).
 
 The driver runs here in local mode whatever master the job runs on: planning one empty batch needs no
@@ -29,7 +29,7 @@ from sparkpoint.savepoints import compat, migration, restorability
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.times import poll_until
 
-CHECK_DRIVER = str(Path(__file__).resolve().parents[1] / "runtime" / "check.py")
+SANDBOX_DRIVER = str(Path(__file__).resolve().parents[1] / "runtime" / "sandbox.py")
 
 
 @dataclass
@@ -115,7 +115,7 @@ def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, p
         argv = [spark.submit, "--master", CHECK_MASTER, "--name", "sparkpoint-check",
                 "--conf", f"spark.sql.streaming.checkpointLocation={checkpoints}", *conf_args,
                 *spark_submit.conf_arguments(moved.launch_confs), *request.submit_args,
-                CHECK_DRIVER, sandbox, app, *request.app_args]
+                SANDBOX_DRIVER, sandbox, app, *request.app_args]
         process = spark_submit.launch(argv, spark_submit.driver_environment(spark), log)
         start = process_start(process.pid)
         progress.waiting(f"trying {os.path.basename(app)} on a sandbox restore of {saved.manifest['id']}")

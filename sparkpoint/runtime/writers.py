@@ -2,7 +2,7 @@
 what the application set that the check needs (the query's name, its own checkpointLocation, its output
 mode), and what a query that ran its check batch tells of itself.
 
-Used by the check's sandbox driver (runtime.check: every query redirected into the sandbox) and by the
+Used by the check's sandbox driver (runtime.sandbox: every query redirected into the sandbox) and by the
 check inside a restored job's own driver (runtime.gate: each saved query tried in the sandbox before it
 starts for real).
 """

@@ -5,7 +5,7 @@ empty (``offsets/N+1`` equal to the cut's ``offsets/N``): started there, a query
 once, without waiting for input and without reading any, and Spark's own checks of the saved state
 against the new plan (operators, key and value schemas, number of sources) run as its planning does.
 Its HDFS-backed state is empty where Spark checks schemas by their files (see _empty_hdfs_state).
-The runtime half (sparkpoint.runtime.check) reports what Spark said; this module words the verdict.
+The runtime half (sparkpoint.runtime.sandbox) reports what Spark said; this module words the verdict.
 """
 
 from __future__ import annotations

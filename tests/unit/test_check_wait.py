@@ -1,4 +1,4 @@
-"""How long `sparkpoint check`'s driver waits before it answers (runtime.check.await_check_batches): the restore
+"""How long `sparkpoint check`'s driver waits before it answers (runtime.sandbox.await_check_batches): the restore
 grace bounds when the saved queries start; their check batches have until the answer is due, however long a large
 state takes to load. The queries here are stand-ins for Spark's, whose check batch ends after a given time."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from sparkpoint.runtime.check import Sandbox, await_check_batches
+from sparkpoint.runtime.sandbox import Sandbox, await_check_batches
 
 
 class CheckBatch:

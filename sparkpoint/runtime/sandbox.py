@@ -1,7 +1,7 @@
 """What `sparkpoint check` hands to spark-submit instead of the application: the application, unchanged,
 in a sandbox, to learn whether it restores from a savepoint.
 
-usage (by sparkpoint only): check.py SANDBOX APP.py [APP_ARGS...]
+usage (by sparkpoint only): sandbox.py SANDBOX APP.py [APP_ARGS...]
 SANDBOX holds ``checkpoints/<query>/`` (a throwaway restore of the savepoint whose next batch is planned
 empty: offsets equal to the cut's, so it reads no input) and the request (jobs.protocol.CHECK_REQUEST:
 ``saved``, the saved query names; ``confs``, the conf keys Spark pins in their offset logs; ``grace``,

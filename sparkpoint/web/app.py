@@ -21,7 +21,7 @@ from starlette.staticfiles import StaticFiles
 
 from sparkpoint.config import Settings
 from sparkpoint.errors import NotFoundError, SparkpointError
-from sparkpoint.jobs import timeline
+from sparkpoint.jobs import startup, timeline
 from sparkpoint.results import as_json, human_bytes
 from sparkpoint.times import parse_iso
 from sparkpoint.web import actions, draw
@@ -35,7 +35,7 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
              allow_actions: bool = False) -> TokenGate:
     """The page for ``settings``' home, behind ``token``; ``allow_actions``: savepoint, stop and dispose from it."""
     templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined)
-    templates.filters.update(bytes=human_bytes, age=_age, rate=_rate)
+    templates.filters.update(bytes=human_bytes, age=_age, rate=_rate, phases=startup.said)
     forms = actions.Forms(secrets.token_bytes(32))
     state_reads = threading.Lock()
 

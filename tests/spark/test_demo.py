@@ -67,6 +67,10 @@ def _the_demo_on_the_page(home: Path) -> None:
         page.goto(url)
         page.goto(url.split("?")[0] + "names/alarms")
         assert page.locator("svg.versions text.edge-label").all_text_contents() == ["restore"]
+        # Where each version's start went: v1's from spark-submit, v2's from the restore, to its first batch.
+        starts = page.locator("td.start").all_text_contents()
+        assert [start.split(" ", 1)[0] for start in starts] == ["restore", "spark-submit"], starts
+        assert all(" first batch " in start for start in starts), starts
         marks = page.locator("svg.timeline circle title").all_text_contents()
         assert len(marks) == 3, marks
         assert sorted(title.split(", ")[1] for title in marks) == ["live", "stop", "stop"], marks

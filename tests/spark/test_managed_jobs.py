@@ -103,6 +103,9 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     assert {phase: found[("sparkpoint_job_last_stop_phase_seconds", job["id"], phase)]
             for phase in stopped["phases"]} == stopped["phases"]
     assert stopped["job"]["state"] == "finished"
+    # How each was taken, in its manifest (the page's time line reads it there).
+    assert [cli_json(home, "inspect", taken)["origin"]["taken"] for taken in (
+        live["path"], polled["savepoint"]["path"], stopped["path"])] == ["live", "scheduled", "stop"]
     assert process_gone(job["pid"])
     assert cli_json(home, "list") == []
 

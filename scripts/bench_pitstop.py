@@ -11,9 +11,11 @@ round, then per path the min / median / max of each figure and each phase, and w
 --no-check). A figure, never a pass/fail test.
 
     .venv/bin/python scripts/bench_pitstop.py [--rounds 5] [--workload keyed|rate] [--paths replace]
-        [--keys 4000000] [--provider rocksdb] [--from-spark-home DIR] [--to-spark-home DIR]
+        [--keys 4000000 --driver-memory 8g] [--provider rocksdb] [--from-spark-home DIR] [--to-spark-home DIR]
 
---keys, --provider: the keyed job's number of keys and state store (hdfs, the default, or rocksdb).
+--keys, --provider: the keyed job's number of keys and state store (hdfs, the default, or rocksdb);
+--driver-memory: both jobs' (local mode runs the executors in the driver: 4M keys of HDFS-backed state, held in
+memory, need 8g here).
 --from-spark-home / --to-spark-home: the old and the new job's Spark (default: the project's), for the
 downtime of a move to another Spark (scripts/spark-versions.sh installs each supported one in .venv-spark/).
 """
@@ -75,12 +77,14 @@ def main() -> None:
     parser.add_argument("--paths", default=",".join(PATH_NAMES), help=f"of {', '.join(PATH_NAMES)}")
     parser.add_argument("--keys", type=int, default=1_000_000, help="the keyed job's keys")
     parser.add_argument("--provider", choices=("hdfs", "rocksdb"), default="hdfs", help="the keyed job's state store")
+    parser.add_argument("--driver-memory", help="both jobs' (4M keys of HDFS-backed state need 8g)")
     parser.add_argument("--from-spark-home", help="the old job's Spark [default: the project's own]")
     parser.add_argument("--to-spark-home", help="the new job's Spark [default: the project's own]")
     options = parser.parse_args()
     paths = {PATH_NAMES[name]: PATHS[PATH_NAMES[name]] for name in options.paths.split(",")}
-    old_spark, new_spark = (("--spark-home", home) if home else () for home in (options.from_spark_home,
-                                                                                  options.to_spark_home))
+    memory = ("--driver-memory", options.driver_memory) if options.driver_memory else ()
+    old_spark, new_spark = ((*(("--spark-home", home) if home else ()), *memory)
+                            for home in (options.from_spark_home, options.to_spark_home))
     app, query, arguments = WORKLOADS[options.workload]
     workload = (app, query, arguments if options.workload != "keyed" else lambda work: [
         *arguments(work), "--keys", str(options.keys), "--provider", options.provider])

@@ -44,7 +44,8 @@ def stop_then_run(home: Path, workload, old_spark: tuple[str, ...], new_spark: t
     stopped = sparkpoint(home, "stop", job["id"])
     returned = time.time()
     cut = stopped["queries"][0]["batch_id"]
-    restored = sparkpoint(home, "run", "--detach", "--name", "upgrade", *check, *new_spark, "-s", stopped["id"], app,
+    # sparkpoint's own options first: the first spark-submit option (--driver-memory) hands the rest to spark-submit
+    restored = sparkpoint(home, "run", "--detach", "--name", "upgrade", *check, "-s", stopped["id"], *new_spark, app,
                           *args(home.parent))
     new_checkpoint = Path(restored["checkpoint_root"]) / query
     first = commit_time(new_checkpoint, wait_for_commit_after(new_checkpoint, cut))

@@ -6,7 +6,8 @@ GROUP BY k with MAX(v), COUNT(*), 8 shuffle partitions), run under `sparkpoint r
 stopped with a savepoint (`sparkpoint stop`). Once on the HDFS-backed store (sparkpoint's own path) and once
 on RocksDB (`--conf ...providerClass=RocksDB`: Spark's repartitioner). For each, ROUNDS times: the wall time of
 `sparkpoint rescale SP --partitions 16` (a CLI process: its own local Spark session included) and of
-`sparkpoint restore SP DIR` (copies, not links: what a move to another cluster costs); min / median / max.
+`sparkpoint restore SP DIR` (copies, not links: what a move to another cluster costs); min / median / max, and
+of each of the rescale's phases (its JSON's ``phases``).
 A figure, never a pass/fail test.
 
     .venv/bin/python scripts/bench_rescale.py [--rounds 3] [--providers hdfs,rocksdb]
@@ -55,12 +56,13 @@ def main() -> None:
         for provider in options.providers.split(","):
             savepoint, stop_seconds = stopped_savepoint(work, home, provider)
             size = sparkpoint(home, "inspect", savepoint)["bytes"]
-            rescales, restores, rows = [], [], None
+            rescales, restores, rows, phases = [], [], None, []
             for round_ in range(options.rounds):
                 seconds, rescaled = timed(home, "rescale", savepoint, "--partitions", "16",
                                           str(work / f"rescaled-{provider}-{round_}"))
                 rescales.append(seconds)
                 rows = sum(store["rows"] for q in rescaled["queries"] for store in q["stores"])
+                phases.append(rescaled["phases"])
                 assert all(store["misplaced"] == 0 for q in rescaled["queries"] for store in q["stores"])
                 seconds, _ = timed(home, "restore", "--mode", "copy", savepoint,
                                    str(work / f"restored-{provider}-{round_}"))
@@ -69,6 +71,8 @@ def main() -> None:
                   flush=True)
             print(f"  seconds (min median max)  rescale 8 -> 16: {spread(rescales)}   restore (copy): "
                   f"{spread(restores)}", flush=True)
+            for phase in phases[0]:
+                print(f"    {phase:14s} {spread([found[phase] for found in phases])}", flush=True)
             ratio = statistics.median(rescales) / statistics.median(restores)
             print(f"  ratio rescale / restore (medians): {ratio:.1f}", flush=True)
     finally:

@@ -13,7 +13,8 @@ import os
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from sparkpoint.adapters import transfer
@@ -52,6 +53,26 @@ class Rescaled(Result):
     savepoint: Created  # the new one
     seconds: float
     queries: list[RescaledQuery]
+    # Where the seconds went, in the order they came (Phases), every rescaled query's summed
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+class Phases:
+    """Seconds per phase, each from the end of the one before: restore (the source into scratch, Spark starting
+    alongside), spark_session (what was left of Spark's start), state_read (HDFS-backed: the files read here, Spark
+    counting the rows alongside; RocksDB: Spark counting them), state_placed (the rows written to their new
+    partitions; RocksDB: Spark's repartitioner), read_back (Spark reading the new state: rows and misplaced
+    keys), savepoint (the new savepoint written)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self._last = clock()
+        self.seconds: dict[str, float] = {}
+
+    def done(self, phase: str) -> None:
+        now = self._clock()
+        self.seconds[phase] = round(self.seconds.get(phase, 0.0) + now - self._last, 3)
+        self._last = now
 
 
 def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_dir: str | None = None, *,
@@ -64,6 +85,7 @@ def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_di
     from sparkpoint.spark import state_rows
 
     started = time.monotonic()
+    phases = Phases()
     progress = progress or transfer.NullProgress()
     chosen = _chosen(savepoint, partitions, query, replan)
     if target_dir is not None and is_inside(storage_for(target_dir, settings.storage_options)[1], savepoint.path):
@@ -78,6 +100,7 @@ def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_di
             starting = spark_side.submit(state_rows.spark_session)
             restored = restore(savepoint, os.path.join(scratch, "checkpoints"), workers=settings.transfer_workers,
                                storage_options=settings.storage_options)
+            phases.done("restore")
             locations = {q.name: q.checkpoint for q in restored.queries}
             sinks = {q["name"]: q.get("sink") for q in savepoint.queries}
             inputs = {q["name"]: q.get("inputs") for q in savepoint.queries}
@@ -86,8 +109,10 @@ def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_di
             progress.start(f"rescale {savepoint.manifest['id']} to {partitions} partitions",
                            sum(op["bytes"] for q in chosen.values() for op in q["operators"]))
             spark = starting.result()
+            phases.done("spark_session")
             for name, saved in chosen.items():
-                results[name] = _rescale_query(spark, spark_side, saved, locations[name], partitions, progress)
+                results[name] = _rescale_query(spark, spark_side, saved, locations[name], partitions, progress,
+                                               phases)
             progress.finish()
         created = take(settings, savepoint.manifest["job"],
                        # The sink's cut stays the source's: the rescale's batch wrote nothing to the sink, and
@@ -100,6 +125,7 @@ def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_di
                        # The state is still the one the job's Spark wrote (this Spark only placed it).
                        restored_from=savepoint.path, spark_version=savepoint.manifest.get("spark_version"),
                        progress=progress)
+        phases.done("savepoint")
     finally:
         # After the executor has let its thread go: no Spark job reads the scratch directory any more.
         shutil.rmtree(scratch, ignore_errors=True)
@@ -107,7 +133,7 @@ def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_di
             starting.result().stop()
     return Rescaled(source=savepoint.path, source_id=savepoint.manifest["id"], savepoint=created,
                     seconds=round(time.monotonic() - started, 3),
-                    queries=[results[q["name"]] for q in savepoint.queries])
+                    queries=[results[q["name"]] for q in savepoint.queries], phases=phases.seconds)
 
 
 def needs_rescale(savepoint: Savepoint, partitions: int) -> bool:
@@ -188,7 +214,7 @@ def _unchanged(saved: dict[str, Any]) -> RescaledQuery:
 
 
 def _rescale_query(spark, spark_side: ThreadPoolExecutor, saved: dict[str, Any], checkpoint: str, partitions: int,
-                   progress: transfer.Progress) -> RescaledQuery:
+                   progress: transfer.Progress, phases: Phases) -> RescaledQuery:
     from sparkpoint.spark import repartition
 
     planned = saved.get("planned_batch_id")
@@ -201,6 +227,7 @@ def _rescale_query(spark, spark_side: ThreadPoolExecutor, saved: dict[str, Any],
     schemas = repartition.key_schemas(spark, checkpoint, batch_id, operators)
     if saved["provider"].startswith("rocksdb"):
         before = repartition.count_rows(spark, checkpoint, batch_id, operators)
+        phases.done("state_read")
         progress.waiting(f"Spark repartitions the state of {saved['name']}")
         new_batch = repartition.run_spark_runner(spark, checkpoint, partitions, saved["checkpoint_format_version"])
         progress.advance(sum(op["bytes"] for op in operators))
@@ -213,8 +240,11 @@ def _rescale_query(spark, spark_side: ThreadPoolExecutor, saved: dict[str, Any],
             spark.sparkContext.cancelAllJobs()  # the count reads the scratch directory about to be removed
             raise
         before = counting.result()
+        phases.done("state_read")
         new_batch = repartition.write_hdfs(checkpoint, batch_id, plan, state, partitions, progress.advance)
+    phases.done("state_placed")
     checks = repartition.check_rescaled(spark, checkpoint, new_batch, operators, partitions, before)
+    phases.done("read_back")
     unsound = [c for c in checks if not c.sound]
     if unsound:
         detail = "; ".join(f"operator {c.operator} {c.store}: {c.rows_before} rows before, {c.rows_after} after, "

@@ -62,7 +62,12 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     assert job["state"] == "running", job
     wait_for(lambda: 2 in outputs(tmp_path / "out1"), what="batch 2 of v1")
 
-    listed = cli_json(home, "list")
+    # The sink writes batch 2's output before Spark commits it and reports its progress: wait for the report.
+    def reported() -> list | None:
+        jobs = cli_json(home, "list")
+        return jobs if jobs and ((jobs[0]["queries"] or [{}])[0].get("batch_id") or -1) >= 2 else None
+
+    listed = wait_for(reported, what="the agent to report batch 2")
     assert [(j["id"], j["state"]) for j in listed] == [(job["id"], "running")]
     query = listed[0]["queries"][0]
     assert query["name"] == "counts" and query["batch_id"] >= 2 and listed[0]["app_id"].startswith("local-")

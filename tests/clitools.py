@@ -36,6 +36,18 @@ def wait_for(predicate, timeout=120.0, what="condition", interval=0.3):
     return value
 
 
+def reported(home, job_id: str, batch: int, timeout: float = 120.0) -> dict:
+    """The job as `list` shows it once its agent reports ``batch`` (or a later one) for every query. A sink writes
+    a batch's output before Spark commits that batch and posts its progress: an output file alone does not mean
+    that `list` or a live savepoint sees the batch."""
+    def listed() -> dict | None:
+        job = next((j for j in cli_json(home, "list") if j["id"] == job_id), None)
+        done = job is not None and job["queries"] and all((q.get("batch_id") or -1) >= batch for q in job["queries"])
+        return job if done else None
+
+    return wait_for(listed, timeout, what=f"{job_id}'s agent to report batch {batch}")
+
+
 def process_gone(pid: int) -> bool:
     return not pid_alive(pid)
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from clitools import cli, cli_json, free_ports, processes_mentioning, wait_for
+from clitools import cli, cli_json, free_ports, processes_mentioning, reported, wait_for
 from s3server import BUCKET, S3Server
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -85,6 +85,7 @@ def test_pit_stop_on_a_cluster_with_savepoints_on_s3_then_migration_to_local(clu
     assert ("hall", 300) in found  # armed under v1, still armed under v2
     assert ("garage", 320) not in found and ("garage", 400) in found  # v2's tolerance
     assert not (tmp_path / "out-v2" / "batch-1.json").exists()  # nothing before the cut re-ran
+    reported(home, v2["id"], 2)
     listed = {j["id"]: j for j in cli_json(home, "list")}
     assert listed[v2["id"]]["state"] == "running" and listed[v2["id"]]["queries"][0]["batch_id"] == 2
     assert listed[v2["id"]]["app_state"] == "RUNNING"

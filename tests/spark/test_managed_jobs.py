@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from clitools import cli, cli_json, process_gone, wait_for
+from clitools import cli, cli_json, process_gone, reported, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -62,12 +62,8 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     assert job["state"] == "running", job
     wait_for(lambda: 2 in outputs(tmp_path / "out1"), what="batch 2 of v1")
 
-    # The sink writes batch 2's output before Spark commits it and reports its progress: wait for the report.
-    def reported() -> list | None:
-        jobs = cli_json(home, "list")
-        return jobs if jobs and ((jobs[0]["queries"] or [{}])[0].get("batch_id") or -1) >= 2 else None
-
-    listed = wait_for(reported, what="the agent to report batch 2")
+    reported(home, job["id"], 2)
+    listed = cli_json(home, "list")
     assert [(j["id"], j["state"]) for j in listed] == [(job["id"], "running")]
     query = listed[0]["queries"][0]
     assert query["name"] == "counts" and query["batch_id"] >= 2 and listed[0]["app_id"].startswith("local-")

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from clitools import cli, cli_json, wait_for
+from clitools import cli, cli_json, reported, wait_for
 from s3server import BUCKET, S3Server
 from test_managed_jobs import APP, expected_counts, feed, outputs
 
@@ -62,6 +62,7 @@ def test_pit_stop_with_live_checkpoints_on_s3a(on_s3a, tmp_path):
     v1 = cli_json(home, "run", "--detach", "--name", "rooms", *options, APP, str(inputs), str(out))
     assert v1["checkpoint_root"].startswith("s3a://"), v1
     wait_for(lambda: 2 in outputs(out), timeout=180, what="batch 2 of v1")
+    reported(home, v1["id"], 2)
     # A live savepoint from s3a onto S3 (s3://, s3fs), and the stop's onto local disk.
     live = cli_json(home, "savepoint", v1["id"], f"s3://{BUCKET}/{tmp_path.name}/savepoints")
     assert live["path"].startswith("s3://") and live["queries"][0]["batch_id"] >= 2, live

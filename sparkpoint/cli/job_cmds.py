@@ -91,7 +91,9 @@ class PassThrough(click.Command):
                    "restore is refused before its queries start, and with --replace before anything stops).")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
 @click.option("--deploy-mode", type=click.Choice(["client", "cluster"]), default="client", show_default=True,
-              help="cluster: a standalone master runs the driver on a worker (submitted through its REST API).")
+              help="cluster: the cluster manager runs the driver (a standalone master on a worker, through its "
+                   "REST API; YARN in its application master). With --replace, the new driver waits there for "
+                   "its hand-over.")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Spark configuration (repeatable).")
 @click.option("--detach", is_flag=True, help="Return once the job runs; its output goes to the job's driver.log.")
 @click.option("--spark-home", metavar="DIR",

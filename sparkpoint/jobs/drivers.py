@@ -30,10 +30,14 @@ def await_cluster_driver(registry: Registry, job: Job, detach: bool, sleep, cloc
     state = found[1] if found else state_of(job)
     info = describe_job(job, state=state)
     if state in ("failed", "lost"):
-        reason = info.error or (f"the cluster manager reports the driver {job.driver.get('driverState', 'unknown')}"
-                                + (f": {job.driver['message']}" if job.driver.get("message") else ""))
-        raise JobFailedError(f"job {job.id} failed: {reason}")
+        raise JobFailedError(f"job {job.id} failed: {cluster_driver_failure(job, info)}")
     return info
+
+
+def cluster_driver_failure(job: Job, info: JobView) -> str:
+    """Why a cluster-mode driver failed: what its agent recorded, else what its cluster manager says."""
+    return info.error or (f"the cluster manager reports the driver {job.driver.get('driverState', 'unknown')}"
+                          + (f": {job.driver['message']}" if job.driver.get("message") else ""))
 
 
 def await_start(registry: Registry, job: Job, process: subprocess.Popen, sleep, clock, timeout: float) -> JobView:

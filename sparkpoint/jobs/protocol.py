@@ -69,14 +69,16 @@ def read_agent_record(directory: Path | str) -> tuple[dict[str, Any], str | None
     return (data, None) if isinstance(data, dict) else ({}, f"{path} is not a JSON object")
 
 
-def await_handover(directory: Path | str, controller_pid: int, held: str | None = None,
-                   sleep=time.sleep) -> dict[str, Any]:
+def await_handover(directory: Path | str, controller_pid: int | None, held: str | None = None,
+                   timeout: float | None = None, sleep=time.sleep) -> dict[str, Any]:
     """In a driver started by `run --replace`: say it is up (and which query's start it holds, ``held``), then
     wait until the job it replaces is stopped and its savepoint restored here ({"expected_queries": [...]}), or
-    the hand-over is off ({"abort": reason}). A controller that died cannot answer any more: an abort too."""
+    the hand-over is off ({"abort": reason}). A controller that died cannot answer any more: an abort too. A
+    cluster-mode driver cannot see its controller's process (None): no answer within ``timeout`` is its abort."""
     directory = Path(directory)
     write_json(directory / HANDOVER_WAITING, {"held": held})
-    return _await_controller(directory / HANDOVER_FILE, controller_pid, "the hand-over", None, sleep)
+    found = _await_controller(directory / HANDOVER_FILE, controller_pid, "the hand-over", timeout, sleep)
+    return found if isinstance(found, dict) else {"abort": f"no hand-over within {timeout:g} s"}
 
 
 def handover_waiting(directory: Path | str) -> bool:

@@ -3,15 +3,14 @@ one restores it and takes over."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import subprocess
+from dataclasses import replace
 
 from sparkpoint.config import Settings
 from sparkpoint.errors import JobFailedError, SparkpointError
-from sparkpoint.jobs.drivers import await_end, end_driver
+from sparkpoint.jobs.drivers import await_end, cluster_driver_failure, end_driver
 from sparkpoint.jobs.protocol import answer_handover, handover_waiting
-from sparkpoint.jobs.registry import Job, Registry
+from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, describe_job, state_of
 from sparkpoint.jobs.sinks import refuse_sinks_ahead
 from sparkpoint.jobs.stop import Stopped, record_stopped, stop_with_savepoint
 from sparkpoint.savepoints import savepoint
@@ -27,12 +26,13 @@ class HandoverFailedError(JobFailedError):
         self.savepoint = savepoint
 
 
-def take_over(settings: Settings, registry: Registry, job: Job, process: subprocess.Popen, replaced: Job,
+def take_over(settings: Settings, registry: Registry, job: Job, process: subprocess.Popen | None, replaced: Job,
               savepoint_path: str | None, stop_timeout: float, progress, sleep, clock,
               timeout: float) -> Stopped:
     """Stop ``replaced`` with a savepoint and restore it into ``job``, whose driver is already up and waiting:
     the new JVM's start-up overlaps the old job's last batch, and the old one runs on until the new
-    one is ready. If anything fails before the hand-over, the new driver is told to give up."""
+    one is ready. If anything fails before the hand-over, the new driver is told to give up. ``process``: the
+    new driver's spark-submit here, or None when its cluster manager runs it (cluster mode)."""
     stopped = None
     try:
         _await_handover_waiting(registry, job, process, replaced, sleep, clock, timeout)
@@ -54,7 +54,7 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
         job.launch["restored"] = iso()
     except BaseException as exc:
         answer_handover(job.directory, {"abort": f"the hand-over from {replaced.id} failed: {exc}"})
-        if process.poll() is None:
+        if _still_running(registry, job, process):
             end_driver(job, grace=30.0, sleep=sleep, clock=clock)
             job.end("cancelled", reason=f"hand-over from {replaced.id} failed: {exc}")
             registry.save(job)
@@ -74,23 +74,38 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
                                                f"replaced by {job.id}, savepoint {stopped.path}"))
 
 
-def _await_handover_waiting(registry: Registry, job: Job, process: subprocess.Popen, replaced: Job, sleep, clock,
-                            timeout: float) -> None:
+def _await_handover_waiting(registry: Registry, job: Job, process: subprocess.Popen | None, replaced: Job, sleep,
+                            clock, timeout: float) -> None:
     def up() -> bool:
         if handover_waiting(job.directory):
             return True
-        if process.poll() is not None:
-            try:
-                await_end(registry, job, process)
-                reason = "ended"
-            except JobFailedError as exc:
-                reason = str(exc).removeprefix(f"job {job.id} ")
-            raise JobFailedError(f"job {job.id} {reason} before it could take over from {replaced.id}, which "
-                                 "keeps running")
+        if not _still_running(registry, job, process):
+            raise JobFailedError(f"job {job.id} {_how_it_ended(registry, job, process)} before it could take over "
+                                 f"from {replaced.id}, which keeps running")
         return False
 
-    if not poll_until(up, timeout, 0.02, clock=clock, sleep=sleep):
+    # The old job runs on while this waits, so a slower poll costs no downtime; a cluster-mode driver's state is
+    # a request to its cluster manager.
+    if not poll_until(up, timeout, 0.02 if process else 0.5, clock=clock, sleep=sleep):
         raise JobFailedError(f"job {job.id} did not start within {timeout:g} s; {replaced.id} is still running")
+
+
+def _still_running(registry: Registry, job: Job, process: subprocess.Popen | None) -> bool:
+    if process is not None:
+        return process.poll() is None
+    return state_of(registry.load(job.id)) in ACTIVE_STATES
+
+
+def _how_it_ended(registry: Registry, job: Job, process: subprocess.Popen | None) -> str:
+    if process is not None:
+        try:
+            await_end(registry, job, process)
+            return "ended"
+        except JobFailedError as exc:
+            return str(exc).removeprefix(f"job {job.id} ")
+    latest = registry.load(job.id)
+    state = state_of(latest)
+    return "ended" if state == "finished" else f"{state}: {cluster_driver_failure(latest, describe_job(latest))}"
 
 
 def _cuts(stopped: Stopped) -> str:

@@ -67,6 +67,9 @@ from sparkpoint.savepoints.savepoint import load as load_savepoint
 from sparkpoint.times import iso
 
 BOOTSTRAP = str(Path(__file__).resolve().parents[1] / "runtime" / "bootstrap.py")
+# A cluster-mode driver waiting for its hand-over gives up after its start and the old job's stop, and this
+# much more: the stop's savepoint and its restore into the new job's checkpoints, minutes for a large state.
+HANDOVER_RESTORE_MARGIN = 900.0
 
 
 @dataclass
@@ -198,7 +201,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
             job.note(event, note)
         try:
             process = _launch(settings, job, app, request, conf_args, manager, spark, saved, replaced is not None,
-                              to_check if checked_in_driver else None, progress)
+                              to_check if checked_in_driver else None, progress, start_timeout)
         except BaseException as exc:
             job.end("failed", error=str(exc))
             registry.save(job)
@@ -301,9 +304,6 @@ def _refuse_short_stop(replaced: Job, status: dict[str, Any], stop_timeout: floa
 
 
 def _refuse_what_cannot_go_together(request: RunRequest) -> None:
-    if request.replace and request.deploy_mode == "cluster":
-        raise BadArgumentError("--replace needs the new driver on this machine (client mode): in cluster mode, "
-                               "stop the job, then run -s with --rollback-to")
     if request.replace and request.savepoint:
         raise BadArgumentError("--replace restores from the savepoint it takes of that job: drop -s")
     if (request.rollback_to or request.healthy_when) and request.probation is None:
@@ -465,9 +465,20 @@ def _roll_back(settings: Settings, registry: Registry, failed: Job, way_back: Wa
     return again
 
 
+def _handover_settings(cluster: bool, stop_timeout: float, start_timeout: float) -> dict[str, str]:
+    """How `run --replace`'s new driver waits for its hand-over: watching this process, or, from a machine where
+    it cannot (cluster mode), for a bounded time, so that a `run` gone for good leaves no driver waiting forever:
+    its own start, the old job's stop, and a margin for the savepoint and its restore."""
+    if not cluster:
+        return {"SPARKPOINT_HANDOVER_FROM": str(os.getpid())}
+    wait = start_timeout + stop_timeout + HANDOVER_RESTORE_MARGIN
+    return {"SPARKPOINT_HANDOVER_FROM": "cluster", "SPARKPOINT_HANDOVER_WAIT": f"{wait:g}"}
+
+
 def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_args: list[str],
             manager: ClusterManager, spark: spark_submit.Spark | None, saved: Savepoint | None, replacing: bool,
-            checked_against: Savepoint | None, progress: Progress | None) -> subprocess.Popen | None:
+            checked_against: Savepoint | None, progress: Progress | None,
+            start_timeout: float) -> subprocess.Popen | None:
     """Restore the savepoint into the job's checkpoints and start its driver: spark-submit of the Spark chosen,
     here (its process), or in cluster mode through its manager (None; the id the manager knows the driver by is
     recorded in ``job``). ``checked_against``: the savepoint the driver checks the application against."""
@@ -486,7 +497,7 @@ def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_ar
         "SPARKPOINT_RESTORE_GRACE": str(request.restore_grace),
         "SPARKPOINT_ALLOW_NON_RESTORED_STATE": "1" if request.allow_non_restored_state else "0",
         "SPARKPOINT_EXPECTED_QUERIES": ",".join(q["name"] for q in saved.queries) if saved else "",
-        **({"SPARKPOINT_HANDOVER_FROM": str(os.getpid())} if replacing else {}),
+        **(_handover_settings(cluster, request.stop_timeout, start_timeout) if replacing else {}),
     }
     checkpoint_conf = ["--conf", f"spark.sql.streaming.checkpointLocation={spark_uri(job.checkpoint_root)}"]
     if cluster:

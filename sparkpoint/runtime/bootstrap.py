@@ -4,9 +4,10 @@ then runs the application unchanged in this same interpreter, and records how it
 usage (by sparkpoint only): bootstrap.py JOB_DIR APP.py [APP_ARGS...]
 Environment: SPARKPOINT_AGENT_HOST (default 127.0.0.1), SPARKPOINT_EXPECTED_QUERIES (comma-separated
 query names of a restored savepoint), SPARKPOINT_ALLOW_NON_RESTORED_STATE (1/0),
-SPARKPOINT_RESTORE_GRACE (seconds), SPARKPOINT_HANDOVER_FROM (the pid of a `run --replace`: wait for
-its hand-over before the application starts, so that the JVM and Python start-up overlap the stop of
-the job being replaced); SPARKPOINT_CHECK_DIR and SPARKPOINT_CONTROLLER (`run -s`'s check, tried in this
+SPARKPOINT_RESTORE_GRACE (seconds), SPARKPOINT_HANDOVER_FROM (the pid of a `run --replace`, or
+"cluster" for a driver its cluster manager runs: wait for its hand-over before the application starts,
+so that the JVM and Python start-up overlap the stop of the job being replaced; in cluster mode for at most
+SPARKPOINT_HANDOVER_WAIT seconds); SPARKPOINT_CHECK_DIR and SPARKPOINT_CONTROLLER (`run -s`'s check, tried in this
 driver before each saved query starts: see runtime.gate).
 """
 
@@ -103,7 +104,8 @@ def main(argv: list[str]) -> int:
                      daemon=True).start()
     _hand_the_cluster_secret_to_spark()
     if handover_from:  # installed first, so it runs after the gate: a query is checked, then held till the hand-over
-        hold_first_start(job_dir, int(handover_from), agent.expect)
+        hold_first_start(job_dir, None if handover_from == "cluster" else int(handover_from), agent.expect,
+                         timeout=float(os.environ.get("SPARKPOINT_HANDOVER_WAIT", "0")) or None)
     install_from_environment()
     intercept_batch_writes()
 

@@ -19,10 +19,12 @@ from sparkpoint.runtime.agent import CHECK_QUERY_SUFFIX
 from sparkpoint.runtime.writers import StartCall, intercept_starts, refuse_start
 
 
-def hold_first_start(job_dir: str, controller_pid: int, on_answer, classes: list | None = None) -> None:
+def hold_first_start(job_dir: str, controller_pid: int | None, on_answer, classes: list | None = None,
+                     timeout: float | None = None) -> None:
     """Every streaming start waits until the hand-over is answered (once: the later ones go at once, or end the
     application as the first did); ``on_answer(expected_queries)`` hears the saved queries before any starts.
-    ``classes``: the writer classes (runtime.writers: Spark's, classic and Connect)."""
+    ``classes``: the writer classes (runtime.writers: Spark's, classic and Connect). ``controller_pid``: the
+    `run` on this machine, whose end is an abort; None in cluster mode, where ``timeout`` bounds the wait."""
     lock = threading.Lock()
     answer: dict[str, Any] = {}
 
@@ -31,7 +33,8 @@ def hold_first_start(job_dir: str, controller_pid: int, on_answer, classes: list
             return call.as_called()
         with lock:  # two threads starting queries at once: one asks, both hear the same answer
             if not answer:
-                answer.update(await_handover(job_dir, controller_pid, getattr(writer, "_sparkpoint_name", None)))
+                answer.update(await_handover(job_dir, controller_pid, getattr(writer, "_sparkpoint_name", None),
+                                             timeout))
                 if "abort" not in answer:
                     on_answer(tuple(answer["expected_queries"]))
         if "abort" in answer:

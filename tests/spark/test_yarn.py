@@ -1,7 +1,8 @@
 """On a real YARN with the checkpoints on a real HDFS (Hadoop's mini clusters, scripts/local_hadoop.py): the
 room-count pit stop in client mode (list through the ResourceManager, live savepoint, stop, run -s, exact; the
-application killed by YARN), and in cluster mode (live savepoint, stop, run -s, a --replace that fails its probation
-and is rolled back, exact throughout; the rolled-back driver, its agent frozen, cancelled through YARN)."""
+application killed by YARN), and in cluster mode (live savepoint, stop, run -s, a --replace in cluster mode that
+fails its probation and is rolled back, exact throughout; the rolled-back driver, its agent frozen, cancelled
+through YARN)."""
 
 from __future__ import annotations
 
@@ -115,9 +116,10 @@ def test_cluster_mode_on_yarn_pit_stop_replace_rolled_back_and_a_deaf_agent_canc
     assert v2["restored_from"] == stopped["path"] and v2["upgrade_check"]["compatible"] is True, v2
     wait_for(lambda: 3 in outputs(out), timeout=180, what="batch 3 of v2")
 
-    # A new version replacing v2 in one step (its driver here: --replace hands over to a driver on this machine),
-    # with a condition it cannot meet: given a batch once it has taken over, it fails its probation, and v2's
-    # version runs again, in cluster mode as it ran before, from the hand-over's savepoint.
+    # A new version replacing v2 in one step, its driver in cluster mode too (it waits for its hand-over in its
+    # YARN container, reading the home), with a condition it cannot meet: given a batch once it has taken over,
+    # it fails its probation, and v2's version runs again, in cluster mode as it ran before, from the hand-over's
+    # savepoint.
     def feed_the_new_version() -> None:
         wait_for(lambda: any(j["id"] != v2["id"] and j["state"] == "running" for j in cli_json(home, "list")),
                  timeout=240, what="the new version to take over")
@@ -126,15 +128,19 @@ def test_cluster_mode_on_yarn_pit_stop_replace_rolled_back_and_a_deaf_agent_canc
     feeder = threading.Thread(target=feed_the_new_version, daemon=True)
     feeder.start()
     code, replaced, err = cli(home, "run", "--output", "json", "--detach", "--replace", v2["id"], "--no-check",
-                              "--probation", "20", "--healthy-when", "processing_rate>=1e9", "--master", "yarn",
-                              "--name", "rooms", *yarn_confs(False), APP, source, str(out))
+                              "--probation", "20", "--healthy-when", "processing_rate>=1e9", *launch, APP, source,
+                              str(out))
     feeder.join(timeout=10)
     assert code == 13 and "failed on probation (unhealthy: processing_rate of counts: " in err, err
     failed = json.loads(replaced)
     again = failed["rolled_back"]
     assert again["state"] == "running" and again["submission_id"].startswith("application_"), again
     assert again["restored_from"] == failed["replaced"]["path"] and again["rollback"]["rollback_of"] == failed["id"]
-    assert rm_app(on_yarn, failed["app_id"])["state"] in ("FINISHED", "KILLED")
+    assert failed["replaced"]["job"]["state"] == "finished" and failed["submission_id"].startswith("application_")
+    # Its JVM and Spark session came up while v2 still ran: only then did v2 stop.
+    assert list(failed["start"]["phases"])[:5] == ["spark_submit", "spark_session", "waiting", "stop", "restore"], \
+        failed["start"]
+    assert rm_app(on_yarn, failed["submission_id"])["state"] in ("FINISHED", "KILLED")
     feed(inputs, 5)
     wait_for(lambda: 5 in outputs(out), timeout=180, what="batch 5 after the rollback")
     newest: dict[str, int] = {}

@@ -151,6 +151,13 @@ def test_a_waiting_driver_gives_up_when_its_controller_is_gone(tmp_path):
     assert handover_waiting(tmp_path)
 
 
+def test_a_cluster_mode_driver_gives_up_waiting_for_its_hand_over_after_its_time(tmp_path):
+    """It cannot see the `run` that launched it from another machine: a `run` gone for good is a wait that ends."""
+    answer = await_handover(tmp_path, None, timeout=0.2)
+    assert answer == {"abort": "no hand-over within 0.2 s"}
+    assert handover_waiting(tmp_path)
+
+
 def test_a_waiting_driver_takes_the_controllers_answer(tmp_path):
     answer_handover(tmp_path, {"expected_queries": ["counts"]})
     assert await_handover(tmp_path, os.getpid()) == {"expected_queries": ["counts"]}
@@ -442,7 +449,6 @@ def test_the_probation_counts_each_batch_the_agent_reports_once_and_what_is_not_
     ({"savepoint": "sp", "rollback_to": "sp", "probation": None}, "--no-rollback leaves nothing for --rollback-to"),
     ({"savepoint": "sp", "rollback_to": "sp", "claim": True}, "--claim-mode claim disposes of the savepoint the "
                                                               "rollback would start the previous version from"),
-    ({"replace": "j", "deploy_mode": "cluster", "master": "spark://127.0.0.1:1"}, "run -s with --rollback-to"),
     ({"partitions": 8}, "--partitions rescales the savepoint of -s: use it with -s"),
     ({"replace": "j", "partitions": 8}, "--partitions rescales the savepoint of -s"),
 ])

@@ -6,9 +6,10 @@ HDFS-backed state, a 1 s trigger, input every batch, in client mode with its che
    (one command per directory, in one JVM: scripts/hadoop/FsShellBatch.java), and against `hadoop fs -cp` of the
    whole checkpoint (what an operator would type; it holds the older batches Spark retains too). Hadoop's FsShell,
    run from the Spark's own Hadoop jars: the same commands, no Hadoop installation needed;
-2. `stop` + `run -s` to the restored job's first commit, against a plain restart on YARN from the job's own
-   checkpoint (spark-submit ended with SIGTERM, as YARN's client stops; spark-submit again): each from its first
-   command to the first new commit, and the commit gap (the last commit before to the first after).
+2. `stop` + `run -s` to the restored job's first commit, then `run --replace` of the restored job, against a
+   plain restart on YARN from the job's own checkpoint (spark-submit ended with SIGTERM, as YARN's client stops;
+   spark-submit again): each from its first command to the first new commit, and the commit gap (the last commit
+   before to the first after); the phases of the stops and starts as `stop` and `run` report them.
 
 Each round prints its figures; then the medians and their ratios. A figure, never a pass/fail test.
 
@@ -31,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
+import bench_jobs  # noqa: E402
+from bench_jobs import phases_said, start_said, started  # noqa: E402
 from local_hadoop import HadoopCluster  # noqa: E402
 
 from sparkpoint.adapters.storage import storage_for  # noqa: E402
@@ -141,17 +144,34 @@ def savepoint_against_copy(home: Path, job: dict, checkpoint: str, fs: str, work
             statistics.median(copied) if copied else float("nan"))
 
 
-def stop_then_run(home: Path, job: dict, checkpoint: str, work: Path) -> tuple[float, float]:
-    started = time.time()
+def stop_then_run(home: Path, job: dict, checkpoint: str, work: Path) -> tuple[float, float, dict]:
+    """(the stop's start -> the restored job's first commit, commit gap, the restored job, still running)."""
+    began = time.time()
     stopped = sparkpoint(home, "stop", job["id"])
     cut = stopped["queries"][0]["batch_id"]
     restored = sparkpoint(home, "run", "--detach", "--name", "keyed", "-s", stopped["id"], *SUBMIT, APP,
                           str(work), "1")
     new_checkpoint = f"{restored['checkpoint_root']}/keyed"
     _, first = commit_after(new_checkpoint, cut)
-    gap = first - commits(checkpoint)[cut]
-    sparkpoint(home, "cancel", restored["id"])
-    return first - started, gap
+    print(f"    (stop + run -s: the stop {phases_said(stopped['phases'])}; the start "
+          f"{start_said(started(home, restored['id']))})", flush=True)
+    return first - began, first - commits(checkpoint)[cut], restored
+
+
+def replace_in_one_step(home: Path, job: dict, work: Path) -> tuple[float, float]:
+    """`run --replace` of ``job`` (client mode on YARN): (the command's start -> the new job's first commit,
+    commit gap). The new job is cancelled."""
+    checkpoint = f"{job['checkpoint_root']}/keyed"
+    await_commits(checkpoint, 2)
+    began = time.time()
+    new = sparkpoint(home, "run", "--detach", "--name", "keyed", "--replace", job["id"], "--no-rollback", *SUBMIT,
+                     APP, str(work), "1")
+    cut = new["replaced"]["queries"][0]["batch_id"]
+    _, first = commit_after(f"{new['checkpoint_root']}/keyed", cut)
+    print(f"    (run --replace: the old version's stop {phases_said(new['replaced']['phases'])}; the start "
+          f"{start_said(started(home, new['id']))})", flush=True)
+    sparkpoint(home, "cancel", new["id"])
+    return first - began, first - commits(checkpoint)[cut]
 
 
 def plain_restart(work: Path, fs: str, round_: int) -> tuple[float, float]:
@@ -183,6 +203,7 @@ def main() -> None:
     cluster = HadoopCluster(work / "hadoop").start()
     os.environ.update(HADOOP_CONF_DIR=str(cluster.conf_dir), SPARKPOINT_CHECKPOINTS=f"{cluster.fs}/checkpoints",
                       SPARK_LOCAL_IP="127.0.0.1")
+    bench_jobs.ENV.update(os.environ)  # its `list` (started()) asks this cluster's ResourceManager
     home = work / "home"
     try:
         job = sparkpoint(home, "run", "--detach", "--name", "keyed", *SUBMIT, APP, str(work), "1")
@@ -192,11 +213,14 @@ def main() -> None:
         print(f"savepoint of the running job {taken:.2f} s against hadoop fs -get of the same files {gotten:.2f} s: "
               f"{taken / gotten:.2f}x; against hadoop fs -cp of the whole checkpoint {copied:.2f} s: "
               f"{taken / copied:.2f}x (medians of {options.rounds}; of the copies that completed)", flush=True)
-        pit_stops, restarts = [], []
+        pit_stops, replaced, restarts = [], [], []
         for round_ in range(0 if options.savepoint_only else options.rounds):
-            pit_stops.append(stop_then_run(home, job, checkpoint, work))
+            *pit_stop, restored = stop_then_run(home, job, checkpoint, work)
+            pit_stops.append(pit_stop)
+            replaced.append(replace_in_one_step(home, restored, work))
             restarts.append(plain_restart(work, cluster.fs, round_))
             print(f"  stop + run -s: {pit_stops[-1][0]:.2f} s to the first new commit (gap {pit_stops[-1][1]:.2f} s);"
+                  f" run --replace: {replaced[-1][0]:.2f} s (gap {replaced[-1][1]:.2f} s);"
                   f" plain YARN restart: {restarts[-1][0]:.2f} s (gap {restarts[-1][1]:.2f} s)", flush=True)
             if round_ + 1 < options.rounds:
                 job = sparkpoint(home, "run", "--detach", "--name", "keyed", *SUBMIT, APP, str(work), "1")
@@ -208,6 +232,9 @@ def main() -> None:
         gaps = statistics.median(p[1] for p in pit_stops), statistics.median(r[1] for r in restarts)
         print(f"stop + run -s {down[0]:.2f} s against a plain YARN restart {down[1]:.2f} s: {down[0] / down[1]:.2f}x; "
               f"commit gaps {gaps[0]:.2f} s and {gaps[1]:.2f} s: {gaps[0] / gaps[1]:.2f}x")
+        one_step = statistics.median(r[1] for r in replaced)
+        print(f"run --replace: commit gap {one_step:.2f} s against the plain restart's {gaps[1]:.2f} s: "
+              f"{one_step / gaps[1]:.2f}x (medians of {options.rounds})")
     finally:
         for listed in sparkpoint(home, "list") if (home / "jobs").is_dir() else []:
             subprocess.run([sys.executable, "-m", "sparkpoint", "--home", str(home), "cancel", listed["id"]],

@@ -161,11 +161,11 @@ def run_replace(home: Path, workload, old_spark: tuple[str, ...] = (),
         **{f"stop.{k}": v for k, v in restored["replaced"]["phases"].items()}, **start_record.get("phases", {})}
 
 
-def plain_restart(work: Path, workload) -> tuple[float, float]:
+def plain_restart(work: Path, workload, submit_args: tuple[str, ...] = ()) -> tuple[float, float]:
     """SIGTERM the driver, spark-submit again on the same checkpoint: (SIGTERM -> first new commit, commit gap)."""
     app, _, args = workload
     checkpoint = work / f"plain-restart-{time.monotonic_ns()}"
-    command = [SPARK_SUBMIT, "--master", "local[2]", app, *args(work), str(checkpoint)]
+    command = [SPARK_SUBMIT, "--master", "local[2]", *submit_args, app, *args(work), str(checkpoint)]
     driver = subprocess.Popen(command, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     await_commits(checkpoint, 5)

@@ -5,10 +5,12 @@ HDFS-backed state by default, a 1 s trigger, input every batch).
 Each round runs one job per path and measures, from the commit logs' file times:
 - stop + run -s (checked), stop + run -s --no-check: from `stop`'s return to the restored job's first commit;
 - run --replace: from the command's start to the new job's first commit;
+- plain Spark restart (`--paths plain`, not by default): SIGTERM, then spark-submit again on the job's own
+  checkpoint, no sparkpoint: from the SIGTERM to the first commit, the floor of any two-step on this machine;
 and for each, the commit gap: the old job's last commit to the new one's first, and where it went: the stop's
 phases (`stop`'s and the hand-over's `phases`) and the new job's start (`run`'s `start.phases`). It prints each
-round, then per path the min / median / max of each figure and each phase, and what the check adds (checked minus
---no-check). A figure, never a pass/fail test.
+round, then per path the min / median / max of each figure and each phase, what the check adds (checked minus
+--no-check), and the wall time of `cancel` of each restored job after its first batch. A figure, never a pass/fail test.
 
     .venv/bin/python scripts/bench_pitstop.py [--rounds 5] [--workload keyed|rate] [--paths replace]
         [--keys 4000000 --driver-memory 8g] [--provider rocksdb] [--from-spark-home DIR] [--to-spark-home DIR]
@@ -31,8 +33,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_jobs import (WORKLOADS, commit_time, managed_job, phases_said, run_replace, sparkpoint, start_said,
-                        started, wait_for_commit_after)
+from bench_jobs import (WORKLOADS, commit_time, managed_job, phases_said, plain_restart, run_replace, sparkpoint,
+                        start_said, started, wait_for_commit_after)
+
+
+# `cancel` of each restored job once its first batch committed (the CLI's wall time: a busy 1M-key job).
+CANCELS: list[float] = []
 
 
 def stop_then_run(home: Path, workload, old_spark: tuple[str, ...], new_spark: tuple[str, ...],
@@ -51,7 +57,9 @@ def stop_then_run(home: Path, workload, old_spark: tuple[str, ...], new_spark: t
     first = commit_time(new_checkpoint, wait_for_commit_after(new_checkpoint, cut))
     start = started(home, restored["id"])
     print(f"  (the stop: {phases_said(stopped['phases'])}; the start: {start_said(start)})")
+    began = time.monotonic()
     sparkpoint(home, "cancel", restored["id"])
+    CANCELS.append(time.monotonic() - began)
     if restored["upgrade_check"].get("in_driver"):
         print(f"  (the check's empty batch in the new driver: {restored['upgrade_check']['seconds']:.2f} s)")
     return first - returned, first - commit_time(checkpoint, cut), {
@@ -63,19 +71,29 @@ def spread(values: list[float]) -> str:
     return f"{ordered[0]:.2f} / {statistics.median(ordered):.2f} / {ordered[-1]:.2f}"
 
 
-PATHS = {  # (home, workload, old job's Spark, new job's Spark) -> (downtime, commit gap)
+def plain_restart_of(home: Path, workload, old_spark: tuple[str, ...],
+                     new_spark: tuple[str, ...]) -> tuple[float, float, dict[str, float]]:
+    """The floor of any two-step: Spark alone, SIGTERM and spark-submit again on the job's own checkpoint (no
+    savepoint, no check), with the new job's --driver-memory (the project's Spark)."""
+    submit = tuple(new_spark[new_spark.index("--driver-memory"):][:2]) if "--driver-memory" in new_spark else ()
+    return (*plain_restart(home.parent, workload, submit), {})
+
+
+PATHS = {  # (home, workload, old job's Spark, new job's Spark) -> (downtime, commit gap, phases)
     "stop + run -s": stop_then_run,
     "stop + run -s --no-check": lambda *args: stop_then_run(*args, "--no-check"),
     "run --replace": run_replace,
+    "plain Spark restart": plain_restart_of,
 }
-PATH_NAMES = {"checked": "stop + run -s", "unchecked": "stop + run -s --no-check", "replace": "run --replace"}
+PATH_NAMES = {"checked": "stop + run -s", "unchecked": "stop + run -s --no-check", "replace": "run --replace",
+              "plain": "plain Spark restart"}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="keyed")
-    parser.add_argument("--paths", default=",".join(PATH_NAMES), help=f"of {', '.join(PATH_NAMES)}")
+    parser.add_argument("--paths", default="checked,unchecked,replace", help=f"of {', '.join(PATH_NAMES)}")
     parser.add_argument("--keys", type=int, default=1_000_000, help="the keyed job's keys")
     parser.add_argument("--provider", choices=("hdfs", "rocksdb"), default="hdfs", help="the keyed job's state store")
     parser.add_argument("--driver-memory", help="both jobs' (4M keys of HDFS-backed state need 8g)")
@@ -111,6 +129,8 @@ def main() -> None:
             checked, unchecked = (statistics.median(d for d, _, _ in figures[PATH_NAMES[p]])
                                   for p in ("checked", "unchecked"))
             print(f"the check adds {checked - unchecked:+.2f} s (median, from stop's return to the first commit)")
+        if CANCELS:
+            print(f"cancel of a restored job after its first batch: {spread(CANCELS)} s ({len(CANCELS)} cancels)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

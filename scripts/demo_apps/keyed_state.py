@@ -25,7 +25,7 @@ parser.add_argument("trigger_seconds", nargs="?", type=float, default=1.0)
 parser.add_argument("checkpoint_dir", nargs="?")
 parser.add_argument("--keys", type=int, default=1_000_000)
 parser.add_argument("--provider", choices=sorted(PROVIDERS), default="hdfs")
-options = parser.parse_args()
+options = parser.parse_intermixed_args()  # the checkpoint may follow --keys (bench_jobs.plain_restart)
 KEYS = options.keys
 spark = (SparkSession.builder.appName("keyed-state").config("spark.ui.enabled", "false")
          .config("spark.sql.shuffle.partitions", "8")

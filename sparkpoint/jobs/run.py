@@ -43,7 +43,7 @@ from sparkpoint.jobs.upgrade_check import (
     savepoint_to_check,
 )
 from sparkpoint.jobs.live import LiveQuery
-from sparkpoint.jobs.protocol import real_time_stop_seconds
+from sparkpoint.jobs.protocol import answer_handover, real_time_stop_seconds
 from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start, end_driver, end_interrupted
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, client_for, describe_job, state_of
 from sparkpoint.jobs.rollback import HealthCondition, Probation, parse_condition, watch_probation
@@ -202,6 +202,9 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
         try:
             process = _launch(settings, job, app, request, conf_args, manager, spark, saved, replaced is not None,
                               to_check if checked_in_driver else None, progress, start_timeout)
+            if saved is not None:
+                registry.save(job)  # its driver known (listed starting) while the savepoint is put in place
+                _restore_while_it_starts(settings, job, process, saved, request, progress)
         except BaseException as exc:
             job.end("failed", error=str(exc))
             registry.save(job)
@@ -465,10 +468,29 @@ def _roll_back(settings: Settings, registry: Registry, failed: Job, way_back: Wa
     return again
 
 
+def _restore_while_it_starts(settings: Settings, job: Job, process: subprocess.Popen | None, saved: Savepoint,
+                             request: RunRequest, progress: Progress | None) -> None:
+    """Put ``saved`` in the job's checkpoints while its driver starts (the JVM, the Spark session, the application
+    up to its first query start: seconds, and the restore's copies to HDFS or S3 take seconds too), then let it
+    start its queries. A restore that fails ends the driver before any query started."""
+    try:
+        restore(saved, job.checkpoint_root, mode="claim" if request.claim else "auto",
+                workers=settings.transfer_workers, progress=progress, fork=request.fork,
+                storage_options=settings.storage_options)
+    except BaseException as exc:
+        answer_handover(job.directory, {"abort": f"the restore of {saved.manifest['id']} failed: {exc}"})
+        if process is None or process.poll() is None:
+            end_driver(job, grace=0.0)
+        raise
+    job.launch = {**(job.launch or {}), "restored": iso()}
+    answer_handover(job.directory, {"expected_queries": [q["name"] for q in saved.queries]})
+
+
 def _handover_settings(cluster: bool, stop_timeout: float, start_timeout: float) -> dict[str, str]:
-    """How `run --replace`'s new driver waits for its hand-over: watching this process, or, from a machine where
-    it cannot (cluster mode), for a bounded time, so that a `run` gone for good leaves no driver waiting forever:
-    its own start, the old job's stop, and a margin for the savepoint and its restore."""
+    """How a driver waits for its hand-over (the restore of `run -s`, `run --replace`'s stop and restore): watching
+    this process, or, from a machine where it cannot (cluster mode), for a bounded time, so that a `run` gone for
+    good leaves no driver waiting forever: its own start, the old job's stop, and a margin for the savepoint and
+    its restore."""
     if not cluster:
         return {"SPARKPOINT_HANDOVER_FROM": str(os.getpid())}
     wait = start_timeout + stop_timeout + HANDOVER_RESTORE_MARGIN
@@ -479,25 +501,20 @@ def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_ar
             manager: ClusterManager, spark: spark_submit.Spark | None, saved: Savepoint | None, replacing: bool,
             checked_against: Savepoint | None, progress: Progress | None,
             start_timeout: float) -> subprocess.Popen | None:
-    """Restore the savepoint into the job's checkpoints and start its driver: spark-submit of the Spark chosen,
-    here (its process), or in cluster mode through its manager (None; the id the manager knows the driver by is
-    recorded in ``job``). ``checked_against``: the savepoint the driver checks the application against."""
+    """Start the job's driver: spark-submit of the Spark chosen, here (its process), or in cluster mode through its
+    manager (None; the id the manager knows the driver by is recorded in ``job``). ``checked_against``: the
+    savepoint the driver checks the application against. A driver that restores ``saved`` or takes over a job
+    (``replacing``) holds its first query start until `run` has put the state in place and says so."""
     cluster = request.deploy_mode == "cluster"
     check_settings = {}
     if checked_against is not None:
         check_settings = prepare_in_driver(settings, checked_against, job.directory, check_request(request),
                                            None if cluster else os.getpid(), progress)
-    if saved is not None:
-        restore(saved, job.checkpoint_root, mode="claim" if request.claim else "auto",
-                workers=settings.transfer_workers, progress=progress, fork=request.fork,
-                storage_options=settings.storage_options)
-        job.launch = {**(job.launch or {}), "restored": iso()}
     driver_settings = {
         **check_settings,
         "SPARKPOINT_RESTORE_GRACE": str(request.restore_grace),
         "SPARKPOINT_ALLOW_NON_RESTORED_STATE": "1" if request.allow_non_restored_state else "0",
-        "SPARKPOINT_EXPECTED_QUERIES": ",".join(q["name"] for q in saved.queries) if saved else "",
-        **(_handover_settings(cluster, request.stop_timeout, start_timeout) if replacing else {}),
+        **(_handover_settings(cluster, request.stop_timeout, start_timeout) if replacing or saved else {}),
     }
     checkpoint_conf = ["--conf", f"spark.sql.streaming.checkpointLocation={spark_uri(job.checkpoint_root)}"]
     if cluster:

@@ -2,7 +2,8 @@
 
 Two writers each record their own milestones (UTC times), and the phases are read from both:
 - the CLI, in job.json's ``launch``: ``at`` (the command began), ``restored`` (the savepoint in place, with what
-  `run` did before it: the savepoint read, its checks, a rescale) and, for `run --replace`, ``stop_began`` and
+  `run` did before it: the savepoint read, its checks, a rescale; the driver starts meanwhile, so a restore that
+  ends after a later milestone is only what it took beyond it) and, for `run --replace`, ``stop_began`` and
   ``stopped`` (the old version's stop with its savepoint, which begins once the new driver waits);
 - the driver's agent, in agent.json's ``startup``: ``driver`` (its Python began: spark-submit and the JVM are
   behind it), ``session`` (the application has its SparkSession), and per query ``started`` and ``first_batch``

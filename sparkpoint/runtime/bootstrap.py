@@ -2,12 +2,12 @@
 then runs the application unchanged in this same interpreter, and records how it ended.
 
 usage (by sparkpoint only): bootstrap.py JOB_DIR APP.py [APP_ARGS...]
-Environment: SPARKPOINT_AGENT_HOST (default 127.0.0.1), SPARKPOINT_EXPECTED_QUERIES (comma-separated
-query names of a restored savepoint), SPARKPOINT_ALLOW_NON_RESTORED_STATE (1/0),
-SPARKPOINT_RESTORE_GRACE (seconds), SPARKPOINT_HANDOVER_FROM (the pid of a `run --replace`, or
-"cluster" for a driver its cluster manager runs: wait for its hand-over before the application starts,
-so that the JVM and Python start-up overlap the stop of the job being replaced; in cluster mode for at most
-SPARKPOINT_HANDOVER_WAIT seconds); SPARKPOINT_CHECK_DIR and SPARKPOINT_CONTROLLER (`run -s`'s check, tried in this
+Environment: SPARKPOINT_AGENT_HOST (default 127.0.0.1), SPARKPOINT_ALLOW_NON_RESTORED_STATE (1/0),
+SPARKPOINT_RESTORE_GRACE (seconds), SPARKPOINT_HANDOVER_FROM (the pid of a `run -s` or `run --replace`, or
+"cluster" for a driver its cluster manager runs: the first query start waits for its hand-over, the restored
+state in place and the saved queries' names, so that the JVM and the application's start overlap the restore
+and the stop of a job being replaced; in cluster mode for at most SPARKPOINT_HANDOVER_WAIT seconds);
+SPARKPOINT_CHECK_DIR and SPARKPOINT_CONTROLLER (`run -s`'s check, tried in this
 driver before each saved query starts: see runtime.gate).
 """
 
@@ -89,12 +89,12 @@ def main(argv: list[str]) -> int:
     from sparkpoint.runtime.gate import install_from_environment
     from sparkpoint.runtime.handover import hold_first_start
 
-    handover_from = os.environ.get("SPARKPOINT_HANDOVER_FROM")  # run --replace: the saved queries come with it
-    expected = tuple(n for n in os.environ.get("SPARKPOINT_EXPECTED_QUERIES", "").split(",") if n)
+    # run -s and run --replace: the saved queries come with the hand-over, once their state is in place
+    handover_from = os.environ.get("SPARKPOINT_HANDOVER_FROM")
     agent = Agent(
         job["id"], job_dir, token,
         host=os.environ.get("SPARKPOINT_AGENT_HOST", "127.0.0.1"),
-        expected_queries=None if handover_from else expected,
+        expected_queries=None if handover_from else (),
         allow_non_restored=os.environ.get("SPARKPOINT_ALLOW_NON_RESTORED_STATE") == "1",
         restore_grace=float(os.environ.get("SPARKPOINT_RESTORE_GRACE", "60")),
         driver_started=driver_started,

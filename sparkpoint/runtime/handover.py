@@ -1,12 +1,13 @@
-"""`run --replace`'s new driver: everything up to its first query start runs while the old version still runs.
+"""A restored job's driver: everything up to its first query start runs while `run` still puts its state in place.
 
 The JVM, the application's SparkSession and whatever the application does before its first ``start()`` (reading
-a configuration, a batch job at start-up) are the new version's own and need nothing of the old one's state, so
-they are not downtime: only the first ``start()`` waits. It then says so to the `run` that launched it (the
-"waiting" mark), which stops the old version at a batch boundary with a savepoint, restores it into this job's
-checkpoints and answers: the query starts, on the restored state, or the hand-over is off and ``start()`` ends
-the application as ``sys.exit(reason)`` would, before anything of it has run. A query the job's check
-(runtime.gate) starts in its sandbox goes at once: the check comes before the hand-over.
+a configuration, a batch job at start-up) need nothing of the restored state, so only the first ``start()``
+waits. It then says so to the `run` that launched it (the "waiting" mark). `run -s` restores the savepoint into
+this job's checkpoints meanwhile (copies to HDFS or S3 take seconds); `run --replace` then stops the old version
+at a batch boundary with a savepoint and restores it, the old version running until then. Either answers: the
+query starts, on the restored state, or the hand-over is off and ``start()`` ends the application as
+``sys.exit(reason)`` would, before anything of it has run. A query the job's check (runtime.gate) starts in its
+sandbox goes at once: the check comes before the hand-over.
 """
 
 from __future__ import annotations

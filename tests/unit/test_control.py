@@ -577,3 +577,35 @@ def test_a_master_that_does_not_answer_is_no_failure_of_the_new_version(tmp_path
     clock = FakeClock()
     probation = watch_probation(registry, job, {"q": 4}, 2, 3, [], clock.sleep, clock)
     assert probation.failure is None and probation.detail.startswith("no batch committed in 5 s")
+
+
+def test_a_restore_that_fails_while_its_driver_starts_ends_that_driver_before_any_query(tmp_path):
+    """run -s starts the driver first and restores while it starts: a failed restore is said to the driver
+    (its first query start would end the application) and the driver is ended."""
+    from checkpoints import hdfs_checkpoint
+
+    from sparkpoint.errors import TargetNotEmptyError
+    from sparkpoint.jobs.protocol import HANDOVER_FILE
+    from sparkpoint.savepoints import savepoint
+    from sparkpoint.savepoints.create import savepoint_checkpoint
+
+    settings = Settings(home=str(tmp_path / "home"))
+    saved = savepoint.load(savepoint_checkpoint(settings, str(hdfs_checkpoint(tmp_path / "cp", committed=2)),
+                                                name="q").path)
+    registry = Registry(settings.home_url())
+    job = registry.new_job("j", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    in_the_way = Path(job.checkpoint_root) / "q"
+    in_the_way.mkdir(parents=True)
+    (in_the_way / "offsets").mkdir()
+    driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    job.pid, job.pid_start = driver.pid, process_start(driver.pid)
+    try:
+        with pytest.raises(TargetNotEmptyError):
+            run._restore_while_it_starts(settings, job, driver, saved, run.RunRequest(app="app.py"), None)
+        said = json.loads((Path(job.directory) / HANDOVER_FILE).read_text())
+        assert said["abort"].startswith(f"the restore of {saved.manifest['id']} failed: restore target "), said
+        assert driver.wait(timeout=10) is not None
+        assert "restored" not in (job.launch or {})
+    finally:
+        if driver.poll() is None:
+            driver.kill()

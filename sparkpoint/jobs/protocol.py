@@ -41,7 +41,8 @@ def real_time_stop_seconds(batch_seconds: float, margin: float = REAL_TIME_MARGI
 AGENT_FILE = "agent.json"
 # `check`: the sandbox directory the CLI prepares (the request) and the check's driver answers in (the report).
 CHECK_REQUEST, CHECK_REPORT = "request.json", "report.json"
-# `run --replace`: the new driver says it is up by HANDOVER_WAITING; the CLI answers with HANDOVER_FILE.
+# `run -s` and `run --replace`: the new driver says it is up by HANDOVER_WAITING; the CLI answers with HANDOVER_FILE
+# once the restored state is in place.
 HANDOVER_WAITING = "handover-waiting"
 HANDOVER_FILE = "handover.json"
 # `run -s`: the check inside the new driver. The CLI prepares START_CHECK_DIR in the job's directory (a sandbox
@@ -71,10 +72,11 @@ def read_agent_record(directory: Path | str) -> tuple[dict[str, Any], str | None
 
 def await_handover(directory: Path | str, controller_pid: int | None, held: str | None = None,
                    timeout: float | None = None, sleep=time.sleep) -> dict[str, Any]:
-    """In a driver started by `run --replace`: say it is up (and which query's start it holds, ``held``), then
-    wait until the job it replaces is stopped and its savepoint restored here ({"expected_queries": [...]}), or
-    the hand-over is off ({"abort": reason}). A controller that died cannot answer any more: an abort too. A
-    cluster-mode driver cannot see its controller's process (None): no answer within ``timeout`` is its abort."""
+    """In a driver started by `run -s` or `run --replace`: say it is up (and which query's start it holds,
+    ``held``), then wait until the savepoint is restored here (with --replace, once the job it replaces has
+    stopped with it) ({"expected_queries": [...]}), or the hand-over is off ({"abort": reason}). A controller
+    that died cannot answer any more: an abort too. A cluster-mode driver cannot see its controller's process
+    (None): no answer within ``timeout`` is its abort."""
     directory = Path(directory)
     write_json(directory / HANDOVER_WAITING, {"held": held})
     found = _await_controller(directory / HANDOVER_FILE, controller_pid, "the hand-over", timeout, sleep)

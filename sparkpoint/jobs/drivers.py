@@ -40,6 +40,16 @@ def cluster_driver_failure(job: Job, info: JobView) -> str:
                           + (f": {job.driver['message']}" if job.driver.get("message") else ""))
 
 
+def driver_running(registry: Registry, job: Job, process: subprocess.Popen | None) -> bool:
+    """Whether the job's driver runs on: its spark-submit here, or as its cluster manager says (None)."""
+    if process is not None:
+        return process.poll() is None
+    latest = registry.load(job.id)
+    # A cluster manager that did not answer this look says nothing of its driver (as on probation, jobs.rollback):
+    # no sign of an end, and calling a hand-over off for a hiccup of the manager would be one.
+    return state_of(latest) in ACTIVE_STATES or latest.driver.get("unreachable") is True
+
+
 def await_start(registry: Registry, job: Job, process: subprocess.Popen, sleep, clock, timeout: float) -> JobView:
     poll_until(lambda: process.poll() is not None or read_agent_file(job.directory).get("state") == "running",
                timeout, 0.2, clock=clock, sleep=sleep)

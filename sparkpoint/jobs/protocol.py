@@ -119,10 +119,11 @@ def answer_outcome(directory: Path | str, index: int, answer: dict[str, Any]) ->
     write_json(Path(directory) / f"answer-{index}.json", answer)
 
 
-def await_answer(directory: Path | str, index: int, controller_pid: int | None, timeout: float,
+def await_answer(directory: Path | str, index: int, controller_pid: int | None, timeout: float | None,
                  sleep=time.sleep) -> dict[str, Any]:
     """In a restored job's driver: the CLI's answer to a saved query's outcome. A controller that died, or
-    none within ``timeout`` seconds (a cluster-mode driver's may be on another machine), is an abort."""
+    none within ``timeout`` seconds (a cluster-mode driver's may be on another machine; None: no bound), is an
+    abort."""
     found = _await_controller(Path(directory) / f"answer-{index}.json", controller_pid, "the check's answer",
                               timeout, sleep)
     return found if isinstance(found, dict) else {"abort": f"no answer to the check within {timeout:g} s"}

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 from sparkpoint.config import Settings
 from sparkpoint.errors import JobFailedError, SparkpointError
-from sparkpoint.jobs.drivers import await_end, cluster_driver_failure, end_driver
+from sparkpoint.jobs.drivers import await_end, cluster_driver_failure, driver_running, end_driver
 from sparkpoint.jobs.protocol import answer_handover, handover_waiting
-from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, describe_job, state_of
+from sparkpoint.jobs.registry import Job, Registry, describe_job, state_of
 from sparkpoint.jobs.sinks import refuse_sinks_ahead
 from sparkpoint.jobs.stop import Stopped, record_stopped, stop_with_savepoint
 from sparkpoint.savepoints import savepoint
@@ -51,10 +51,12 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
                                handover=True)
         restore(saved, job.checkpoint_root, mode="auto", workers=settings.transfer_workers,
                 progress=progress, storage_options=settings.storage_options)
+        if not driver_running(registry, job, process):  # a cluster-mode driver gives up waiting after a while
+            raise JobFailedError(f"job {job.id} ended while the savepoint of {replaced.id} was restored")
         job.launch["restored"] = iso()
     except BaseException as exc:
         answer_handover(job.directory, {"abort": f"the hand-over from {replaced.id} failed: {exc}"})
-        if _still_running(registry, job, process):
+        if driver_running(registry, job, process):
             end_driver(job, grace=30.0, sleep=sleep, clock=clock)
             job.end("cancelled", reason=f"hand-over from {replaced.id} failed: {exc}")
             registry.save(job)
@@ -79,7 +81,7 @@ def _await_handover_waiting(registry: Registry, job: Job, process: subprocess.Po
     def up() -> bool:
         if handover_waiting(job.directory):
             return True
-        if not _still_running(registry, job, process):
+        if not driver_running(registry, job, process):
             raise JobFailedError(f"job {job.id} {_how_it_ended(registry, job, process)} before it could take over "
                                  f"from {replaced.id}, which keeps running")
         return False
@@ -88,12 +90,6 @@ def _await_handover_waiting(registry: Registry, job: Job, process: subprocess.Po
     # a request to its cluster manager.
     if not poll_until(up, timeout, 0.02 if process else 0.5, clock=clock, sleep=sleep):
         raise JobFailedError(f"job {job.id} did not start within {timeout:g} s; {replaced.id} is still running")
-
-
-def _still_running(registry: Registry, job: Job, process: subprocess.Popen | None) -> bool:
-    if process is not None:
-        return process.poll() is None
-    return state_of(registry.load(job.id)) in ACTIVE_STATES
 
 
 def _how_it_ended(registry: Registry, job: Job, process: subprocess.Popen | None) -> str:

@@ -44,7 +44,8 @@ from sparkpoint.jobs.upgrade_check import (
 )
 from sparkpoint.jobs.live import LiveQuery
 from sparkpoint.jobs.protocol import answer_handover, real_time_stop_seconds
-from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start, end_driver, end_interrupted
+from sparkpoint.jobs.drivers import (await_cluster_driver, await_end, await_start, driver_running, end_driver,
+                                    end_interrupted)
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, client_for, describe_job, state_of
 from sparkpoint.jobs.rollback import HealthCondition, Probation, parse_condition, watch_probation
 from sparkpoint.jobs.replace import HandoverFailedError, take_over
@@ -204,9 +205,14 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
                               to_check if checked_in_driver else None, progress, start_timeout)
             if saved is not None:
                 registry.save(job)  # its driver known (listed starting) while the savepoint is put in place
-                _restore_while_it_starts(settings, job, process, saved, request, progress)
+                _restore_while_it_starts(settings, registry, job, process, saved, request, progress)
         except BaseException as exc:
-            job.end("failed", error=str(exc))
+            if saved is not None or replaced is not None:  # a driver submitted may be waiting for its hand-over
+                answer_handover(job.directory, {"abort": f"its run failed: {exc}"})
+            if isinstance(exc, KeyboardInterrupt):
+                job.end("cancelled", reason="interrupted")
+            else:
+                job.end("failed", error=str(exc))
             registry.save(job)
             raise
         registry.save(job)
@@ -248,14 +254,15 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
 
 
 def _sinks_before_launch(settings: Settings, request: RunRequest, saved: Savepoint, warn: Callable[[str], None],
-                         rolled: list[SinkRolledBack | TableRolledBack],
-                         rollback_of: Job | None = None) -> list[tuple[str, str]]:
+                         rolled: list[SinkRolledBack | TableRolledBack], rollback_of: Job | None = None,
+                         launching: str | None = None) -> list[tuple[str, str]]:
     """With --rollback-sink, the file sinks and Delta tables rolled back to the savepoint's cut (into
     ``rolled``); without, a warning for each file sink that holds batches after the cut, which the restored
     version would skip, and on a probation's way back (``rollback_of``) its Delta tables rolled back. What was
     said, for the job's history."""
     if request.rollback_sink:
-        rolled.extend(roll_back_sinks(settings, saved, compact_interval=log_interval(request.confs)))
+        rolled.extend(roll_back_sinks(settings, saved, compact_interval=log_interval(request.confs),
+                                      launching=launching))
         return [("sink_rollback", r.said()) for r in rolled]
     if rollback_of is not None:
         _tables_back(settings, saved, warn, rolled)
@@ -285,7 +292,7 @@ def _rolled_back_before_the_first_query(settings: Settings, registry: Registry, 
                                         rolled: list[SinkRolledBack | TableRolledBack]) -> None:
     """--rollback-sink with the check in the driver: once the check lets the first saved query go."""
     if request.rollback_sink:
-        notes = _sinks_before_launch(settings, request, saved, warn, rolled)
+        notes = _sinks_before_launch(settings, request, saved, warn, rolled, launching=job.id)
         latest = registry.load(job.id)
         for event, note in notes:
             latest.note(event, note)
@@ -468,18 +475,25 @@ def _roll_back(settings: Settings, registry: Registry, failed: Job, way_back: Wa
     return again
 
 
-def _restore_while_it_starts(settings: Settings, job: Job, process: subprocess.Popen | None, saved: Savepoint,
-                             request: RunRequest, progress: Progress | None) -> None:
+def _restore_while_it_starts(settings: Settings, registry: Registry, job: Job, process: subprocess.Popen | None,
+                             saved: Savepoint, request: RunRequest, progress: Progress | None) -> None:
     """Put ``saved`` in the job's checkpoints while its driver starts (the JVM, the Spark session, the application
     up to its first query start: seconds, and the restore's copies to HDFS or S3 take seconds too), then let it
-    start its queries. A restore that fails ends the driver before any query started."""
+    start its queries. A restore that fails ends the driver before any query started; a driver that ended first
+    (its application failed before its first query) is not restored for, nor handed a claimed savepoint."""
+    def still_running(when: str) -> None:
+        if not driver_running(registry, job, process):
+            raise JobFailedError(f"job {job.id}'s driver ended {when}")
+
     try:
+        still_running("before its savepoint was restored")
         restore(saved, job.checkpoint_root, mode="claim" if request.claim else "auto",
                 workers=settings.transfer_workers, progress=progress, fork=request.fork,
                 storage_options=settings.storage_options)
+        still_running(f"while its savepoint was restored (the state is in {job.checkpoint_root})")
     except BaseException as exc:
         answer_handover(job.directory, {"abort": f"the restore of {saved.manifest['id']} failed: {exc}"})
-        if process is None or process.poll() is None:
+        if driver_running(registry, job, process):
             end_driver(job, grace=0.0)
         raise
     job.launch = {**(job.launch or {}), "restored": iso()}

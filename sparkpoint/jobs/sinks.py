@@ -148,14 +148,15 @@ def unrecorded(savepoint: Savepoint) -> list[str]:
 
 def roll_back_sinks(settings: Settings, savepoint: Savepoint, output: str | None = None, query: str | None = None,
                     dry_run: bool = False, compact_interval: int | None = None, only: str | None = None,
-                    writers_checked: bool = False, on_refused: Callable[[str], None] | None = None
-                    ) -> list[SinkRolledBack | TableRolledBack]:
+                    writers_checked: bool = False, on_refused: Callable[[str], None] | None = None,
+                    launching: str | None = None) -> list[SinkRolledBack | TableRolledBack]:
     """Bring the file sinks' outputs and Delta tables back to the savepoint's cut: every recorded one (of kind
     ``only``, when given), or ``output``. All are planned (and refused) before any is changed; with
     ``on_refused``, an output whose rollback is refused is said to it and passed over, and the others are
     rolled back (a probation's way back, which does not stop half-way). ``compact_interval``: the file sink
     log's, as the restored version sets it (else what the savepoint recorded). A running job writing there
-    refuses it, in a dry run too with ``writers_checked`` (a check for the restore that will roll it back)."""
+    refuses it, in a dry run too with ``writers_checked`` (a check for the restore that will roll it back), but
+    for ``launching``: the job whose start rolls them back, which holds its first query until then."""
     pairs = [pair for pair in output_queries(savepoint, output, query, settings) if only in (None, pair[1]["kind"])]
     if output is None and not pairs and only is None:
         missing = unrecorded(savepoint)
@@ -165,7 +166,7 @@ def roll_back_sinks(settings: Settings, savepoint: Savepoint, output: str | None
                "sparkpoint < 0.13); name the output: sparkpoint rollback-sink SAVEPOINT OUTPUT_DIR" if missing else ""))
     if not pairs:
         return []
-    writers = _running_writers(settings) if writers_checked or not dry_run else {}
+    writers = _running_writers(settings, launching) if writers_checked or not dry_run else {}
     with contextlib.ExitStack() as locks:
         planned = []
         for saved, written in pairs:
@@ -274,15 +275,15 @@ def _done(saved: dict[str, Any], plan: sink_rollback.RollbackPlan, trash: str | 
     )
 
 
-def _running_writers(settings: Settings) -> dict[str, str]:
+def _running_writers(settings: Settings, launching: str | None = None) -> dict[str, str]:
     """The outputs the file sinks of running (or starting) jobs write to: "job J's query Q" by output. A job whose
     agent does not answer, or does not say where it writes (an agent of an earlier sparkpoint), could write
-    anywhere: it refuses the rollback."""
+    anywhere: it refuses the rollback. ``launching``, the job starting from the rollback, is not one."""
     registry = Registry(settings.home_url())
     writers = {}
     for job in registry.all():
         state = state_of(job)
-        if state not in ACTIVE_STATES:
+        if state not in ACTIVE_STATES or job.id == launching:
             continue
         unknown = (f"job {job.id} is {state}, and whether it writes to the output is unknown: wait for it, "
                    "or stop or cancel it first")

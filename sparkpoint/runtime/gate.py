@@ -27,7 +27,7 @@ from sparkpoint.runtime.writers import StartCall, intercept_starts, outcome, ref
 
 
 class Gate:
-    def __init__(self, directory: str, controller_pid: int | None):
+    def __init__(self, directory: str, controller_pid: int | None, handover_wait: float | None = None):
         self.directory = directory
         request = json.loads((Path(directory) / CHECK_REQUEST).read_text())
         self.saved: list[str] = request["saved"]
@@ -35,6 +35,10 @@ class Gate:
         self.effective_keys: list[str] = request.get("effective", [])
         self.timeout = float(request["timeout"])  # for the sandbox's batch, and again for the CLI's answer
         self.controller_pid = controller_pid
+        # `run -s` answers once its restore (minutes for a large state on HDFS or S3) is done: watched by its pid
+        # here, or for as long as the hand-over may take in cluster mode.
+        self.answer_timeout = self.timeout if handover_wait is None else (
+            None if controller_pid is not None else max(self.timeout, handover_wait))
         self.tried: set[str] = set()
         self.lock = threading.Lock()
 
@@ -66,7 +70,7 @@ class Gate:
         report = outcome(name, True, session_confs(writer, self.conf_keys, self.effective_keys),
                          getattr(writer, "_sparkpoint_checkpoint", None), query, failure, unfinished)
         write_outcome(self.directory, index, {**report, "seconds": round(time.monotonic() - began, 3)})
-        answer = await_answer(self.directory, index, self.controller_pid, self.timeout)
+        answer = await_answer(self.directory, index, self.controller_pid, self.answer_timeout)
         if answer.get("go") is True:
             return call.as_called()
         # The application ends here, as by sys.exit(message): the bootstrap records the message as its error.
@@ -97,6 +101,8 @@ def install_from_environment() -> Gate | None:
     if not directory:
         return None
     controller = os.environ.get("SPARKPOINT_CONTROLLER")
-    gate = Gate(directory, int(controller) if controller else None)
+    handover_wait = (float(os.environ.get("SPARKPOINT_HANDOVER_WAIT") or 0)
+                     if os.environ.get("SPARKPOINT_HANDOVER_FROM") else None)
+    gate = Gate(directory, int(controller) if controller else None, handover_wait)
     gate.install()
     return gate

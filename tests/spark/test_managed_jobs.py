@@ -121,15 +121,19 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     totals = expected_counts(range(7))
     assert out2[6] == {room: totals[room] for room in out2[6]}
     # Where the restored start went, phase by phase, from the CLI's milestones and the driver's.
-    assert list(resumed["start"]["phases"])[:3] == ["restore", "spark_submit", "spark_session"], resumed["start"]
+    # The restore runs alongside the driver's start: on this disk (links) it is usually over first, but it may end
+    # after spark-submit's milestone on a loaded machine.
+    said = list(resumed["start"]["phases"])
+    assert set(said[:3]) == {"restore", "spark_submit", "spark_session"} and said.index("spark_submit") < said.index(
+        "spark_session"), resumed["start"]
     started = next(j for j in cli_json(home, "list") if j["id"] == resumed["id"])
     phases = started["start"]["phases"]
-    assert list(phases) == ["restore", "spark_submit", "spark_session", "queries_started", "first_batch"], phases
+    assert list(phases)[3:] == ["queries_started", "first_batch"] and set(list(phases)[:3]) == set(said[:3]), phases
     assert started["start"]["queries"]["counts"]["first_batch"]["batch_id"] == 5
+    labels = {"restore": "restore", "spark_submit": "spark-submit", "spark_session": "Spark session",
+              "queries_started": "queries started", "first_batch": "first batch"}
     assert [e["detail"] for e in started["history"] if e["event"] == "started_up"] == [
-        f"restore {phases['restore']:.1f} s, spark-submit {phases['spark_submit']:.1f} s, Spark session "
-        f"{phases['spark_session']:.1f} s, queries started {phases['queries_started']:.1f} s, first batch "
-        f"{phases['first_batch']:.1f} s"]
+        ", ".join(f"{labels[phase]} {seconds:.1f} s" for phase, seconds in phases.items())]
 
     # An upgrade whose new driver cannot start leaves the running job alone.
     code, _, err = cli(home, "run", "--replace", resumed["id"], "--no-check", "--driver-memory", "lots", APP,

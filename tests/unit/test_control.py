@@ -601,7 +601,7 @@ def test_a_restore_that_fails_while_its_driver_starts_ends_that_driver_before_an
     job.pid, job.pid_start = driver.pid, process_start(driver.pid)
     try:
         with pytest.raises(TargetNotEmptyError):
-            run._restore_while_it_starts(settings, job, driver, saved, run.RunRequest(app="app.py"), None)
+            run._restore_while_it_starts(settings, registry, job, driver, saved, run.RunRequest(app="app.py"), None)
         said = json.loads((Path(job.directory) / HANDOVER_FILE).read_text())
         assert said["abort"].startswith(f"the restore of {saved.manifest['id']} failed: restore target "), said
         assert driver.wait(timeout=10) is not None
@@ -609,3 +609,25 @@ def test_a_restore_that_fails_while_its_driver_starts_ends_that_driver_before_an
     finally:
         if driver.poll() is None:
             driver.kill()
+
+
+def test_a_driver_that_ended_before_its_restore_is_not_handed_a_claimed_savepoint(tmp_path):
+    """Its application failed before its first query start: nothing is restored, and a claim leaves the savepoint
+    where it was."""
+    from checkpoints import hdfs_checkpoint
+
+    from sparkpoint.savepoints import savepoint
+    from sparkpoint.savepoints.create import savepoint_checkpoint
+
+    settings = Settings(home=str(tmp_path / "home"))
+    saved = savepoint.load(savepoint_checkpoint(settings, str(hdfs_checkpoint(tmp_path / "cp", committed=2)),
+                                                name="q").path)
+    registry = Registry(settings.home_url())
+    job = registry.new_job("j", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    driver = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"], start_new_session=True)
+    driver.wait()
+    with pytest.raises(JobFailedError, match=f"job {job.id}'s driver ended before its savepoint was restored"):
+        run._restore_while_it_starts(settings, registry, job, driver, saved,
+                                     run.RunRequest(app="app.py", claim=True), None)
+    assert not (Path(job.checkpoint_root) / "q").exists()
+    assert savepoint.load(saved.path).manifest == saved.manifest

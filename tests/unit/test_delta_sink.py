@@ -394,7 +394,7 @@ def test_a_foreach_batch_write_with_a_transaction_of_its_own_is_cut_refused_and_
 
 
 def test_a_hand_over_whose_stop_left_a_batch_in_the_table_is_refused_before_the_restore(
-        capsys, home, tmp_path, monkeypatch):
+        capsys, home, tmp_path, monkeypatch, request):
     """`run --replace` whose stop was cut short: the old version's sink committed the batch in flight, which the
     stop's savepoint (at the last batch Spark committed) does not hold. The new version would replay it and Delta
     skip it; the hand-over is refused before anything is restored, naming the table, and the error carries the
@@ -437,7 +437,9 @@ def test_a_hand_over_whose_stop_left_a_batch_in_the_table_is_refused_before_the_
     # and says so in the new job's history.
     rewrite_query(path, operators=[])
     again = registry.new_job("new", app="app.py", app_args=[], master="local[2]", submit_args=[])
-    handover.take_over(settings, registry, again, ended, old, None, 60, None, lambda s: None, lambda: 0.0, 10)
+    waiting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # the new driver, up
+    request.addfinalizer(waiting.kill)
+    handover.take_over(settings, registry, again, waiting, old, None, 60, None, lambda s: None, lambda: 0.0, 10)
     notes = [(e["event"], e["detail"]) for e in registry.load(again.id).history]
     assert any(event == "sink_kept" and "the new version skips them (the old version's own batch)" in detail
                for event, detail in notes), notes
@@ -447,7 +449,8 @@ def test_a_hand_over_whose_stop_left_a_batch_in_the_table_is_refused_before_the_
     stopped = replace(stopped, queries=[replace(cut_short, planned_batch_id=None, at_boundary=True,
                                                 replayed_batch_id=None, how="boundary")])
     at_boundary = registry.new_job("new", app="app.py", app_args=[], master="local[2]", submit_args=[])
-    handover.take_over(settings, registry, at_boundary, ended, old, None, 60, None, lambda s: None, lambda: 0.0, 10)
+    handover.take_over(settings, registry, at_boundary, waiting, old, None, 60, None, lambda s: None, lambda: 0.0,
+                       10)
     assert "sink_kept" not in [e["event"] for e in registry.load(at_boundary.id).history]
 
 

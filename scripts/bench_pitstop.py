@@ -9,8 +9,8 @@ Each round runs one job per path and measures, from the commit logs' file times:
   checkpoint, no sparkpoint: from the SIGTERM to the first commit, the floor of any two-step on this machine;
 and for each, the commit gap: the old job's last commit to the new one's first, and where it went: the stop's
 phases (`stop`'s and the hand-over's `phases`) and the new job's start (`run`'s `start.phases`). It prints each
-round, then per path the min / median / max of each figure and each phase, what the check adds (checked minus
---no-check), and the wall time of `cancel` of each restored job after its first batch. A figure, never a pass/fail test.
+round, then per path the min / median / max of each figure and each phase, and what the check adds (checked minus
+--no-check). A figure, never a pass/fail test.
 
     .venv/bin/python scripts/bench_pitstop.py [--rounds 5] [--workload keyed|rate] [--paths replace]
         [--keys 4000000 --driver-memory 8g] [--provider rocksdb] [--from-spark-home DIR] [--to-spark-home DIR]
@@ -37,10 +37,6 @@ from bench_jobs import (WORKLOADS, commit_time, managed_job, phases_said, plain_
                         start_said, started, wait_for_commit_after)
 
 
-# `cancel` of each restored job once its first batch committed (the CLI's wall time: a busy 1M-key job).
-CANCELS: list[float] = []
-
-
 def stop_then_run(home: Path, workload, old_spark: tuple[str, ...], new_spark: tuple[str, ...],
                   *check: str) -> tuple[float, float, dict[str, float]]:
     """(`stop`'s return -> the restored job's first commit, commit gap, the phases: the stop's as
@@ -57,9 +53,7 @@ def stop_then_run(home: Path, workload, old_spark: tuple[str, ...], new_spark: t
     first = commit_time(new_checkpoint, wait_for_commit_after(new_checkpoint, cut))
     start = started(home, restored["id"])
     print(f"  (the stop: {phases_said(stopped['phases'])}; the start: {start_said(start)})")
-    began = time.monotonic()
     sparkpoint(home, "cancel", restored["id"])
-    CANCELS.append(time.monotonic() - began)
     if restored["upgrade_check"].get("in_driver"):
         print(f"  (the check's empty batch in the new driver: {restored['upgrade_check']['seconds']:.2f} s)")
     return first - returned, first - commit_time(checkpoint, cut), {
@@ -129,8 +123,6 @@ def main() -> None:
             checked, unchecked = (statistics.median(d for d, _, _ in figures[PATH_NAMES[p]])
                                   for p in ("checked", "unchecked"))
             print(f"the check adds {checked - unchecked:+.2f} s (median, from stop's return to the first commit)")
-        if CANCELS:
-            print(f"cancel of a restored job after its first batch: {spread(CANCELS)} s ({len(CANCELS)} cancels)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

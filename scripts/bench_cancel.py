@@ -17,21 +17,15 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench_jobs import ENV, KEYED_APP, await_commits, sparkpoint
+from bench_jobs import ENV, KEYED_APP, await_commits, sparkpoint, spread
 
 from sparkpoint.times import parse_iso
-
-
-def spread(values: list[float]) -> str:
-    ordered = sorted(values)
-    return f"{ordered[0]:.2f} / {statistics.median(ordered):.2f} / {ordered[-1]:.2f}"
 
 
 def one_cancel(home: Path, work: Path, keys: int) -> dict[str, float]:

@@ -74,6 +74,12 @@ def start_said(start: dict) -> str:
     return (phases_said(start.get("phases") or {}) or "none recorded") + (f" ({spark})" if spark else "")
 
 
+def spread(values: list[float]) -> str:
+    """min / median / max, as the benchmarks print them."""
+    ordered = sorted(values)
+    return f"{ordered[0]:.2f} / {statistics.median(ordered):.2f} / {ordered[-1]:.2f}"
+
+
 def phases_said(phases: dict[str, float]) -> str:
     return ", ".join(f"{name} {seconds:.2f}" for name, seconds in phases.items())
 

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from bench_jobs import (WORKLOADS, commit_time, managed_job, phases_said, plain_restart, run_replace, sparkpoint,
-                        start_said, started, wait_for_commit_after)
+                        spread, start_said, started, wait_for_commit_after)
 
 
 def stop_then_run(home: Path, workload, old_spark: tuple[str, ...], new_spark: tuple[str, ...],
@@ -58,11 +58,6 @@ def stop_then_run(home: Path, workload, old_spark: tuple[str, ...], new_spark: t
         print(f"  (the check's empty batch in the new driver: {restored['upgrade_check']['seconds']:.2f} s)")
     return first - returned, first - commit_time(checkpoint, cut), {
         **{f"stop.{k}": v for k, v in stopped["phases"].items()}, **start.get("phases", {})}
-
-
-def spread(values: list[float]) -> str:
-    ordered = sorted(values)
-    return f"{ordered[0]:.2f} / {statistics.median(ordered):.2f} / {ordered[-1]:.2f}"
 
 
 def plain_restart_of(home: Path, workload, old_spark: tuple[str, ...],

@@ -207,8 +207,6 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
                 registry.save(job)  # its driver known (listed starting) while the savepoint is put in place
                 _restore_while_it_starts(settings, registry, job, process, saved, request, progress)
         except BaseException as exc:
-            if saved is not None or replaced is not None:  # a driver submitted may be waiting for its hand-over
-                answer_handover(job.directory, {"abort": f"its run failed: {exc}"})
             if isinstance(exc, KeyboardInterrupt):
                 job.end("cancelled", reason="interrupted")
             else:
@@ -532,11 +530,18 @@ def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_ar
     }
     checkpoint_conf = ["--conf", f"spark.sql.streaming.checkpointLocation={spark_uri(job.checkpoint_root)}"]
     if cluster:
-        job.submission_id = manager.submit(DriverLaunch(
-            job_id=job.id, job_directory=job.directory, bootstrap=BOOTSTRAP,
-            arguments=[job.directory, app, *request.app_args],
-            submit_args=[*request.submit_args, *conf_args, *checkpoint_conf], environment=driver_settings,
-            spark=spark))
+        try:
+            job.submission_id = manager.submit(DriverLaunch(
+                job_id=job.id, job_directory=job.directory, bootstrap=BOOTSTRAP,
+                arguments=[job.directory, app, *request.app_args],
+                submit_args=[*request.submit_args, *conf_args, *checkpoint_conf], environment=driver_settings,
+                spark=spark))
+        except BaseException as exc:
+            # The manager may have taken the driver before the submission failed here (YARN: the application
+            # found by its tag too late): one waiting for its hand-over must not hold its container for long.
+            if replacing or saved:
+                answer_handover(job.directory, {"abort": f"its submission failed: {exc}"})
+            raise
         return None
     argv = [spark.submit, "--master", request.master, "--name", job.id, *checkpoint_conf, *conf_args,
             *request.submit_args, BOOTSTRAP, job.directory, app, *request.app_args]

@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkpoint.adapters import transfer
 from sparkpoint.adapters.storage import is_inside, storage_for
@@ -27,6 +27,9 @@ from sparkpoint.savepoints.restore import restore
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.spark.checkpoint_files import companion_names
 from sparkpoint.spark.state_layout import PROVIDER_CLASS_CONF, SHUFFLE_PARTITIONS_CONF
+
+if TYPE_CHECKING:
+    from sparkpoint.spark.repartition import HdfsStore
 
 ORIGIN_KIND = "rescale"
 KNOWN_PROVIDERS = ("org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",  # the default
@@ -59,9 +62,10 @@ class Rescaled(Result):
 
 class Phases:
     """Seconds per phase, each from the end of the one before: restore (the source into scratch, Spark starting
-    alongside), spark_session (what was left of Spark's start), state_read (HDFS-backed: the files read here, Spark
-    counting the rows alongside; RocksDB: Spark counting them), state_placed (the rows written to their new
-    partitions; RocksDB: Spark's repartitioner), read_back (Spark reading the new state: rows and misplaced
+    alongside), state_read (HDFS-backed: the files read by Python, Spark still starting alongside),
+    spark_session (what was left of Spark's start), state_read again for RocksDB (Spark counting the rows),
+    state_placed (HDFS-backed: the rows placed in their new partitions and written, Spark counting the rows of
+    the cut alongside; RocksDB: Spark's repartitioner), read_back (Spark reading the new state: rows and misplaced
     keys), savepoint (the new savepoint written)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
@@ -82,7 +86,7 @@ def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_di
     new savepoint in ``target_dir`` (by default the home's catalog, under the source's job label). ``replan``:
     a batch planned at the cut is planned again after the rescale (refused otherwise). ``stop_spark``: stop the
     Spark session if this call started it (seconds a command that exits next need not spend)."""
-    from sparkpoint.spark import state_rows
+    from sparkpoint.spark import repartition, state_rows
 
     started = time.monotonic()
     phases = Phases()
@@ -108,11 +112,16 @@ def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_di
             results = {q["name"]: _unchanged(q) for q in savepoint.queries if q["name"] not in chosen}
             progress.start(f"rescale {savepoint.manifest['id']} to {partitions} partitions",
                            sum(op["bytes"] for q in chosen.values() for op in q["operators"]))
+            # The HDFS-backed stores need no Spark to be read: Python reads them while Spark starts.
+            read = {name: repartition.read_hdfs(locations[name], saved["batch_id"], _operators(saved))
+                    for name, saved in chosen.items() if not _on_rocksdb(saved)}
+            if read:
+                phases.done("state_read")
             spark = starting.result()
             phases.done("spark_session")
             for name, saved in chosen.items():
-                results[name] = _rescale_query(spark, spark_side, saved, locations[name], partitions, progress,
-                                               phases)
+                results[name] = _rescale_query(spark, spark_side, saved, locations[name], partitions, read.get(name),
+                                               progress, phases)
             progress.finish()
         created = take(settings, savepoint.manifest["job"],
                        # The sink's cut stays the source's: the rescale's batch wrote nothing to the sink, and
@@ -213,8 +222,20 @@ def _unchanged(saved: dict[str, Any]) -> RescaledQuery:
     return RescaledQuery(saved["name"], pinned, pinned, saved["batch_id"], None, [])
 
 
+def _on_rocksdb(saved: dict[str, Any]) -> bool:
+    return saved["provider"].startswith("rocksdb")
+
+
+def _operators(saved: dict[str, Any]) -> list[dict[str, Any]]:
+    from sparkpoint.spark import repartition
+
+    return [repartition.identified(op) for op in saved["operators"]]
+
+
 def _rescale_query(spark, spark_side: ThreadPoolExecutor, saved: dict[str, Any], checkpoint: str, partitions: int,
-                   progress: transfer.Progress, phases: Phases) -> RescaledQuery:
+                   state: dict[tuple[int, str], HdfsStore] | None, progress: transfer.Progress,
+                   phases: Phases) -> RescaledQuery:
+    """One query's state repartitioned; ``state``: its HDFS-backed stores as read already (read_hdfs)."""
     from sparkpoint.spark import repartition
 
     planned = saved.get("planned_batch_id")
@@ -223,25 +244,28 @@ def _rescale_query(spark, spark_side: ThreadPoolExecutor, saved: dict[str, Any],
             path = os.path.join(checkpoint, "offsets", name)
             if os.path.exists(path):
                 os.remove(path)
-    batch_id, operators = saved["batch_id"], [repartition.identified(op) for op in saved["operators"]]
+    batch_id, operators = saved["batch_id"], _operators(saved)
     schemas = repartition.key_schemas(spark, checkpoint, batch_id, operators)
-    if saved["provider"].startswith("rocksdb"):
+    if _on_rocksdb(saved):
         before = repartition.count_rows(spark, checkpoint, batch_id, operators)
         phases.done("state_read")
         progress.waiting(f"Spark repartitions the state of {saved['name']}")
         new_batch = repartition.run_spark_runner(spark, checkpoint, partitions, saved["checkpoint_format_version"])
         progress.advance(sum(op["bytes"] for op in operators))
     else:
+        assert state is not None
         plan = repartition.plan_hdfs(checkpoint, batch_id, operators, partitions, schemas)
+        repartition.prove_partitioning(state, operators, plan)
+        # Spark counts the cut's rows while Python places them; the new files are written once it has read them:
+        # its state reader lists the partitions' directories, which the new partitions would add to.
         counting = spark_side.submit(repartition.count_rows, spark, checkpoint, batch_id, operators)
         try:
-            state = repartition.read_hdfs(checkpoint, batch_id, operators, plan)
+            placed = repartition.place_hdfs(plan, state, partitions)
         except BaseException:
             spark.sparkContext.cancelAllJobs()  # the count reads the scratch directory about to be removed
             raise
         before = counting.result()
-        phases.done("state_read")
-        new_batch = repartition.write_hdfs(checkpoint, batch_id, plan, state, partitions, progress.advance)
+        new_batch = repartition.write_hdfs(checkpoint, batch_id, plan, placed, state, progress.advance)
     phases.done("state_placed")
     checks = repartition.check_rescaled(spark, checkpoint, new_batch, operators, partitions, before)
     phases.done("read_back")

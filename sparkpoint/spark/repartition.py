@@ -127,6 +127,16 @@ class HdfsPlan:
     hashers: dict[tuple[int, str], KeyHasher]  # per (operator id, store)
 
 
+@dataclass(frozen=True)
+class HdfsStore:
+    """One HDFS-backed store at the cut, all partitions together."""
+
+    rows: dict[bytes, bytes]
+    read_bytes: int
+    # An operator without operator metadata: each partition's keys, for the proof of its partitioning
+    keys_by_partition: dict[int, list[bytes]] | None
+
+
 def plan_hdfs(checkpoint: str, batch_id: int, operators: list[dict[str, Any]], partitions: int,
               schemas: dict[int, dict[str, dict[str, Any]]]) -> HdfsPlan:
     return HdfsPlan(
@@ -136,42 +146,67 @@ def plan_hdfs(checkpoint: str, batch_id: int, operators: list[dict[str, Any]], p
     )
 
 
-def read_hdfs(checkpoint: str, batch_id: int, operators: list[dict[str, Any]],
-              plan: HdfsPlan) -> dict[tuple[int, str], tuple]:
-    """Every HDFS-backed store's rows at the cut (version ``batch_id + 1``), all partitions together, with the
-    bytes read: (operator id, store) -> (rows, bytes). Python only: it runs while Spark counts the same rows.
-    The keys of an operator without operator metadata must each sit where the plan's partitioning puts them
-    among the partitions they were written in: the proof that it is Spark's."""
-    state = {}
+def read_hdfs(checkpoint: str, batch_id: int, operators: list[dict[str, Any]]) -> dict[tuple[int, str], HdfsStore]:
+    """Every HDFS-backed store's rows at the cut (version ``batch_id + 1``): (operator id, store) -> its rows.
+    Python only, and no plan needed: it runs while Spark starts."""
+    return {(operator["id"], store): _read_store(checkpoint, operator["id"], store, batch_id + 1,
+                                                  bool(operator.get("unnamed")))
+            for operator in operators for store in operator["stores"]}
+
+
+def prove_partitioning(state: dict[tuple[int, str], HdfsStore], operators: list[dict[str, Any]],
+                       plan: HdfsPlan) -> None:
+    """The keys of an operator without operator metadata must each sit where the plan's partitioning puts them
+    among the partitions they were written in: the proof that it is Spark's, or the rescale is refused."""
     for operator in operators:
+        if not operator.get("unnamed"):
+            continue
+        count = operator["partitions"]
         for store in operator["stores"]:
-            proof = (plan.hashers[(operator["id"], store)], operator["partitions"]) if operator.get("unnamed") else None
-            state[(operator["id"], store)] = _read_store(checkpoint, operator["id"], store, batch_id + 1, proof)
-            keys = len(state[(operator["id"], store)][0])
-            if proof and keys and operator["partitions"] ** -keys > PROOF_ODDS:
-                needed = next(n for n in range(1, 64) if operator["partitions"] ** -n <= PROOF_ODDS)
+            read = state[(operator["id"], store)]
+            hasher = plan.hashers[(operator["id"], store)]
+            for partition, keys in sorted((read.keys_by_partition or {}).items()):
+                misplaced = sum(placed != partition for placed in hasher.partitions(keys, count))
+                if misplaced:
+                    raise RescaleRefusedError(
+                        f"operator {operator['id']} has no operator metadata (Spark 3.5 writes none), and {misplaced} "
+                        f"of the {len(keys)} keys of its store {store} in partition {partition} are not where "
+                        "Spark's hash of its key puts them: it is partitioned by part of its key (a session window "
+                        "is, without its session), which sparkpoint cannot tell, so it does not rescale it")
+            keys = len(read.rows)
+            if keys and count ** -keys > PROOF_ODDS:
+                needed = next(n for n in range(1, 64) if count ** -n <= PROOF_ODDS)
                 raise RescaleRefusedError(
                     f"operator {operator['id']} has no operator metadata (Spark 3.5 writes none), and its store "
-                    f"{store} holds {keys} key(s) in {operator['partitions']} partitions: too few to show how Spark "
+                    f"{store} holds {keys} key(s) in {count} partitions: too few to show how Spark "
                     f"partitioned them (it takes {needed}), so sparkpoint does not rescale it")
-    return state
 
 
-def write_hdfs(checkpoint: str, batch_id: int, plan: HdfsPlan, state: dict[tuple[int, str], tuple],
-               partitions: int, advance) -> int:
-    """sparkpoint's own HDFS path: batch ``batch_id + 1`` whose state holds ``state`` (read_hdfs) placed in
-    ``partitions`` partitions. ``advance(bytes)`` reports each store done."""
-    version = batch_id + 1
-    for (operator_id, store), (rows, read_bytes) in state.items():
-        placed = plan.hashers[(operator_id, store)].partitions(list(rows), partitions)
+def place_hdfs(plan: HdfsPlan, state: dict[tuple[int, str], HdfsStore],
+               partitions: int) -> dict[tuple[int, str], list[bytes]]:
+    """Each store's rows placed by Spark's hash in ``partitions`` partitions: one snapshot file's bytes per new
+    partition. Python only: it runs while Spark counts the rows of the cut, whose files it leaves alone."""
+    placed = {}
+    for (operator_id, store), read in state.items():
         buckets: list[list[tuple[bytes, bytes]]] = [[] for _ in range(partitions)]
-        for (key, value), partition in zip(rows.items(), placed, strict=True):
-            buckets[partition].append((key, value))
-        for partition, bucket in enumerate(buckets):
+        targets = plan.hashers[(operator_id, store)].partitions(list(read.rows), partitions)
+        for row, partition in zip(read.rows.items(), targets, strict=True):
+            buckets[partition].append(row)
+        placed[(operator_id, store)] = [hdfs_store.snapshot(bucket) for bucket in buckets]
+    return placed
+
+
+def write_hdfs(checkpoint: str, batch_id: int, plan: HdfsPlan, placed: dict[tuple[int, str], list[bytes]],
+               state: dict[tuple[int, str], HdfsStore], advance) -> int:
+    """sparkpoint's own HDFS path: batch ``batch_id + 1`` whose state is ``placed`` (place_hdfs).
+    ``advance(bytes)`` reports each store done, by the bytes read of it."""
+    version = batch_id + 1
+    for (operator_id, store), snapshots in placed.items():
+        for partition, snapshot in enumerate(snapshots):
             directory = _store_dir(checkpoint, operator_id, partition, store)
             os.makedirs(directory, exist_ok=True)
-            _write_atomic(os.path.join(directory, f"{version + 1}.snapshot"), hdfs_store.snapshot(bucket))
-        advance(read_bytes)
+            _write_atomic(os.path.join(directory, f"{version + 1}.snapshot"), snapshot)
+        advance(state[(operator_id, store)].read_bytes)
     _write_atomic(os.path.join(checkpoint, "offsets", str(batch_id + 1)), plan.offsets)
     shutil.copyfile(os.path.join(checkpoint, "commits", str(batch_id)),
                     os.path.join(checkpoint, "commits", str(batch_id + 1)))
@@ -254,11 +289,10 @@ def _store_dir(checkpoint: str, operator_id: int, partition: int, store: str) ->
     return directory if store == "default" else os.path.join(directory, store)
 
 
-def _read_store(checkpoint: str, operator_id: int, store: str, version: int,
-                proof: tuple[KeyHasher, int] | None) -> tuple[dict[bytes, bytes], int]:
-    """Every partition's rows of one store at ``version``, and the bytes read. ``proof``: (a hasher, the
-    partition count) that must place every key in the partition it was read from."""
+def _read_store(checkpoint: str, operator_id: int, store: str, version: int, by_partition: bool) -> HdfsStore:
+    """Every partition's rows of one store at ``version``; ``by_partition``: each partition's keys kept too."""
     rows: dict[bytes, bytes] = {}
+    keys_by_partition: dict[int, list[bytes]] | None = {} if by_partition else None
     read_bytes = 0
     op_dir = os.path.join(checkpoint, "state", str(operator_id))
     for partition in sorted(int(n) for n in os.listdir(op_dir) if n.isdigit()):
@@ -278,17 +312,10 @@ def _read_store(checkpoint: str, operator_id: int, store: str, version: int,
                 files.append((os.path.join(directory, name), handle.read()))
         read_bytes += sum(len(raw) for _, raw in files)
         loaded = hdfs_store.load(files)
-        if proof:
-            hasher, count = proof
-            misplaced = sum(placed != partition for placed in hasher.partitions(list(loaded), count))
-            if misplaced:
-                raise RescaleRefusedError(
-                    f"operator {operator_id} has no operator metadata (Spark 3.5 writes none), and {misplaced} of the "
-                    f"{len(loaded)} keys of its store {store} in partition {partition} are not where Spark's hash of "
-                    "its key puts them: it is partitioned by part of its key (a session window is, without its "
-                    "session), which sparkpoint cannot tell, so it does not rescale it")
+        if keys_by_partition is not None:
+            keys_by_partition[partition] = list(loaded)
         rows.update(loaded)
-    return rows, read_bytes
+    return HdfsStore(rows, read_bytes, keys_by_partition)
 
 
 def _rescaled_offsets(checkpoint: str, batch_id: int, partitions: int) -> bytes:

@@ -57,7 +57,7 @@ def test_run_s_partitions_continues_the_same_counts_on_the_new_partitions(tmp_pa
     assert (rescaled["source_id"], query["partitions_before"], query["partitions"]) == (stopped["id"], 2, 3)
     assert query["batch_id"] == stopped["queries"][0]["batch_id"] + 1
     assert query["stores"] and all(s["rows"] > 0 for s in query["stores"])
-    assert list(rescaled["phases"]) == ["restore", "spark_session", "state_read", "state_placed", "read_back",
+    assert list(rescaled["phases"]) == ["restore", "state_read", "spark_session", "state_placed", "read_back",
                                         "savepoint"], rescaled["phases"]
     assert 0 < sum(rescaled["phases"].values()) <= rescaled["seconds"]
     assert cli_json(home, "verify", rescaled["savepoint"]["path"])["valid"]

@@ -187,18 +187,19 @@ def test_an_operator_spark_3_5_wrote_is_rescaled_only_where_its_keys_prove_a_par
 
     plan = repartition.plan_hdfs(str(root), 3, [operator], 5, {0: {"default": LONG_KEY}})
     store(placed)
-    state = repartition.read_hdfs(str(root), 3, [operator], plan)
-    assert set(state[(0, "default")][0]) == set(keys)
+    state = repartition.read_hdfs(str(root), 3, [operator])
+    repartition.prove_partitioning(state, [operator], plan)
+    assert set(state[(0, "default")].rows) == set(keys)
 
     store({key: 1 - at if index % 7 == 0 else at for index, (key, at) in enumerate(placed.items())})
     with pytest.raises(RescaleRefusedError, match="of the .* keys of its store default in partition 0 are not where "
                                                   "Spark's hash of its key puts them.*session window"):
-        repartition.read_hdfs(str(root), 3, [operator], plan)
+        repartition.prove_partitioning(repartition.read_hdfs(str(root), 3, [operator]), [operator], plan)
 
     # Three keys in 2 partitions: a wrong guess would place them all right once in 8, which proves nothing.
     store({key: at for key, at in list(placed.items())[:3]})
     with pytest.raises(RescaleRefusedError, match="holds 3 key.s. in 2 partitions: too few .*it takes 20"):
-        repartition.read_hdfs(str(root), 3, [operator], plan)
+        repartition.prove_partitioning(repartition.read_hdfs(str(root), 3, [operator]), [operator], plan)
 
     with pytest.raises(RescaleRefusedError, match="written in one partition"):
         repartition.identified(dict(unnamed, partitions=1))

@@ -4,13 +4,17 @@ savepoint, in one run.
 The state is scripts/demo_apps/keyed_state.py's (a parquet seed of 1,000,000 keys with 100-character values,
 GROUP BY k with MAX(v), COUNT(*), 8 shuffle partitions), run under `sparkpoint run` until 3 batches, then
 stopped with a savepoint (`sparkpoint stop`). Once on the HDFS-backed store (sparkpoint's own path) and once
-on RocksDB (`--conf ...providerClass=RocksDB`: Spark's repartitioner). For each, ROUNDS times: the wall time of
+on RocksDB (the app's `--provider rocksdb`: Spark's repartitioner). For each, ROUNDS times: the wall time of
 `sparkpoint rescale SP --partitions 16` (a CLI process: its own local Spark session included) and of
 `sparkpoint restore SP DIR` (copies, not links: what a move to another cluster costs); min / median / max, and
 of each of the rescale's phases (its JSON's ``phases``).
 A figure, never a pass/fail test.
 
     .venv/bin/python scripts/bench_rescale.py [--rounds 3] [--providers hdfs,rocksdb]
+        [--keys 4000000 --driver-memory 8g]
+
+--keys: the keyed job's keys; --driver-memory: the job's driver, and the rescale's own local Spark (through
+PYSPARK_SUBMIT_ARGS, as for any PySpark session): 4M keys of HDFS-backed state need 8g here.
 """
 
 from __future__ import annotations
@@ -24,20 +28,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_jobs import sparkpoint
+from bench_jobs import ENV, sparkpoint
 from bench_stop import await_batches, spread, timed
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYED = str(ROOT / "scripts" / "demo_apps" / "keyed_state.py")
-ROCKSDB = "spark.sql.streaming.stateStore.providerClass=" \
-          "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
-def stopped_savepoint(work: Path, home: Path, provider: str) -> tuple[str, float]:
-    """The 1M-key job's savepoint, taken by `stop`, and the stop's wall time."""
-    confs = ["--conf", ROCKSDB] if provider == "rocksdb" else []
-    job = sparkpoint(home, "run", "--detach", "--name", f"keyed-{provider}", *confs, KEYED,
-                     str(work), "1")
+def stopped_savepoint(work: Path, home: Path, provider: str, keys: int, driver_memory: str | None
+                      ) -> tuple[str, float]:
+    """The keyed job's savepoint, taken by `stop`, and the stop's wall time."""
+    memory = ["--driver-memory", driver_memory] if driver_memory else []
+    # The application sets its state store (keyed_state.py --provider): a --conf would be overridden by it.
+    job = sparkpoint(home, "run", "--detach", "--name", f"keyed-{provider}", *memory, KEYED,
+                     str(work), "1", "--keys", str(keys), "--provider", provider)
     await_batches(Path(job["log"]), 3)
     started = time.monotonic()
     stopped = sparkpoint(home, "stop", job["id"])
@@ -48,13 +52,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--providers", default="hdfs,rocksdb")
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--driver-memory")
     options = parser.parse_args()
+    if options.driver_memory:
+        ENV["PYSPARK_SUBMIT_ARGS"] = f"--driver-memory {options.driver_memory} pyspark-shell"
     work = Path(tempfile.mkdtemp(prefix="sparkpoint-bench-rescale-"))
     home = work / "home"
     print(f"machine: nproc={os.cpu_count()}, python {sys.version.split()[0]}; command: {' '.join(sys.argv)}")
     try:
         for provider in options.providers.split(","):
-            savepoint, stop_seconds = stopped_savepoint(work, home, provider)
+            savepoint, stop_seconds = stopped_savepoint(work, home, provider, options.keys,
+                                                       options.driver_memory)
             size = sparkpoint(home, "inspect", savepoint)["bytes"]
             rescales, restores, rows, phases = [], [], None, []
             for round_ in range(options.rounds):

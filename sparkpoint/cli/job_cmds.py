@@ -12,7 +12,7 @@ from sparkpoint.cli.context import console as make_console
 
 if TYPE_CHECKING:  # the core is imported inside each command, so that --help stays fast
     from sparkpoint.jobs.listing import ListedJob
-    from sparkpoint.jobs.registry import JobView
+    from sparkpoint.jobs.job_view import JobView
     from sparkpoint.jobs.stop import Stopped
     from sparkpoint.savepoints.compat import Checked
 

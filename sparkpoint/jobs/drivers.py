@@ -13,7 +13,8 @@ from sparkpoint.adapters.processes import pid_alive, signal_group, terminate_gro
 from sparkpoint.adapters.cluster_managers import manager_for
 from sparkpoint.errors import JobFailedError
 from sparkpoint.jobs.protocol import read_agent_file
-from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, describe_job, driver_start, state_of
+from sparkpoint.jobs.job_view import JobView, describe_job
+from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, driver_start, state_of
 from sparkpoint.times import poll_until
 
 

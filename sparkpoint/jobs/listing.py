@@ -12,15 +12,9 @@ from sparkpoint.adapters.storage import join, storage_for
 from sparkpoint.config import Settings
 from sparkpoint.errors import SparkpointError
 from sparkpoint.jobs.live import LiveQuery
-from sparkpoint.jobs.registry import (
-    ACTIVE_STATES,
-    Job,
-    JobView,
-    Registry,
-    describe_job,
-    reported_statuses,
-    state_of,
-)
+from sparkpoint.jobs.agents import reported_statuses
+from sparkpoint.jobs.job_view import JobView, describe_job
+from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, state_of
 from sparkpoint.results import WHEN_SET, Result
 from sparkpoint.times import answers_within
 

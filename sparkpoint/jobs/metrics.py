@@ -24,7 +24,9 @@ from sparkpoint.adapters.local_files import kind_of, write_atomic
 from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, SparkpointError, StorageError
 from sparkpoint.jobs.live import LiveQuery
-from sparkpoint.jobs.registry import Job, JobView, Registry, describe_job, reported_statuses, state_of
+from sparkpoint.jobs.agents import reported_statuses
+from sparkpoint.jobs.job_view import JobView, describe_job
+from sparkpoint.jobs.registry import Job, Registry, state_of
 from sparkpoint.savepoints import catalog, horizon
 from sparkpoint.savepoints.restorability import RESTORABLE, UNKNOWN, check_reads
 from sparkpoint.times import parse_iso

@@ -1,5 +1,6 @@
 """The registry of jobs launched by ``sparkpoint run`` (``<home>/jobs/<job id>/``, laid out as
-:mod:`sparkpoint.jobs.protocol` says), and their states.
+:mod:`sparkpoint.jobs.protocol` says): their records, and their states as the records, the driver's process and a
+cluster manager say them. How a job is shown is jobs.job_view's; reaching its agent, jobs.agents'.
 
 States: ``starting`` (launched, agent not up yet), ``running``, ``finished``, ``failed``,
 ``cancelled``, and ``lost`` (the driver process is gone without recording an end).
@@ -17,9 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sparkpoint.adapters.agent_client import AgentClient
 from sparkpoint.adapters.local_files import (
     MalformedRecord,
     locked,
@@ -35,21 +35,14 @@ from sparkpoint.config import local_home
 from sparkpoint.errors import (
     BadArgumentError,
     CorruptRecordError,
-    JobNotRunningError,
     NotFoundError,
     SparkpointError,
     StorageError,
     TargetNotEmptyError,
 )
-from sparkpoint.jobs import startup
-from sparkpoint.jobs.live import LiveQuery
 from sparkpoint.jobs.protocol import read_agent_record
 from sparkpoint.lookup import by_id, the_one
-from sparkpoint.results import WHEN_SET, Result
 from sparkpoint.times import answers_within, iso
-
-if TYPE_CHECKING:  # a stop's result names the job it stopped: the type only, not a cycle at import
-    from sparkpoint.jobs.stop import Stopped
 
 JOB_FILE = "job.json"
 TOKEN_FILE = "token"
@@ -63,7 +56,6 @@ ENDED_STATES = ("finished", "failed", "cancelled")  # what Job.end records
 # of them, however many jobs there are.
 DRIVER_STATUS_SECONDS = 2.0
 TOKEN_BYTES = 4096
-AGENT_MARGIN = 0.25  # past an agent's own timeout, its report is no longer waited for (reported_statuses)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
@@ -459,121 +451,3 @@ def driver_status(job: Job) -> dict[str, Any]:
 def unheard(message: str) -> dict[str, Any]:
     """A driver_status of a manager that did not answer."""
     return {"driverState": "UNKNOWN", "state": "lost", "message": message, "unreachable": True}
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobView(Result):
-    """A job as run, cancel and list show it: its record, its state, and what its driver reports."""
-
-    source: str = "registry"  # list --ui: "ui", an application sparkpoint did not launch
-    id: str | None
-    name: str | None
-    state: str
-    app_id: str | None
-    pid: int | None
-    created_at: str | None
-    app: str | None
-    checkpoint_root: str | None
-    restored_from: str | None
-    log: str | None
-    error: str | None
-    queries: list[LiveQuery]
-    master: str | None
-    submission_id: str | None
-    driver_state: str | None
-    follows: str | None
-    spark_version: str | None  # the Spark the driver runs, as it said (or as launched); null if unknown
-    history: list[dict[str, Any]]  # {at, event, detail}, oldest first: see docs/howto/upgrade.md, "History"
-    upgrade_check: dict[str, Any] | None = field(default=None, metadata=WHEN_SET)  # run -s, run --replace
-    rollback: dict[str, Any] | None = field(default=None, metadata=WHEN_SET)  # rolled_back_to, or rollback_of
-    replaced: Stopped | None = field(default=None, metadata=WHEN_SET)  # run --replace: the old job's stop
-    rolled_back: JobView | None = field(default=None, metadata=WHEN_SET)  # the old version, started again
-    sink_rollbacks: list[Any] | None = field(default=None, metadata=WHEN_SET)  # run -s --rollback-sink
-    # Where its start went (jobs.startup): at, phases (seconds so far), queries (each one's milestones)
-    start: dict[str, Any] | None = field(default=None, metadata=WHEN_SET)
-
-
-def describe_job(job: Job, status: dict[str, Any] | None = None, state: str | None = None) -> JobView:
-    reported = (status or {}).get("queries")
-    return JobView(
-        id=job.id,
-        name=job.name,
-        state=state or state_of(job),
-        app_id=(status or {}).get("app_id") or job.agent.get("app_id"),
-        pid=job.pid,
-        created_at=job.created_at,
-        app=job.app,
-        checkpoint_root=job.checkpoint_root,
-        restored_from=job.restored_from,
-        log=(job.driver.get("log") if job.submission_id else job.log_path if job.detached else None),
-        error=(job.agent_problem or job.agent.get("error") or job.agent.get("restore_error")
-               or (job.ended or {}).get("error")),
-        queries=LiveQuery.all_from(reported),
-        master=job.master,
-        submission_id=job.submission_id,
-        driver_state=job.driver.get("driverState"),
-        follows=job.follows,
-        spark_version=spark_version_of(job),
-        history=history_of(job),
-        upgrade_check=job.upgrade_check,
-        rollback=job.rollback,
-        start=_start_of(job),
-    )
-
-
-def _start_of(job: Job) -> dict[str, Any] | None:
-    if not job.launch:
-        return None
-    found = startup.phases(job.launch, job.agent.get("startup"))
-    queries = (job.agent.get("startup") or {}).get("queries")
-    return {"at": job.launch.get("at"), "phases": found, "queries": queries if isinstance(queries, dict) else {}}
-
-
-def history_of(job: Job) -> list[dict[str, Any]]:
-    """The job's history: the events the CLI recorded, and those only its driver saw (saved state that no
-    query took, an end the CLI did not record), in time order."""
-    agent = job.agent
-    events = list(job.history)
-    not_restored = agent.get("not_restored")
-    if isinstance(not_restored, dict) and isinstance(not_restored.get("queries"), list):
-        names = ", ".join(map(str, not_restored["queries"]))
-        events.append({"at": not_restored.get("at"), "event": "state_not_restored",
-                       "detail": f"--allow-non-restored-state: the saved state of {names} is not used: the "
-                                 "application started no query of that name"})
-    if over := startup.started_up(job.launch, agent.get("startup")):
-        events.append({"at": over[0], "event": "started_up", "detail": startup.said(over[1])})
-    if agent.get("state") in ("finished", "failed") and not job.ended:
-        events.append({"at": agent.get("ended_at"), "event": agent["state"],
-                       "detail": agent.get("error") or f"the application exited ({agent.get('exit_code')})"})
-    return sorted(events, key=lambda e: str(e.get("at")))
-
-
-def reported_status(registry: Registry, job: Job, timeout: float) -> dict[str, Any] | None:
-    """A running job's agent's report for `list` and `metrics`, or None when it does not answer within
-    ``timeout``, or answers what no agent sends (its answer is JSON another process wrote). Never raises: a
-    listing shows the job all the same."""
-    try:
-        status = client_for(registry, job, timeout=timeout).status()
-    except Exception:  # noqa: BLE001 - an agent gone, hung, or an agent.json of another shape: it did not answer
-        return None
-    return status if isinstance(status, dict) else None
-
-
-def reported_statuses(registry: Registry, jobs: list[Job], timeout: float) -> dict[str, dict[str, Any] | None]:
-    """reported_status of each job, by id: all asked at once, ``timeout`` each and AGENT_MARGIN more in all (an
-    agent that trickles its reply does not hold the caller)."""
-    answers = answers_within([functools.partial(reported_status, registry, job, timeout) for job in jobs],
-                             timeout + AGENT_MARGIN, lambda _index: None)
-    return dict(zip((job.id for job in jobs), answers, strict=True))
-
-
-def client_for(registry: Registry, job: Job, timeout: float = 5.0) -> AgentClient:
-    state = state_of(job)
-    if state != "running" or not job.agent.get("port"):
-        raise JobNotRunningError(
-            f"job {job.id} is not running (state: {state})"
-            + (f"; its checkpoints stay in {job.checkpoint_root}" if state in ("lost", "failed") else "")
-        )
-    return AgentClient(job.agent["host"], int(job.agent["port"]), job.id, registry.token(job), timeout=timeout)
-
-

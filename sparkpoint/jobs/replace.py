@@ -10,7 +10,8 @@ from sparkpoint.config import Settings
 from sparkpoint.errors import JobFailedError, SparkpointError
 from sparkpoint.jobs.drivers import await_end, cluster_driver_failure, driver_running, end_driver
 from sparkpoint.jobs.protocol import answer_handover, handover_waiting
-from sparkpoint.jobs.registry import Job, Registry, describe_job, state_of
+from sparkpoint.jobs.job_view import describe_job
+from sparkpoint.jobs.registry import Job, Registry, state_of
 from sparkpoint.jobs.sinks import refuse_sinks_ahead
 from sparkpoint.jobs.stop import Stopped, record_stopped, stop_with_savepoint
 from sparkpoint.savepoints import savepoint

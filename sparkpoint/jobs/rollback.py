@@ -13,7 +13,9 @@ from typing import Any
 
 from sparkpoint.errors import BadArgumentError, SparkpointError
 from sparkpoint.jobs.live import json_number
-from sparkpoint.jobs.registry import Job, Registry, client_for, describe_job, state_of
+from sparkpoint.jobs.agents import client_for
+from sparkpoint.jobs.job_view import describe_job
+from sparkpoint.jobs.registry import Job, Registry, state_of
 from sparkpoint.times import poll_until
 
 LOST_SETTLE = 3.0  # seconds a driver must stay lost (gone, its end unrecorded) to count as failed

@@ -46,7 +46,9 @@ from sparkpoint.jobs.live import LiveQuery
 from sparkpoint.jobs.protocol import answer_handover, real_time_stop_seconds
 from sparkpoint.jobs.drivers import (await_cluster_driver, await_end, await_start, driver_running, end_driver,
                                     end_interrupted)
-from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, client_for, describe_job, state_of
+from sparkpoint.jobs.agents import client_for
+from sparkpoint.jobs.job_view import JobView, describe_job
+from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, state_of
 from sparkpoint.jobs.rollback import HealthCondition, Probation, parse_condition, watch_probation
 from sparkpoint.jobs.replace import HandoverFailedError, take_over
 from sparkpoint.spark.delta_log import DELTA_SINK

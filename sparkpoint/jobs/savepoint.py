@@ -11,7 +11,8 @@ from sparkpoint.adapters.transfer import Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, JobNotRunningError, SparkpointError
 from sparkpoint.paths import local_path
-from sparkpoint.jobs.registry import Job, Registry, client_for, spark_version_of
+from sparkpoint.jobs.agents import client_for
+from sparkpoint.jobs.registry import Job, Registry, spark_version_of
 from sparkpoint.savepoints import savepoint
 from sparkpoint.savepoints.create import Created, QuerySource, take
 from sparkpoint.spark import sinks

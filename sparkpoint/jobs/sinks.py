@@ -15,7 +15,8 @@ from sparkpoint.adapters.storage import join, storage_for
 from sparkpoint.config import Settings
 from sparkpoint.errors import (BadArgumentError, NotACheckpointError, SinkAheadError, SinkRollbackRefusedError,
                                SparkpointError)
-from sparkpoint.jobs.registry import ACTIVE_STATES, Registry, client_for, state_of
+from sparkpoint.jobs.agents import client_for
+from sparkpoint.jobs.registry import ACTIVE_STATES, Registry, state_of
 from sparkpoint.results import Result
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.spark import sink_rollback

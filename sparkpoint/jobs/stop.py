@@ -18,7 +18,9 @@ from sparkpoint.errors import (JobFailedError, JobNotRunningError, SparkpointErr
 from sparkpoint.jobs.drivers import DriverExit, end_driver
 from sparkpoint.jobs.live import json_number
 from sparkpoint.jobs.protocol import read_agent_file
-from sparkpoint.jobs.registry import ACTIVE_STATES, Job, JobView, Registry, client_for, describe_job, state_of
+from sparkpoint.jobs.agents import client_for
+from sparkpoint.jobs.job_view import JobView, describe_job
+from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, state_of
 from sparkpoint.jobs.savepoint import create_savepoint, job_sources
 from sparkpoint.results import Result
 from sparkpoint.savepoints.create import SavedQuery

@@ -160,7 +160,7 @@ def test_a_triggered_savepoint_runs_in_a_process_of_its_own_without_the_cli(tmp_
 
 
 def test_the_history_has_what_the_cli_recorded_and_what_only_the_driver_saw_in_time_order(tmp_path):
-    from sparkpoint.jobs.registry import history_of
+    from sparkpoint.jobs.job_view import history_of
 
     registry = Registry(str(tmp_path))
     job = new_job(registry)

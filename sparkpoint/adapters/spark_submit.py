@@ -132,15 +132,22 @@ def launch(argv: list[str], env: dict[str, str], log_path: str | None = None, st
                             start_new_session=True)
 
 
-def driver_environment(spark: Spark, base: dict[str, str] | None = None) -> dict[str, str]:
+def driver_environment(spark: Spark, base: dict[str, str] | None = None,
+                       crash_reports: str | None = None) -> dict[str, str]:
     """The driver must run this interpreter (it has sparkpoint; spark-submit puts the Spark's own pyspark first
     on its path), bound to loopback by default. SPARK_HOME is the Spark chosen: Spark's scripts take it over
-    their own location."""
+    their own location. ``crash_reports``: where a driver JVM started here writes its crash report
+    (hs_err_pid<pid>.log; RocksDB's native threads can crash a JVM as it exits), instead of the directory the
+    command was typed in. An -XX:ErrorFile of the user's own SPARK_SUBMIT_OPTS comes after it, and wins."""
     env = dict(os.environ if base is None else base)
     env["SPARK_HOME"] = spark.home
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if crash_reports:
+        # Spark's launcher splits SPARK_SUBMIT_OPTS as a shell would: the path quoted, its quotes escaped.
+        path = os.path.join(crash_reports, "hs_err_pid%p.log").replace("\\", "\\\\").replace('"', '\\"')
+        env["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [f'-XX:ErrorFile="{path}"', env.get("SPARK_SUBMIT_OPTS")]))
     return env
 
 

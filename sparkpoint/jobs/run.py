@@ -548,7 +548,8 @@ def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_ar
     argv = [spark.submit, "--master", request.master, "--name", job.id, *checkpoint_conf, *conf_args,
             *request.submit_args, BOOTSTRAP, job.directory, app, *request.app_args]
     # Foreground: the driver's output goes to stderr, so stdout stays clean for --output json.
-    process = spark_submit.launch(argv, {**spark_submit.driver_environment(spark), **driver_settings},
+    process = spark_submit.launch(argv, {**spark_submit.driver_environment(spark, crash_reports=job.directory),
+                                         **driver_settings},
                                   job.log_path if request.detach else None,
                                   stdout=None if request.detach else sys.stderr)
     job.pid, job.pid_start = process.pid, process_start(process.pid)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import shlex
+
 import pytest
 from clitools import spark_home
 
@@ -49,6 +51,24 @@ def test_the_spark_is_spark_home_option_then_the_environment_then_this_pythons_p
     assert own.found_by == "pyspark" and own.home.endswith("site-packages/pyspark") and own.minor == (4, 3)
     # Spark's scripts take $SPARK_HOME over their own place: the driver's is the Spark chosen, whatever was set.
     assert driver_environment(chosen, {"SPARK_HOME": str(env_home)})["SPARK_HOME"] == str(option)
+
+
+def test_a_driver_jvm_writes_its_crash_report_into_the_job_directory_unless_the_user_says_where(tmp_path):
+    """Spark's launcher splits SPARK_SUBMIT_OPTS as a shell would (CommandBuilderUtils.parseOptionString): a job
+    directory with a space or a quote stays one option, and the user's own options follow it (the last
+    -XX:ErrorFile wins)."""
+    from sparkpoint.adapters.spark_submit import driver_environment, find_spark
+
+    spark = find_spark(str(spark_home(tmp_path / "spark", "4.3.0")), {})
+    job_dir = tmp_path / 'a "home" with spaces' / "jobs" / "keyed-1a2b"
+    env = driver_environment(spark, {}, crash_reports=str(job_dir))
+    quoted = f'{tmp_path}/a \\"home\\" with spaces/jobs/keyed-1a2b/hs_err_pid%p.log'
+    assert env["SPARK_SUBMIT_OPTS"] == f'-XX:ErrorFile="{quoted}"'
+    assert shlex.split(env["SPARK_SUBMIT_OPTS"]) == [f"-XX:ErrorFile={job_dir}/hs_err_pid%p.log"]
+    theirs = driver_environment(spark, {"SPARK_SUBMIT_OPTS": "-XX:ErrorFile=/var/crash/hs_%p.log -Dx=1"},
+                                crash_reports=str(job_dir))
+    assert shlex.split(theirs["SPARK_SUBMIT_OPTS"])[1:] == ["-XX:ErrorFile=/var/crash/hs_%p.log", "-Dx=1"]
+    assert "SPARK_SUBMIT_OPTS" not in driver_environment(spark, {})
 
 
 @pytest.mark.parametrize(("layout", "version"), [

@@ -145,8 +145,10 @@ def driver_environment(spark: Spark, base: dict[str, str] | None = None,
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if crash_reports:
-        # Spark's launcher splits SPARK_SUBMIT_OPTS as a shell would: the path quoted, its quotes escaped.
-        path = os.path.join(crash_reports, "hs_err_pid%p.log").replace("\\", "\\\\").replace('"', '\\"')
+        # The JVM expands %p in the file's name and takes %% for a %; Spark's launcher splits SPARK_SUBMIT_OPTS as
+        # a shell would: the path quoted, its quotes escaped.
+        path = os.path.join(crash_reports.replace("%", "%%"), "hs_err_pid%p.log")
+        path = path.replace("\\", "\\\\").replace('"', '\\"')
         env["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [f'-XX:ErrorFile="{path}"', env.get("SPARK_SUBMIT_OPTS")]))
     return env
 

@@ -69,6 +69,9 @@ def test_a_driver_jvm_writes_its_crash_report_into_the_job_directory_unless_the_
                                 crash_reports=str(job_dir))
     assert shlex.split(theirs["SPARK_SUBMIT_OPTS"])[1:] == ["-XX:ErrorFile=/var/crash/hs_%p.log", "-Dx=1"]
     assert "SPARK_SUBMIT_OPTS" not in driver_environment(spark, {})
+    # A % in the home's path is the JVM's to expand (%p: the pid): written %% to stay a %.
+    percent = driver_environment(spark, {}, crash_reports="/srv/100%p/jobs/j")
+    assert shlex.split(percent["SPARK_SUBMIT_OPTS"]) == ["-XX:ErrorFile=/srv/100%%p/jobs/j/hs_err_pid%p.log"]
 
 
 @pytest.mark.parametrize(("layout", "version"), [

@@ -48,7 +48,7 @@ def rows_per_second(command: list[str]) -> float:
 
 
 def sparkpoint(home: Path, *args: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "sparkpoint", "--home", str(home), args[0], "-o", "json", *args[1:]],
+    done = subprocess.run([sys.executable, "-m", "sparkpoint", "--home", str(home), "-o", "json", *args],
                           env=ENV, capture_output=True, text=True, check=True)
     return json.loads(done.stdout)
 

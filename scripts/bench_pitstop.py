@@ -3,7 +3,10 @@
 HDFS-backed state by default, a 1 s trigger, input every batch).
 
 Each round runs one job per path and measures, from the commit logs' file times:
-- stop + run -s (checked), stop + run -s --no-check: from `stop`'s return to the restored job's first commit;
+- stop + run -s (checked), stop + run -s --no-check: from `stop`'s return to the restored job's first commit
+  (and, as the phase ``two_step``, from the stop command's start);
+- standby, stop + run -s (`--paths standby`, not by default): the same, with a standby driver of the job warmed
+  up before the stop (`sparkpoint standby start`), which `run -s` adopts;
 - run --replace: from the command's start to the new job's first commit;
 - plain Spark restart (`--paths plain`, not by default): SIGTERM, then spark-submit again on the job's own
   checkpoint, no sparkpoint: from the SIGTERM to the first commit, the floor of any two-step on this machine;
@@ -38,11 +41,16 @@ from bench_jobs import (WORKLOADS, commit_time, managed_job, phases_said, plain_
 
 
 def stop_then_run(home: Path, workload, old_spark: tuple[str, ...], new_spark: tuple[str, ...],
-                  *check: str) -> tuple[float, float, dict[str, float]]:
+                  *check: str, standby: bool = False) -> tuple[float, float, dict[str, float]]:
     """(`stop`'s return -> the restored job's first commit, commit gap, the phases: the stop's as
-    ``stop.<phase>``, then the start's)."""
+    ``stop.<phase>``, then the start's, and ``two_step``: from the stop command's start to the first commit).
+    ``standby``: a standby driver of the job (`sparkpoint standby start`) warmed up before the stop, which
+    `run -s` adopts (as a Flink job is restored into a session cluster already up)."""
     app, query, args = workload
     job, checkpoint = managed_job(home, workload, old_spark)
+    if standby:
+        sparkpoint(home, "standby", "start", job["id"])
+    began = time.time()
     stopped = sparkpoint(home, "stop", job["id"])
     returned = time.time()
     cut = stopped["queries"][0]["batch_id"]
@@ -57,7 +65,8 @@ def stop_then_run(home: Path, workload, old_spark: tuple[str, ...], new_spark: t
     if restored["upgrade_check"].get("in_driver"):
         print(f"  (the check's empty batch in the new driver: {restored['upgrade_check']['seconds']:.2f} s)")
     return first - returned, first - commit_time(checkpoint, cut), {
-        **{f"stop.{k}": v for k, v in stopped["phases"].items()}, **start.get("phases", {})}
+        **{f"stop.{k}": v for k, v in stopped["phases"].items()}, **start.get("phases", {}),
+        "two_step": round(first - began, 3)}
 
 
 def plain_restart_of(home: Path, workload, old_spark: tuple[str, ...],
@@ -71,10 +80,12 @@ def plain_restart_of(home: Path, workload, old_spark: tuple[str, ...],
 PATHS = {  # (home, workload, old job's Spark, new job's Spark) -> (downtime, commit gap, phases)
     "stop + run -s": stop_then_run,
     "stop + run -s --no-check": lambda *args: stop_then_run(*args, "--no-check"),
+    "standby, stop + run -s": lambda *args: stop_then_run(*args, standby=True),
     "run --replace": run_replace,
     "plain Spark restart": plain_restart_of,
 }
-PATH_NAMES = {"checked": "stop + run -s", "unchecked": "stop + run -s --no-check", "replace": "run --replace",
+PATH_NAMES = {"checked": "stop + run -s", "unchecked": "stop + run -s --no-check", "standby": "standby, stop + run -s",
+              "replace": "run --replace",
               "plain": "plain Spark restart"}
 
 

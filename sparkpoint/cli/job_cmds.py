@@ -96,6 +96,9 @@ class PassThrough(click.Command):
                    "its hand-over.")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Spark configuration (repeatable).")
 @click.option("--detach", is_flag=True, help="Return once the job runs; its output goes to the job's driver.log.")
+@click.option("--no-standby", is_flag=True,
+              help="With --detach: launch a driver even if a standby launched with the same options waits "
+                   "(sparkpoint standby).")
 @click.option("--spark-home", metavar="DIR",
               help="The Spark that runs the driver (its bin/spark-submit) [default: $SPARK_HOME, else this "
                    "environment's pyspark]. Spark 3.5 to 4.3.")
@@ -105,7 +108,8 @@ class PassThrough(click.Command):
 @pass_app
 def run_cmd(app, name, from_savepoint, fork, partitions, allow_non_restored_state, allow_data_loss, claim_mode,
             restore_grace, replace, savepoint_path, stop_timeout, probation, rollback_to, healthy_when, rollback_sink,
-            keep_sink_output, no_rollback, no_check, master, deploy_mode, confs, detach, spark_home, output, args):
+            keep_sink_output, no_rollback, no_check, master, deploy_mode, confs, detach, no_standby, spark_home, output,
+            args):
     """Run a streaming application under spark-submit as a managed job.
 
     sparkpoint's options come first; spark-submit's own (--py-files, --archives, --jars, --packages,
@@ -141,6 +145,7 @@ def run_cmd(app, name, from_savepoint, fork, partitions, allow_non_restored_stat
         stop_timeout=stop_timeout, deploy_mode=deploy_mode, check=not no_check,
         probation=None if no_rollback else probation, rollback_to=rollback_to, healthy_when=list(healthy_when),
         rollback_sink=rollback_sink, keep_sink_output=keep_sink_output, spark_home=spark_home,
+        standby=not no_standby,
     )
     job = run.run_job(app.settings, request, progress=app.progress(), warn=_warn)
     emit(output, job, _render_job)
@@ -182,7 +187,7 @@ def _render_job(job: JobView) -> None:
     if job.restored_from:
         echo(f"  restored from {job.restored_from}")
     for event in job.history:
-        if event["event"] in ("probation", "state_not_restored", "sink_rollback"):
+        if event["event"] in ("probation", "state_not_restored", "sink_rollback", "standby"):
             echo(f"  {event['event'].replace('_', ' ')}: {event['detail']}")
     if job.log:
         echo(f"  driver log: {job.log}")

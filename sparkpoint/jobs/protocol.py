@@ -12,6 +12,10 @@ A job lives in ``<home>/jobs/<job id>/``:
   per named query;
 - ``driver.log``: the driver's output, for a detached job;
 - ``check/``: `run -s`'s check in the driver (see START_CHECK_DIR below).
+A standby driver (`sparkpoint standby start`, runtime.standby) waits in the directory of the job it may become,
+before that job's ``job.json`` is there: ``standby.json`` (how the CLI launched it), ``standby-ready`` (its
+warm-up is over), ``standby-claimed`` (made once, exclusively: by the `run` adopting it, or by the standby
+retiring) and ``adoption.json`` (the application the `run` hands it).
 Each writer owns its files, so the CLI and the driver never overwrite each other's records.
 
 """
@@ -19,6 +23,7 @@ Each writer owns its files, so the CLI and the driver never overwrite each other
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -51,6 +56,59 @@ HANDOVER_FILE = "handover.json"
 # ``answer-<i>.json``: {"go": true}, or {"abort": reason}. The sandbox is removed once the CLI has answered; the
 # small records stay, as an account of the check.
 START_CHECK_DIR = "check"
+
+
+STANDBY_FILE, STANDBY_READY, STANDBY_CLAIMED, ADOPTION_FILE = (
+    "standby.json", "standby-ready", "standby-claimed", "adoption.json")
+
+
+def mark_standby_ready(directory: Path | str, seconds: float) -> None:
+    write_json(Path(directory) / STANDBY_READY, {"warm_up_seconds": seconds})
+
+
+def standby_ready(directory: Path | str) -> dict[str, Any] | None:
+    """What a standby said once warmed up; None while it warms up."""
+    try:
+        said = read_json_record(Path(directory) / STANDBY_READY)
+    except (FileNotFoundError, MalformedRecord):
+        return None
+    return said if isinstance(said, dict) else None
+
+
+def claim_standby(directory: Path | str, by: str) -> bool:
+    """Whether this caller is the one that claimed the standby (exclusive creation: two `run`s, or a `run` and
+    the standby's own retirement, may try at once)."""
+    try:
+        handle = os.open(Path(directory) / STANDBY_CLAIMED, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except (FileExistsError, FileNotFoundError):
+        return False
+    with os.fdopen(handle, "w") as claim:
+        claim.write(by)
+    return True
+
+
+def retire_standby(directory: Path | str) -> bool:
+    return claim_standby(directory, "retired")
+
+
+def standby_claimed(directory: Path | str) -> bool:
+    return (Path(directory) / STANDBY_CLAIMED).exists()
+
+
+def write_adoption(directory: Path | str, adoption: dict[str, Any]) -> None:
+    """{"app", "app_args", "environment"}: the application the claimed standby runs as the job's driver."""
+    write_json(Path(directory) / ADOPTION_FILE, adoption)
+
+
+def await_adoption(directory: Path | str, timeout: float | None, sleep=time.sleep) -> dict[str, Any] | None:
+    def adopted() -> dict[str, Any] | None:
+        try:
+            found = read_json_record(Path(directory) / ADOPTION_FILE)
+        except (FileNotFoundError, MalformedRecord):
+            return None
+        return found if isinstance(found, dict) else None
+
+    return poll_until(adopted, timeout, 0.02, sleep=sleep)
 
 
 def read_agent_file(directory: Path | str) -> dict[str, Any]:

@@ -123,6 +123,11 @@ class Job:
     def checkpoint_root(self) -> str:
         return self.checkpoints or os.path.join(self.directory, CHECKPOINTS_DIR)
 
+    @staticmethod
+    def checkpoints_of(job_id: str, checkpoints_under: str) -> str | None:
+        """The ``checkpoints`` a job ``job_id`` records under the `checkpoints` setting (None: its directory's)."""
+        return join(checkpoints_under, job_id) if checkpoints_under else None
+
     @property
     def log_path(self) -> str:
         return os.path.join(self.directory, LOG_FILE)
@@ -150,17 +155,28 @@ class Registry:
     def __init__(self, home: str):
         self.root = Path(local_home(home)) / "jobs"
 
-    def new_job(self, name: str, checkpoints_under: str = "", **fields: Any) -> Job:
+    def new_job(self, name: str, checkpoints_under: str = "", reserved: Path | None = None, **fields: Any) -> Job:
         """A new job's directory and record; its checkpoints below ``checkpoints_under`` by its id, when given
-        (the `checkpoints` setting), else in its directory."""
+        (the `checkpoints` setting), else in its directory. ``reserved``: a directory reserve() made (a standby
+        driver's), whose name is the job's id."""
+        directory = reserved or self.reserve(name)
+        job_id = directory.name
+        job = Job(id=job_id, name=name, created_at=iso(), directory=str(directory),
+                  checkpoints=Job.checkpoints_of(job_id, checkpoints_under), **fields)
+        if not checkpoints_under:  # elsewhere, the restore or Spark makes them
+            (directory / CHECKPOINTS_DIR).mkdir(exist_ok=True)
+        self.save(job)
+        return job
+
+    def reserve(self, name: str) -> Path:
+        """A new job id's directory, with its token, and no record yet (not listed as a job until it has one)."""
         if not _NAME.fullmatch(name):
             raise BadArgumentError(f"job name {name!r}: use letters, digits, '_', '.', '-' (at most 64)")
         # A home sparkpoint makes is private: it holds tokens, the applications' arguments and their state.
         self.root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.root.mkdir(mode=0o700, exist_ok=True)
         for _ in range(20):
-            job_id = f"{name}-{secrets.token_hex(2)}"
-            directory = self.root / job_id
+            directory = self.root / f"{name}-{secrets.token_hex(2)}"
             try:
                 directory.mkdir(mode=0o700)
                 break
@@ -169,12 +185,7 @@ class Registry:
         else:
             raise TargetNotEmptyError(f"could not allocate a job id for {name!r}: 20 ids taken in {self.root}")
         write_private(directory / TOKEN_FILE, secrets.token_urlsafe(32))
-        job = Job(id=job_id, name=name, created_at=iso(), directory=str(directory),
-                  checkpoints=join(checkpoints_under, job_id) if checkpoints_under else None, **fields)
-        if not checkpoints_under:  # elsewhere, the restore or Spark makes them
-            (directory / CHECKPOINTS_DIR).mkdir()
-        self.save(job)
-        return job
+        return directory
 
     def save(self, job: Job) -> None:
         write_json(Path(job.directory) / JOB_FILE, job.record())

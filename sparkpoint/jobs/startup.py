@@ -10,7 +10,8 @@ Two writers each record their own milestones (UTC times), and the phases are rea
   (its first batch's commit, with Spark's ``durationMs`` of it: planning, state loading within ``addBatch``).
 
 A phase is named by the milestone that ends it, and lasts from the milestone before it in time: ``restore``,
-``spark_submit``, ``spark_session``, ``waiting`` (--replace: the new version's application up to its first
+``spark_submit`` (``standby`` for a standby driver's: from the command to its adoption; runtime.standby),
+``spark_session``, ``waiting`` (--replace: the new version's application up to its first
 query start, which waits there while the old version still runs; runtime.handover), ``stop``,
 ``queries_started`` (the last query's start; `run -s`'s check in the driver is in it) and ``first_batch`` (the
 last query's first commit). A cluster-mode driver's times come from its host's clock.
@@ -22,9 +23,9 @@ from typing import Any
 
 from sparkpoint.times import parse_iso
 
-LABELS = {"restore": "restore", "spark_submit": "spark-submit", "waiting": "waiting for the old version",
-          "stop": "its stop", "spark_session": "Spark session", "queries_started": "queries started",
-          "first_batch": "first batch"}
+LABELS = {"restore": "restore", "spark_submit": "spark-submit", "standby": "standby adopted",
+          "waiting": "waiting for the old version", "stop": "its stop", "spark_session": "Spark session",
+          "queries_started": "queries started", "first_batch": "first batch"}
 
 
 def started_up(launch: dict[str, Any] | None, startup: dict[str, Any] | None) -> tuple[str, dict[str, float]] | None:
@@ -46,7 +47,8 @@ def phases(launch: dict[str, Any] | None, startup: dict[str, Any] | None) -> dic
     started = [_at(q.get("started")) for q in queries]
     first = [_at(q.get("first_batch")) for q in queries]
     milestones = {"restore": parse_iso(launch.get("restored")), "waiting": parse_iso(launch.get("stop_began")),
-                  "stop": parse_iso(launch.get("stopped")), "spark_submit": parse_iso(startup.get("driver")),
+                  "stop": parse_iso(launch.get("stopped")),
+                  "standby" if startup.get("standby") else "spark_submit": parse_iso(startup.get("driver")),
                   "spark_session": parse_iso(startup.get("session")),
                   # a query not started yet, or without its first batch: that phase is not over
                   "queries_started": max(started) if started and None not in started else None,

@@ -280,7 +280,7 @@ class Agent:
     def __init__(self, job_id: str, job_dir: str, token: str, host: str = "127.0.0.1",
                  expected_queries: tuple[str, ...] | None = (), allow_non_restored: bool = False,
                  restore_grace: float = 60.0, session_provider: Callable[[], Any] | None = None,
-                 driver_started: float | None = None):
+                 driver_started: float | None = None, adopted: bool = False):
         self.job_id = job_id
         self.job_dir = job_dir
         self._token = token
@@ -305,7 +305,9 @@ class Agent:
         self._session_provider = session_provider or _instantiated_session
         # When the driver's milestones came (UTC): its Python's start, the application's session, each query's start
         # and its first batch's commit. The CLI reads the restore's phases from them (jobs.startup).
-        self.startup: dict[str, Any] = {"driver": iso(driver_started), "queries": {}}
+        # An adopted standby's (runtime.standby) "driver" is when it was handed the application.
+        self.startup: dict[str, Any] = {"driver": iso(driver_started), "queries": {},
+                                        **({"standby": True} if adopted else {})}
 
     # -- the Spark side --------------------------------------------------------------------
     def session(self):

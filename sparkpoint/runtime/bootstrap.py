@@ -2,6 +2,8 @@
 then runs the application unchanged in this same interpreter, and records how it ended.
 
 usage (by sparkpoint only): bootstrap.py JOB_DIR APP.py [APP_ARGS...]
+                            bootstrap.py --standby JOB_DIR IDLE_SECONDS (runtime.standby: a driver that
+                            warms up and waits for the application a `run` hands it)
 Environment: SPARKPOINT_AGENT_HOST (default 127.0.0.1), SPARKPOINT_ALLOW_NON_RESTORED_STATE (1/0),
 SPARKPOINT_RESTORE_GRACE (seconds), SPARKPOINT_HANDOVER_FROM (the pid of a `run -s` or `run --replace`, or
 "cluster" for a driver its cluster manager runs: the first query start waits for its hand-over, the restored
@@ -77,8 +79,17 @@ def _hand_the_cluster_secret_to_spark() -> None:
 
 def main(argv: list[str]) -> int:
     driver_started = time.time()  # the restore's "spark-submit" phase ends here (jobs.startup)
-    job_dir, app, *app_args = argv
     threading.Thread(target=_end_with_the_jvm, args=(os.getppid(),), name="sparkpoint-jvm-watch", daemon=True).start()
+    if argv[:1] == ["--standby"]:
+        from sparkpoint.runtime.standby import serve
+
+        return serve(argv[1], float(argv[2]), lambda job_argv, adopted: run_application(job_argv, adopted, True))
+    return run_application(argv, driver_started)
+
+
+def run_application(argv: list[str], driver_started: float, adopted: bool = False) -> int:
+    """The agent, then the application. ``driver_started``: when this driver began, or was adopted (a standby)."""
+    job_dir, app, *app_args = argv
     with open(os.path.join(job_dir, "job.json")) as handle:
         job = json.load(handle)
     with open(os.path.join(job_dir, "token")) as handle:
@@ -97,7 +108,7 @@ def main(argv: list[str]) -> int:
         expected_queries=None if handover_from else (),
         allow_non_restored=os.environ.get("SPARKPOINT_ALLOW_NON_RESTORED_STATE") == "1",
         restore_grace=float(os.environ.get("SPARKPOINT_RESTORE_GRACE", "60")),
-        driver_started=driver_started,
+        driver_started=driver_started, adopted=adopted,
     )
     agent.start()
     threading.Thread(target=_end_when_spark_stops_underneath, args=(agent,), name="sparkpoint-context-watch",

@@ -1,0 +1,99 @@
+"""A standby driver (`sparkpoint standby start`): a driver launched with a job's spark-submit options before any
+application is known, warmed up, and waiting to be handed one by a `run` whose driver it becomes.
+
+A cold restore spends seconds before the application's first line runs (the JVM, Spark's classes, the Spark
+session) and seconds more in its first batch (a cold JVM's code generation, the state store's classes, the
+interpreter running Spark's code for the first time). A standby has done all that before the upgrade. It starts
+a Spark session, runs a small stateful streaming query on each of Spark's state stores into a scratch directory,
+and stops its session again. The application then builds its own session from the same spark-submit options, as
+it would in a cold driver: everything it sets on its builder applies. The JVM and this interpreter stay warm.
+
+The `run` that adopts it writes the job's record in this directory, then ADOPTION_FILE (jobs.protocol): the
+application, its arguments and the driver settings a cold launch would have given in the environment. From there
+this process is the job's driver, as runtime.bootstrap runs it. Adopted by none within its idle time, it removes
+its directory and ends.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+
+from sparkpoint.jobs.protocol import await_adoption, mark_standby_ready, retire_standby
+
+PROVIDERS = ("org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+WARM_UP_BATCHES = 4
+WARM_UP_TIMEOUT = 120.0
+# The scratch directory of the warm-up, in the standby's directory; removed before it waits.
+WARM_UP_DIR = "warm-up"
+
+
+def serve(directory: str, idle_seconds: float, run_application) -> int:
+    """Warm up, wait to be adopted, then run the application it is handed (``run_application(argv,
+    driver_started)``, the bootstrap's); 0 when no one adopted it within ``idle_seconds``."""
+    began = time.monotonic()
+    warm_up(os.path.join(directory, WARM_UP_DIR))
+    mark_standby_ready(directory, round(time.monotonic() - began, 3))
+    print(f"sparkpoint: standby warmed up in {time.monotonic() - began:.1f} s; waiting to be adopted",
+          file=sys.stderr, flush=True)
+    adoption = await_adoption(directory, idle_seconds)
+    if adoption is None:
+        if retire_standby(directory):  # no `run` claimed it meanwhile
+            print(f"sparkpoint: standby not adopted within {idle_seconds:g} s; ending", file=sys.stderr, flush=True)
+            shutil.rmtree(directory, ignore_errors=True)
+            return 0
+        adoption = await_adoption(directory, None)  # claimed in the same moment: its `run` writes it now
+    adopted = time.time()
+    if "abort" in adoption:
+        print(f"sparkpoint: the adoption was called off: {adoption['abort']}", file=sys.stderr, flush=True)
+        return 1
+    os.environ.update(adoption["environment"])
+    print(f"sparkpoint: adopted; running {adoption['app']}", file=sys.stderr, flush=True)
+    return run_application([directory, adoption["app"], *adoption["app_args"]], adopted)
+
+
+def warm_up(scratch: str) -> None:
+    """A few batches of a keyed aggregation over a file source and a rate source, on each state store, in a
+    session stopped afterwards. A failure is said and the standby waits all the same: it is only less warm."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    spark = SparkSession.builder.getOrCreate()
+    # A few state partitions: Spark's default 200 per batch make the warm-up minutes long, and warm nothing more.
+    spark.conf.set("spark.sql.shuffle.partitions", "4")
+    try:
+        seed = os.path.join(scratch, "seed")
+        spark.range(2000).select(F.col("id").alias("k"), F.sha2(F.col("id").cast("string"), 256).alias("v")) \
+            .write.mode("overwrite").parquet(seed)
+        for index, provider in enumerate(PROVIDERS):
+            spark.conf.set("spark.sql.streaming.stateStore.providerClass", provider)
+            files = spark.readStream.schema("k long, v string").parquet(seed)
+            ticks = (spark.readStream.format("rate").option("rowsPerSecond", 1000).load()
+                     .select((F.col("value") % 2000).alias("k"), F.sha2(F.col("value").cast("string"), 256).alias("v")))
+            query = (files.unionByName(ticks).groupBy("k").agg(F.max("v").alias("v"), F.count("*").alias("n"))
+                     .writeStream.queryName(f"sparkpoint-warm-up-{index}").format("noop").outputMode("update")
+                     .option("checkpointLocation", os.path.join(scratch, f"checkpoint-{index}"))
+                     .trigger(processingTime="100 milliseconds").start())
+            try:
+                deadline = time.monotonic() + WARM_UP_TIMEOUT
+                while _batches(query) < WARM_UP_BATCHES and query.isActive and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            finally:
+                query.stop()
+    except Exception as exc:  # noqa: BLE001 - py4j's and Spark's errors alike: the standby is merely colder
+        print(f"sparkpoint: the standby's warm-up failed ({type(exc).__name__}: {str(exc).strip()[:300]}); it "
+              "waits all the same", file=sys.stderr, flush=True)
+    finally:
+        spark.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _batches(query) -> int:
+    progress = query.lastProgress
+    if not progress:
+        return 0
+    batch = progress["batchId"] if isinstance(progress, dict) else progress.batchId
+    return int(batch) + 1

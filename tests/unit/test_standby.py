@@ -1,0 +1,152 @@
+"""Standby drivers (jobs/standby.py): which run adopts one, the claim only one caller wins, and the end of one no
+run adopted."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sparkpoint.adapters.local_files import write_json
+from sparkpoint.adapters.processes import pid_alive, process_start
+from sparkpoint.adapters.spark_submit import Spark
+from sparkpoint.errors import BadArgumentError, NotFoundError
+from sparkpoint.jobs.protocol import (STANDBY_FILE, await_adoption, claim_standby, mark_standby_ready,
+                                      retire_standby)
+from sparkpoint.jobs.registry import Registry
+from sparkpoint.jobs.standby import (Standby, adopt, call_off, claim_for, differences, launch_key,
+                                     standbys, stop_standby)
+from sparkpoint.jobs.startup import phases
+
+SPARK = Spark(home="/opt/spark", version="4.3.0", found_by="--spark-home")
+
+
+def key(**changes):
+    fields = {"master": "local[2]", "conf_args": ["--conf", "spark.sql.shuffle.partitions=8"], "submit_args": [],
+              "checkpoints_under": "", "environment": {"PYSPARK_PYTHON": "/usr/bin/python3",
+                                                       "AWS_SECRET_ACCESS_KEY": "hunter2"}}
+    fields.update(changes)
+    return launch_key(SPARK, fields["master"], fields["conf_args"], fields["submit_args"],
+                      fields["checkpoints_under"], fields["environment"])
+
+
+def waiting_standby(registry: Registry, launched_as: dict, ready: bool = True, pid: int | None = None,
+                    started_at: str = "2026-11-28T02:00:00.000Z") -> Standby:
+    """A standby's record in a reserved directory, its process a real one that sleeps (a new session: its group)."""
+    directory = registry.reserve("counts")
+    if pid is None:
+        process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+        pid = process.pid
+    standby = Standby(directory.name, directory, "counts-0001", launched_as, pid, process_start(pid),
+                      started_at, 600.0)
+    write_json(directory / STANDBY_FILE, standby.record())
+    if ready:
+        mark_standby_ready(directory, 12.5)
+    return standby
+
+
+def test_a_launch_key_differs_by_name_and_never_says_a_value():
+    assert differences(key(), key()) == []
+    said = differences(key(), key(master="spark://127.0.0.1:7077", environment={
+        "PYSPARK_PYTHON": "/usr/bin/python3", "AWS_SECRET_ACCESS_KEY": "another secret", "PWD": "/elsewhere"}))
+    assert said == ["its master", "environment variable AWS_SECRET_ACCESS_KEY"]
+    assert "hunter2" not in repr(key()) and "another secret" not in repr(said)
+    # What only a shell sets is no difference.
+    assert differences(key(environment={"PYSPARK_PYTHON": "/usr/bin/python3", "AWS_SECRET_ACCESS_KEY": "hunter2",
+                                        "SHLVL": "3", "OLDPWD": "/tmp"}), key()) == []
+
+
+def test_a_run_adopts_the_ready_standby_launched_as_it_would_launch_and_only_one_run_does(tmp_path):
+    registry = Registry(str(tmp_path))
+    # Newest first: the one launched otherwise is looked at, and passed over, before the one adopted.
+    other = waiting_standby(registry, key(conf_args=[]), started_at="2026-11-28T02:00:03.000Z")
+    warming = waiting_standby(registry, key(), ready=False, started_at="2026-11-28T02:00:02.000Z")
+    ready = waiting_standby(registry, key(), started_at="2026-11-28T02:00:01.000Z")
+    try:
+        found, passed = claim_for(registry, key())
+        assert found is not None and found.id == ready.id
+        assert passed == [f"standby {other.id} was not adopted: its conf args differ from this run's"]
+        assert claim_for(registry, key())[0] is None  # claimed: the next run launches a driver of its own
+        assert {s.id: s.state for s in standbys(registry)} == {other.id: "ready", warming.id: "warming",
+                                                              ready.id: "adopted"}
+        # The claimed standby becomes the job: its reserved directory, its process.
+        job = registry.new_job("counts", app="app.py", app_args=["--in", "x"], master="local[2]", submit_args=[],
+                               reserved=ready.directory)
+        driver = adopt(ready, job, "/apps/app.py", ["--in", "x"], {"SPARKPOINT_RESTORE_GRACE": "60"})
+        assert (job.id, job.pid, job.launch["standby"]) == (ready.id, ready.pid, ready.id)
+        assert await_adoption(ready.directory, 1.0) == {
+            "app": "/apps/app.py", "app_args": ["--in", "x"], "environment": {"SPARKPOINT_RESTORE_GRACE": "60"}}
+        assert ready.id not in {s.id for s in standbys(registry)}  # a job now, with a record
+        assert driver.poll() is None
+        os.kill(ready.pid, 9)
+        assert driver.wait() == 1  # it recorded no exit status: not an end it chose
+    finally:
+        for standby in (other, warming, ready):
+            if pid_alive(standby.pid):
+                os.kill(standby.pid, 9)
+
+
+def test_an_ended_standby_is_not_adopted_and_a_claim_is_exclusive(tmp_path):
+    registry = Registry(str(tmp_path))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    ended = waiting_standby(registry, key(), pid=gone.pid)
+    assert ended.state == "ended" and claim_for(registry, key()) == (None, [])
+    directory = registry.reserve("counts")
+    assert claim_standby(directory, "run") is True
+    assert retire_standby(directory) is False and claim_standby(directory, "run") is False
+    assert claim_standby(tmp_path / "no-such-standby", "run") is False
+
+
+def test_a_claimed_standby_hears_its_run_failed_before_the_hand_over(tmp_path):
+    registry = Registry(str(tmp_path))
+    standby = waiting_standby(registry, key())
+    try:
+        call_off(standby, "its run failed first: the check refused it")
+        assert await_adoption(standby.directory, 1.0) == {"abort": "its run failed first: the check refused it"}
+    finally:
+        os.kill(standby.pid, 9)
+
+
+def test_stopping_a_standby_ends_its_process_group_and_removes_its_directory(tmp_path):
+    registry = Registry(str(tmp_path))
+    standby = waiting_standby(registry, key())
+    with pytest.raises(NotFoundError, match="no standby 'nothing'"):
+        stop_standby(registry, "nothing")
+    stopped = stop_standby(registry, standby.id[:-1])
+    assert stopped.id == standby.id and not standby.directory.exists()
+    deadline = time.monotonic() + 10
+    while pid_alive(standby.pid, standby.pid_start) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(standby.pid, standby.pid_start)
+    adopted = waiting_standby(registry, key())
+    try:
+        claim_standby(adopted.directory, "run")
+        with pytest.raises(BadArgumentError, match="was adopted meanwhile"):
+            stop_standby(registry, adopted.id)
+        assert adopted.directory.exists() and pid_alive(adopted.pid)
+    finally:
+        os.kill(adopted.pid, 9)
+
+
+def test_a_reserved_directory_is_no_job_until_its_record_is_written(tmp_path):
+    registry = Registry(str(tmp_path))
+    directory = registry.reserve("counts")
+    assert (directory / "token").stat().st_mode & 0o077 == 0 and registry.all() == []
+    job = registry.new_job("renamed", app="app.py", app_args=[], master="local[2]", submit_args=[],
+                           reserved=directory)
+    assert job.id == directory.name and job.name == "renamed" and [j.id for j in registry.all()] == [job.id]
+    with pytest.raises(BadArgumentError):
+        registry.reserve("no spaces")
+
+
+def test_an_adopted_standby_s_start_has_a_standby_phase_instead_of_spark_submit():
+    launch = {"at": "2026-11-28T02:00:00.000Z", "restored": "2026-11-28T02:00:00.300Z"}
+    startup = {"driver": "2026-11-28T02:00:00.450Z", "standby": True, "session": "2026-11-28T02:00:00.600Z",
+               "queries": {"q": {"started": {"at": "2026-11-28T02:00:01.500Z"},
+                                 "first_batch": {"at": "2026-11-28T02:00:03.000Z"}}}}
+    assert phases(launch, startup) == {"restore": 0.3, "standby": 0.15, "spark_session": 0.15,
+                                       "queries_started": 0.9, "first_batch": 1.5}

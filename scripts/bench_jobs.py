@@ -147,12 +147,14 @@ def stop_then_run(home: Path, workload) -> tuple[float, float]:
 
 
 def run_replace(home: Path, workload, old_spark: tuple[str, ...] = (),
-                new_spark: tuple[str, ...] = ()) -> tuple[float, float, dict[str, float]]:
+                new_spark: tuple[str, ...] = (), standby: bool = False) -> tuple[float, float, dict[str, float]]:
     """`sparkpoint run --replace`, from a job on ``old_spark`` to one on ``new_spark`` (see managed_job):
     (command start -> first new commit, commit gap, the phases: the old version's stop's as ``stop.<phase>``,
-    then the new one's start's)."""
+    then the new one's start's). ``standby``: into a standby driver of the job, warmed up first."""
     app, query, args = workload
     job, checkpoint = managed_job(home, workload, old_spark)
+    if standby:
+        sparkpoint(home, "standby", "start", job["id"])
     start = time.time()
     restored = sparkpoint(home, "run", "--detach", "--name", "upgrade", "--replace", job["id"], "--no-rollback",
                           *new_spark, app, *args(home.parent))

@@ -7,6 +7,7 @@ Each round runs one job per path and measures, from the commit logs' file times:
   (and, as the phase ``two_step``, from the stop command's start);
 - standby, stop + run -s (`--paths standby`, not by default): the same, with a standby driver of the job warmed
   up before the stop (`sparkpoint standby start`), which `run -s` adopts;
+- standby, run --replace (`--paths standby-replace`): `run --replace` adopting such a standby;
 - run --replace: from the command's start to the new job's first commit;
 - plain Spark restart (`--paths plain`, not by default): SIGTERM, then spark-submit again on the job's own
   checkpoint, no sparkpoint: from the SIGTERM to the first commit, the floor of any two-step on this machine;
@@ -82,10 +83,11 @@ PATHS = {  # (home, workload, old job's Spark, new job's Spark) -> (downtime, co
     "stop + run -s --no-check": lambda *args: stop_then_run(*args, "--no-check"),
     "standby, stop + run -s": lambda *args: stop_then_run(*args, standby=True),
     "run --replace": run_replace,
+    "standby, run --replace": lambda *args: run_replace(*args, standby=True),
     "plain Spark restart": plain_restart_of,
 }
 PATH_NAMES = {"checked": "stop + run -s", "unchecked": "stop + run -s --no-check", "standby": "standby, stop + run -s",
-              "replace": "run --replace",
+              "replace": "run --replace", "standby-replace": "standby, run --replace",
               "plain": "plain Spark restart"}
 
 

@@ -15,10 +15,11 @@ def standby_group():
 
     A standby is a client-mode driver launched with a job's spark-submit options (its master, --conf,
     spark-submit options and Spark), warmed up with a few batches of a stateful query, and waiting. A later
-    `run --detach` whose driver would be launched exactly so (the same options, Spark, `checkpoints` setting,
-    working directory and environment) is handed to it instead of starting a JVM and Spark: its application
-    builds its own Spark session there from those options. `run` says in the job's history which standby it
-    adopted, or why it passed one over; --no-standby launches a cold driver all the same.
+    `run --detach` of JOB's name whose driver would be launched exactly so (the same options, Spark,
+    `checkpoints` setting, working directory, environment, and files the JVM reads as it starts) is handed to it
+    instead of starting a JVM and Spark: its application builds its own Spark session there from those options.
+    `run` says in the job's history which standby it adopted, or why it passed one over; --no-standby launches a
+    cold driver all the same.
     """
 
 
@@ -44,7 +45,7 @@ def start_cmd(app, job, idle_timeout, timeout, output):
 @output_option
 @pass_app
 def list_cmd(app, output):
-    """The standbys waiting (warming, ready) or ended without being adopted."""
+    """The standbys not adopted: warming, ready, ending (stopped, or retiring), or ended."""
     from sparkpoint.jobs.registry import Registry
     from sparkpoint.jobs.standby import standbys
 

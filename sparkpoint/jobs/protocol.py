@@ -22,14 +22,16 @@ Each writer owns its files, so the CLI and the driver never overwrite each other
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from sparkpoint.adapters.local_files import MalformedRecord, read_json_record, write_json
-from sparkpoint.adapters.processes import pid_alive
+from sparkpoint.adapters.processes import pid_alive, process_start
 from sparkpoint.times import poll_until
 
 # A real-time query's stop needs its batch's duration and this much more: the batch's end is fixed after its
@@ -62,53 +64,84 @@ STANDBY_FILE, STANDBY_READY, STANDBY_CLAIMED, ADOPTION_FILE = (
     "standby.json", "standby-ready", "standby-claimed", "adoption.json")
 
 
+def _json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object at ``path``; None while there is none (each is written whole, by a rename)."""
+    try:
+        found = read_json_record(path)
+    except (FileNotFoundError, MalformedRecord):
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def mark_standby_ready(directory: Path | str, seconds: float) -> None:
     write_json(Path(directory) / STANDBY_READY, {"warm_up_seconds": seconds})
 
 
 def standby_ready(directory: Path | str) -> dict[str, Any] | None:
     """What a standby said once warmed up; None while it warms up."""
-    try:
-        said = read_json_record(Path(directory) / STANDBY_READY)
-    except (FileNotFoundError, MalformedRecord):
-        return None
-    return said if isinstance(said, dict) else None
+    return _json_object(Path(directory) / STANDBY_READY)
 
 
 def claim_standby(directory: Path | str, by: str) -> bool:
-    """Whether this caller is the one that claimed the standby (exclusive creation: two `run`s, or a `run` and
-    the standby's own retirement, may try at once)."""
+    """Whether this process is the one that claimed the standby (``by``: run, stop, retire): the claim is the
+    file's exclusive creation, as two `run`s, a `run` and `standby stop`, or a `run` and the standby's own
+    retirement may try at once. It names this process, whose end the standby watches."""
+    path = Path(directory) / STANDBY_CLAIMED
     try:
-        handle = os.open(Path(directory) / STANDBY_CLAIMED, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except (FileExistsError, FileNotFoundError):
         return False
     with os.fdopen(handle, "w") as claim:
-        claim.write(by)
+        json.dump({"by": by, "pid": os.getpid(), "pid_start": process_start(os.getpid())}, claim)
     return True
 
 
-def retire_standby(directory: Path | str) -> bool:
-    return claim_standby(directory, "retired")
+def standby_claim(directory: Path | str) -> dict[str, Any] | None:
+    """Who claimed the standby ({"by", "pid", "pid_start"}); None if no one has. A claim being written reads as
+    {"by": None}: it is there, its owner not yet known."""
+    path = Path(directory) / STANDBY_CLAIMED
+    if not path.exists():
+        return None
+    return _json_object(path) or {"by": None}
 
 
-def standby_claimed(directory: Path | str) -> bool:
-    return (Path(directory) / STANDBY_CLAIMED).exists()
+def claimer_gone(claim: dict[str, Any] | None) -> bool:
+    return bool(claim) and isinstance(claim.get("pid"), int) and not pid_alive(claim["pid"], claim.get("pid_start"))
 
 
 def write_adoption(directory: Path | str, adoption: dict[str, Any]) -> None:
-    """{"app", "app_args", "environment"}: the application the claimed standby runs as the job's driver."""
+    """{"app", "app_args", "environment"}: the application the claimed standby runs as the job's driver; or
+    {"abort": reason}: its `run` failed before it could hand one over."""
     write_json(Path(directory) / ADOPTION_FILE, adoption)
 
 
 def await_adoption(directory: Path | str, timeout: float | None, sleep=time.sleep) -> dict[str, Any] | None:
+    """In a standby: what its `run` hands it; an abort once the `run` that claimed it has ended without handing
+    anything; None when ``timeout`` seconds pass first (None: no bound)."""
+    directory = Path(directory)
+
     def adopted() -> dict[str, Any] | None:
-        try:
-            found = read_json_record(Path(directory) / ADOPTION_FILE)
-        except (FileNotFoundError, MalformedRecord):
-            return None
-        return found if isinstance(found, dict) else None
+        claim = standby_claim(directory)
+        found = _json_object(directory / ADOPTION_FILE)  # read after the claim: a run that hands over and exits
+        if found is not None or not claimer_gone(claim) or claim.get("by") != "run":
+            return found
+        return {"abort": "the sparkpoint run that claimed it ended before it handed it an application"}
 
     return poll_until(adopted, timeout, 0.02, sleep=sleep)
+
+
+def remove_standby(directory: Path | str) -> None:
+    """A standby's directory, gone: renamed out of sight first (no run finds a half-removed standby to claim),
+    then removed. Never a job's: one with a record stays."""
+    directory = Path(directory)
+    if (directory / "job.json").exists():
+        return
+    hidden = directory.with_name(f".{directory.name}.removed")
+    try:
+        os.rename(directory, hidden)
+    except OSError:
+        return  # gone already
+    shutil.rmtree(hidden, ignore_errors=True)
 
 
 def read_agent_file(directory: Path | str) -> dict[str, Any]:
@@ -148,11 +181,8 @@ def handover_waiting(directory: Path | str) -> bool:
 
 def held_start(directory: Path | str) -> str | None:
     """The query whose start a driver waiting for its hand-over holds, when it said."""
-    try:
-        said = read_json_record(Path(directory) / HANDOVER_WAITING)
-    except (FileNotFoundError, MalformedRecord):
-        return None
-    return said.get("held") if isinstance(said, dict) and isinstance(said.get("held"), str) else None
+    said = _json_object(Path(directory) / HANDOVER_WAITING) or {}
+    return said.get("held") if isinstance(said.get("held"), str) else None
 
 
 def answer_handover(directory: Path | str, answer: dict[str, Any]) -> None:
@@ -165,11 +195,7 @@ def write_outcome(directory: Path | str, index: int, outcome: dict[str, Any]) ->
 
 
 def read_outcome(directory: Path | str, index: int) -> dict[str, Any] | None:
-    try:
-        data = read_json_record(Path(directory) / f"outcome-{index}.json")
-    except (FileNotFoundError, MalformedRecord):
-        return None
-    return data if isinstance(data, dict) else None
+    return _json_object(Path(directory) / f"outcome-{index}.json")
 
 
 def answer_outcome(directory: Path | str, index: int, answer: dict[str, Any]) -> None:

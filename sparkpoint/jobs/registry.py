@@ -159,6 +159,7 @@ class Registry:
         """A new job's directory and record; its checkpoints below ``checkpoints_under`` by its id, when given
         (the `checkpoints` setting), else in its directory. ``reserved``: a directory reserve() made (a standby
         driver's), whose name is the job's id."""
+        _check_name(name)
         directory = reserved or self.reserve(name)
         job_id = directory.name
         job = Job(id=job_id, name=name, created_at=iso(), directory=str(directory),
@@ -170,8 +171,7 @@ class Registry:
 
     def reserve(self, name: str) -> Path:
         """A new job id's directory, with its token, and no record yet (not listed as a job until it has one)."""
-        if not _NAME.fullmatch(name):
-            raise BadArgumentError(f"job name {name!r}: use letters, digits, '_', '.', '-' (at most 64)")
+        _check_name(name)
         # A home sparkpoint makes is private: it holds tokens, the applications' arguments and their state.
         self.root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.root.mkdir(mode=0o700, exist_ok=True)
@@ -275,6 +275,11 @@ class Registry:
             return read_record(path, TOKEN_BYTES).strip()
         except (FileNotFoundError, MalformedRecord) as exc:
             raise CorruptRecordError(f"the job's token {path} {_missing_or(exc)}") from None
+
+
+def _check_name(name: str) -> None:
+    if not _NAME.fullmatch(name):
+        raise BadArgumentError(f"job name {name!r}: use letters, digits, '_', '.', '-' (at most 64)")
 
 
 def _job_id(job: Job) -> str:

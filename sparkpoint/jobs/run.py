@@ -51,8 +51,7 @@ from sparkpoint.jobs.job_view import JobView, describe_job
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, state_of
 from sparkpoint.jobs.rollback import HealthCondition, Probation, parse_condition, watch_probation
 from sparkpoint.jobs.replace import HandoverFailedError, take_over
-from sparkpoint.jobs.standby import (BOOTSTRAP, AdoptedDriver, Standby, adopt, call_off, claim_for, client_command,
-                                     launch_key)
+from sparkpoint.jobs.standby import BOOTSTRAP, AdoptedDriver, Standby, adopt, call_off, claim_for, client_command
 from sparkpoint.spark.delta_log import DELTA_SINK
 from sparkpoint.paths import spark_uri
 from sparkpoint.savepoints import catalog, restorability
@@ -189,31 +188,38 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
         sink_notes = (_sinks_before_launch(settings, request, saved, warn, rolled, rollback_of)
                       if saved and not (checked_in_driver and request.rollback_sink) else [])
         follows = (rollback_of or replaced or way_back and way_back.previous or _taken_of(registry, saved))
-        standby, passed_over = _standby_for(settings, registry, request, spark, conf_args)
-        job = registry.new_job(
-            request.name or Path(app).stem.replace("_", "-"), checkpoints_under=settings.checkpoints, app=app,
-            app_args=request.app_args,
-            master=request.master, submit_args=request.submit_args, detached=request.detach,
-            restored_from=saved.path if saved else None, upgrade_check=upgrade_check, confs=request.confs,
-            follows=follows.id if follows else None, fork=bool(saved and request.fork),
-            rollback={"rollback_of": rollback_of.id, "at": iso()} if rollback_of else None, app_sha256=app_digest(app),
-            spark_home=spark.home if spark else None, spark_version=spark.version if spark else None,
-            launch={"at": began}, reserved=standby.directory if standby else None,
-        )
-        job.note("started", _started(job, request, saved, replaced, rollback_of))
-        for line in passed_over:
-            job.note("standby", line)
-        if upgrade_check is not None:
-            job.note("check", check_said(upgrade_check))
-        for event, note in [*sink_notes, *(("sink_kept", line) for line in kept_sinks)]:
-            job.note(event, note)
+        name = request.name or Path(app).stem.replace("_", "-")
+        standby, passed_over = _standby_for(settings, registry, request, spark, conf_args, name)
+        try:
+            job = registry.new_job(
+                name, checkpoints_under=settings.checkpoints, app=app, app_args=request.app_args,
+                master=request.master, submit_args=request.submit_args, detached=request.detach,
+                restored_from=saved.path if saved else None, upgrade_check=upgrade_check, confs=request.confs,
+                follows=follows.id if follows else None, fork=bool(saved and request.fork),
+                rollback={"rollback_of": rollback_of.id, "at": iso()} if rollback_of else None,
+                app_sha256=app_digest(app), spark_home=spark.home if spark else None,
+                spark_version=spark.version if spark else None, launch={"at": began},
+                reserved=standby.directory if standby else None,
+            )
+            job.note("started", _started(job, request, saved, replaced, rollback_of))
+            for line in passed_over:
+                job.note("standby", line)
+            if upgrade_check is not None:
+                job.note("check", check_said(upgrade_check))
+            for event, note in [*sink_notes, *(("sink_kept", line) for line in kept_sinks)]:
+                job.note(event, note)
+        except BaseException as exc:
+            if standby is not None:
+                call_off(standby, f"its run failed first: {_said(exc)}")
+            raise
         try:
             try:
                 process = _launch(settings, job, app, request, conf_args, manager, spark, saved, replaced is not None,
-                                  to_check if checked_in_driver else None, progress, start_timeout, standby)
-            except BaseException as exc:
+                                  to_check if checked_in_driver else None, progress, start_timeout, standby,
+                                  registry.save)
+            except BaseException as exc:  # the adoption is _launch's last step: nothing was handed over
                 if standby is not None:
-                    call_off(standby, f"its run failed first: {exc}")
+                    call_off(standby, f"its run failed first: {_said(exc)}")
                 raise
             if saved is not None:
                 registry.save(job)  # its driver known (listed starting) while the savepoint is put in place
@@ -522,25 +528,31 @@ def _handover_settings(cluster: bool, stop_timeout: float, start_timeout: float)
 
 
 def _standby_for(settings: Settings, registry: Registry, request: RunRequest, spark: spark_submit.Spark | None,
-                 conf_args: list[str]) -> tuple[Standby | None, list[str]]:
-    """A ready standby launched as this run's driver would be, claimed, and why any other was passed over. Only a
-    detached client-mode run adopts one: a foreground run streams its driver's output, which a standby writes to
-    its log."""
+                 conf_args: list[str], name: str) -> tuple[Standby | None, list[str]]:
+    """A ready standby of job name ``name`` launched as this run's driver would be, claimed, and why any other of
+    that name was passed over. Only a detached client-mode run adopts one: a foreground run streams its driver's
+    output, which a standby writes to its log."""
     if not (request.standby and request.detach and request.deploy_mode == "client" and spark is not None):
         return None, []
-    return claim_for(registry, launch_key(spark, request.master, conf_args, list(request.submit_args),
-                                          settings.checkpoints, spark_submit.driver_environment(spark)))
+    return claim_for(registry, spark, name, request.master, conf_args, list(request.submit_args),
+                     settings.checkpoints)
+
+
+def _said(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
 
 
 def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_args: list[str],
             manager: ClusterManager, spark: spark_submit.Spark | None, saved: Savepoint | None, replacing: bool,
             checked_against: Savepoint | None, progress: Progress | None,
-            start_timeout: float, standby: Standby | None = None) -> subprocess.Popen | AdoptedDriver | None:
+            start_timeout: float, standby: Standby | None = None,
+            save: Callable[[Job], None] | None = None) -> subprocess.Popen | AdoptedDriver | None:
     """Start the job's driver: spark-submit of the Spark chosen, here (its process), or in cluster mode through its
     manager (None; the id the manager knows the driver by is recorded in ``job``). ``checked_against``: the
     savepoint the driver checks the application against. A driver that restores ``saved`` or takes over a job
     (``replacing``) holds its first query start until `run` has put the state in place and says so. ``standby``:
-    a claimed standby (jobs.standby), handed the application instead of a spark-submit launched."""
+    a claimed standby (jobs.standby), handed the application instead of a spark-submit launched, once ``job`` is
+    saved with its process."""
     cluster = request.deploy_mode == "cluster"
     check_settings = {}
     if checked_against is not None:
@@ -568,8 +580,9 @@ def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_ar
             raise
         return None
     if standby is not None:
+        driver = adopt(standby, job, save, app, request.app_args, driver_settings)
         job.note("standby", f"adopted standby {standby.id}, launched with {standby.like}'s options")
-        return adopt(standby, job, app, request.app_args, driver_settings)
+        return driver
     argv = [*client_command(spark, request.master, job.id, job.checkpoint_root, conf_args, request.submit_args),
             job.directory, app, *request.app_args]
     # Foreground: the driver's output goes to stderr, so stdout stays clean for --output json.

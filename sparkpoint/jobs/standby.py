@@ -12,29 +12,37 @@ says what differed. The application builds its own Spark session in the standby,
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import hmac
+import importlib.metadata
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sparkpoint.adapters import spark_submit
 from sparkpoint.adapters.local_files import MalformedRecord, read_json_record, write_json
-from sparkpoint.adapters.processes import pid_alive, process_start, signal_group, terminate_group
-from sparkpoint.errors import BadArgumentError, JobFailedError, NotFoundError
-from sparkpoint.jobs.protocol import (STANDBY_FILE, claim_standby, read_agent_file, standby_claimed,
+from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
+from sparkpoint.errors import BadArgumentError, JobFailedError
+from sparkpoint.jobs.protocol import (STANDBY_FILE, claim_standby, read_agent_file, remove_standby, standby_claim,
                                       standby_ready, write_adoption)
-from sparkpoint.jobs.registry import CHECKPOINTS_DIR, Job, Registry
+from sparkpoint.jobs.registry import CHECKPOINTS_DIR, JOB_FILE, TOKEN_FILE, Job, Registry
+from sparkpoint.lookup import by_id, the_one
 from sparkpoint.paths import spark_uri
 from sparkpoint.times import iso, poll_until
 
 BOOTSTRAP = str(Path(__file__).resolve().parents[1] / "runtime" / "bootstrap.py")
-DEFAULT_IDLE_SECONDS = 3600.0
-# Variables a shell sets for itself, which no driver reads: two shells of one operator differ in them.
-_SHELL_ONLY = frozenset({"_", "PWD", "OLDPWD", "SHLVL", "TERM", "COLUMNS", "LINES", "PS1", "PS2", "SSH_CLIENT",
-                         "SSH_CONNECTION", "SSH_TTY", "TMUX", "TMUX_PANE", "STY", "WINDOW", "TERM_SESSION_ID",
-                         "XDG_SESSION_ID", "LS_COLORS", "PYTEST_CURRENT_TEST"})
+# Variables a terminal session sets for itself, which no driver reads: two shells of one operator differ in them.
+SESSION_ONLY = frozenset({
+    "_", "PWD", "OLDPWD", "SHLVL", "TERM", "COLUMNS", "LINES", "PS1", "PS2", "SSH_CLIENT", "SSH_CONNECTION",
+    "SSH_TTY", "SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_TTY", "DISPLAY", "XAUTHORITY", "WINDOWID", "TMUX", "TMUX_PANE",
+    "STY", "WINDOW", "TERM_SESSION_ID", "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "COLORTERM", "XDG_SESSION_ID",
+    "LS_COLORS"})
+SESSION_ONLY_PREFIXES = ("VSCODE_",)
+# The options whose values name local files the JVM reads as it starts (or a list of them, comma-separated).
+_FILE_OPTIONS = frozenset({"--jars", "--driver-class-path", "--properties-file", "--py-files", "--files",
+                           "--archives"})
 
 
 def client_command(spark: spark_submit.Spark, master: str, job_id: str, checkpoint_root: str, conf_args: list[str],
@@ -49,26 +57,49 @@ def checkpoint_root_of(directory: Path, checkpoints_under: str) -> str:
     return Job.checkpoints_of(directory.name, checkpoints_under) or str(directory / CHECKPOINTS_DIR)
 
 
-def launch_key(spark: spark_submit.Spark, master: str, conf_args: list[str], submit_args: list[str],
-               checkpoints_under: str, environment: dict[str, str]) -> dict[str, Any]:
+def launch_key(spark: spark_submit.Spark, name: str, master: str, conf_args: list[str], submit_args: list[str],
+               checkpoints_under: str, environment: dict[str, str], secret: str) -> dict[str, Any]:
     """What a driver's launch depends on, besides its job's id: a standby launched with the same is that driver.
-    The environment by a digest of each variable, no value: it may hold secrets."""
-    return {"spark_submit": spark.submit, "master": master, "conf_args": list(conf_args),
+    The job's name (a standby is for one job's next version); the launch's options; what the JVM reads of the
+    files those options and Spark's conf directory name (their sizes and times: a jar rebuilt in place is another
+    launch); this sparkpoint; and the environment, each variable by an HMAC of its value under the standby's
+    ``secret`` (its token), never the value: it may hold secrets."""
+    conf_dir = environment.get("SPARK_CONF_DIR") or os.path.join(spark.home, "conf")
+    return {"name": name, "spark_submit": spark.submit, "master": master, "conf_args": list(conf_args),
             "submit_args": list(submit_args), "checkpoints_under": checkpoints_under, "cwd": os.getcwd(),
-            "environment": {name: hashlib.sha256(value.encode()).hexdigest()[:16]
-                            for name, value in sorted(environment.items()) if name not in _SHELL_ONLY}}
+            "sparkpoint": [importlib.metadata.version("sparkpoint"), BOOTSTRAP],
+            "files": _files_read(submit_args, conf_dir),
+            "environment": {name: hmac.new(secret.encode(), os.fsencode(value), hashlib.sha256).hexdigest()[:32]
+                            for name, value in sorted(environment.items())
+                            if name not in SESSION_ONLY and not name.startswith(SESSION_ONLY_PREFIXES)}}
+
+
+def _files_read(submit_args: list[str], conf_dir: str) -> dict[str, list[int]]:
+    named = [part for option, value in zip(submit_args, submit_args[1:], strict=False) if option in _FILE_OPTIONS
+             for part in value.split(",")]
+    with contextlib.suppress(OSError):  # no conf directory: nothing read there
+        named += [os.path.join(conf_dir, entry) for entry in sorted(os.listdir(conf_dir))]
+    found = {}
+    for path in named:
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue  # not a local file: a URL, or gone (spark-submit says so)
+        found[os.path.abspath(path)] = [info.st_size, info.st_mtime_ns]
+    return found
 
 
 def differences(standby: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     """What differs between two launch keys, by name only."""
     said = [f"its {field.replace('_', ' ')}" for field in ("spark_submit", "master", "conf_args", "submit_args",
-                                                           "checkpoints_under", "cwd")
+                                                           "checkpoints_under", "cwd", "sparkpoint")
             if standby.get(field) != wanted.get(field)]
-    theirs, ours = standby.get("environment") or {}, wanted.get("environment") or {}
-    names = sorted(name for name in set(theirs) | set(ours) if theirs.get(name) != ours.get(name))
-    if names:
-        said.append("environment variable" + ("s " if len(names) > 1 else " ") + ", ".join(names[:8])
-                    + (" ..." if len(names) > 8 else ""))
+    for kind, noun in (("files", "file"), ("environment", "environment variable")):
+        theirs, ours = standby.get(kind) or {}, wanted.get(kind) or {}
+        names = sorted(name for name in set(theirs) | set(ours) if theirs.get(name) != ours.get(name))
+        if names:
+            said.append(noun + ("s " if len(names) > 1 else " ") + ", ".join(names[:8])
+                        + (" ..." if len(names) > 8 else ""))
     return said
 
 
@@ -85,12 +116,19 @@ class Standby:
 
     @property
     def state(self) -> str:
-        """warming (its warm-up runs), ready, adopted (a `run` claimed it), ended."""
-        if standby_claimed(self.directory):
-            return "adopted"
+        """warming (its warm-up runs), ready, adopted (a `run` claimed it), ending (stopped, or retiring), ended."""
+        claim = standby_claim(self.directory)
+        if claim is not None:
+            return "adopted" if claim.get("by") == "run" else "ending"
         if not pid_alive(self.pid, self.pid_start):
             return "ended"
         return "ready" if standby_ready(self.directory) is not None else "warming"
+
+    def secret(self) -> str:
+        try:
+            return (self.directory / TOKEN_FILE).read_text().strip()
+        except OSError:
+            return ""
 
     def describe(self) -> dict[str, Any]:
         ready = standby_ready(self.directory) or {}
@@ -110,38 +148,36 @@ def start_standby(registry: Registry, reference: str, checkpoints_under: str, id
     if like.submission_id:
         raise BadArgumentError(f"job {like.id} runs in cluster mode, where its cluster manager starts each driver: "
                                "a standby is a client-mode driver")
-    if idle_seconds <= 0:
-        raise BadArgumentError("--idle-timeout must be a positive number of seconds")
     spark = spark_submit.find_spark(like.spark_home)
     conf_args = spark_submit.conf_arguments(like.confs)
     directory = registry.reserve(like.name)
-    environment = spark_submit.driver_environment(spark, crash_reports=str(directory))
+    launched_as = launch_key(spark, like.name, like.master, conf_args, list(like.submit_args), checkpoints_under,
+                             spark_submit.driver_environment(spark), (directory / TOKEN_FILE).read_text().strip())
     argv = [*client_command(spark, like.master, directory.name, checkpoint_root_of(directory, checkpoints_under),
-                            conf_args, list(like.submit_args)), "--standby", str(directory), f"{idle_seconds:g}"]
+                            conf_args, list(like.submit_args)), "--standby", str(directory), repr(idle_seconds)]
+    process = None
     try:
-        process = spark_submit.launch(argv, environment, str(directory / "driver.log"))
-    except BaseException:
-        shutil.rmtree(directory, ignore_errors=True)
-        raise
-    launched_as = launch_key(spark, like.master, conf_args, list(like.submit_args), checkpoints_under,
-                             spark_submit.driver_environment(spark))
-    standby = Standby(directory.name, directory, like.id, launched_as, process.pid, process_start(process.pid), iso(),
-                      idle_seconds)
-    write_json(directory / STANDBY_FILE, standby.record())
-    try:
-        warmed = poll_until(lambda: process.poll() is not None or standby_ready(directory) is not None, timeout,
-                            0.1, clock=clock, sleep=sleep)
+        process = spark_submit.launch(argv, spark_submit.driver_environment(spark, crash_reports=str(directory)),
+                                      str(directory / "driver.log"))
+        standby = Standby(directory.name, directory, like.id, launched_as, process.pid, process_start(process.pid),
+                          iso(), idle_seconds)
+        write_json(directory / STANDBY_FILE, standby.record())
+        poll_until(lambda: process.poll() is not None or standby_ready(directory) is not None, timeout, 0.1,
+                   clock=clock, sleep=sleep)
     except BaseException:  # interrupted: a standby nobody waits for would only hold memory for its idle time
-        stop_standby(registry, standby.id)
+        if process is not None:
+            terminate_group(process.pid, process_start(process.pid), grace=5.0)
+        remove_standby(directory)
         raise
-    if not warmed:
+    if standby_ready(directory) is not None:
+        return standby
+    log = _tail(directory / "driver.log")
+    if process.poll() is None:
         stop_standby(registry, standby.id)
-        raise JobFailedError(f"standby {standby.id} did not warm up within {timeout:g} s; it is stopped")
-    if process.poll() is not None:
-        log = _tail(directory / "driver.log")
-        shutil.rmtree(directory, ignore_errors=True)
-        raise JobFailedError(f"standby {standby.id} ended as it started (status {process.returncode}): {log}")
-    return standby
+        raise JobFailedError(f"standby {standby.id} did not warm up within {timeout:g} s; it is stopped "
+                             f"(its log ended: {log})")
+    remove_standby(directory)
+    raise JobFailedError(f"standby {standby.id} ended as it started (status {process.returncode}): {log}")
 
 
 def _tail(path: Path, lines: int = 5) -> str:
@@ -156,7 +192,7 @@ def standbys(registry: Registry) -> list[Standby]:
     found = []
     for entry in sorted(registry.root.glob(f"*/{STANDBY_FILE}")) if registry.root.is_dir() else []:
         directory = entry.parent
-        if (directory / "job.json").exists():
+        if (directory / JOB_FILE).exists():
             continue
         try:
             data = read_json_record(entry)
@@ -169,34 +205,47 @@ def standbys(registry: Registry) -> list[Standby]:
 
 def stop_standby(registry: Registry, reference: str) -> Standby:
     """End a standby no `run` has adopted, and remove its directory."""
-    matches = [s for s in standbys(registry) if s.id == reference or s.id.startswith(reference)]
-    if len(matches) != 1:
-        raise NotFoundError(f"no standby {reference!r}" if not matches else
-                            f"{reference!r} names {len(matches)} standbys: give more of the id")
-    standby = matches[0]
-    if not claim_standby(standby.directory, "stopped"):
-        raise BadArgumentError(f"standby {standby.id} was adopted meanwhile: it is a job now (sparkpoint list)")
+    standby = the_one(reference, by_id(reference, standbys(registry), _standby_id), _standby_id, "standbys",
+                      f"no standby {reference!r}: see 'sparkpoint standby list'")
+    if not claim_standby(standby.directory, "stop"):
+        claim = standby_claim(standby.directory) or {}
+        if claim.get("by") == "run" and pid_alive(claim.get("pid"), claim.get("pid_start")):
+            raise BadArgumentError(f"standby {standby.id} is being adopted by a run (pid {claim['pid']}): it will be "
+                                   "a job (sparkpoint list)")
     if pid_alive(standby.pid, standby.pid_start):
         terminate_group(standby.pid, standby.pid_start, grace=5.0)
-    shutil.rmtree(standby.directory, ignore_errors=True)
+    remove_standby(standby.directory)
     return standby
 
 
-def claim_for(registry: Registry, key: dict[str, Any]) -> tuple[Standby | None, list[str]]:
-    """The newest ready standby launched as ``key`` says, claimed (no other `run` will have it); else None and,
-    for each ready standby passed over, why."""
+def _standby_id(standby: Standby) -> str:
+    return standby.id
+
+
+def claim_for(registry: Registry, spark: spark_submit.Spark, name: str, master: str, conf_args: list[str],
+              submit_args: list[str], checkpoints_under: str) -> tuple[Standby | None, list[str]]:
+    """The newest ready standby of job name ``name`` launched as this launch would be, claimed (no other `run`
+    will have it); else None. And why each other standby of that name was passed over."""
+    found = [standby for standby in standbys(registry) if standby.key.get("name") == name]
+    if not found:
+        return None, []
+    environment = spark_submit.driver_environment(spark)
     passed = []
-    for standby in standbys(registry):
-        if standby.state != "ready":
+    for standby in found:
+        state = standby.state
+        if state != "ready":
+            if state == "warming":
+                passed.append(f"standby {standby.id} was not adopted: it is still warming up")
             continue
-        differs = differences(standby.key, key)
+        differs = differences(standby.key, launch_key(spark, name, master, conf_args, submit_args,
+                                                      checkpoints_under, environment, standby.secret()))
         if differs:
             passed.append(f"standby {standby.id} was not adopted: {', '.join(differs)} differ from this run's")
-            continue
-        if claim_standby(standby.directory, "run"):
+        elif claim_standby(standby.directory, "run"):
             if pid_alive(standby.pid, standby.pid_start):
                 return standby, passed
             passed.append(f"standby {standby.id} ended as it was adopted")
+            remove_standby(standby.directory)
     return None, passed
 
 
@@ -220,20 +269,20 @@ class AdoptedDriver:
         poll_until(lambda: self.poll() is not None, None, 0.1)
         return self.returncode
 
-    def send_signal(self, sig: int) -> None:
-        signal_group(self.pid, self._start, sig)
 
-
-def adopt(standby: Standby, job: Job, app: str, app_args: list[str], driver_settings: dict[str, str]) -> AdoptedDriver:
-    """Hand the claimed ``standby`` the application: from here it is ``job``'s driver. (A `run` that fails
-    between the claim and this calls the adoption off: call_off.)"""
+def adopt(standby: Standby, job: Job, save, app: str, app_args: list[str],
+          driver_settings: dict[str, str]) -> AdoptedDriver:
+    """Hand the claimed ``standby`` the application: from here it is ``job``'s driver, recorded (``save``) with its
+    process before the hand-over. (A `run` that fails between the claim and this calls the adoption off.)"""
     job.pid, job.pid_start = standby.pid, standby.pid_start
     job.launch = {**(job.launch or {}), "standby": standby.id}
+    save(job)
     write_adoption(standby.directory, {"app": app, "app_args": list(app_args), "environment": driver_settings})
     return AdoptedDriver(standby)
 
 
 def call_off(standby: Standby, reason: str) -> None:
-    """The `run` that claimed ``standby`` failed before it handed it the application: the standby ends, and the
-    directory stays, the failed job's record."""
+    """The `run` that claimed ``standby`` failed before it handed it the application: the standby ends; its
+    directory stays if it holds the failed job's record."""
     write_adoption(standby.directory, {"abort": reason})
+

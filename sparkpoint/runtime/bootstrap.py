@@ -83,7 +83,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--standby"]:
         from sparkpoint.runtime.standby import serve
 
-        return serve(argv[1], float(argv[2]), lambda job_argv, adopted: run_application(job_argv, adopted, True))
+        return serve(argv[1], float(argv[2]),
+                     lambda job_argv, adopted_at: run_application(job_argv, adopted_at, adopted=True))
     return run_application(argv, driver_started)
 
 

@@ -190,7 +190,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
         follows = (rollback_of or replaced or way_back and way_back.previous or _taken_of(registry, saved))
         name = request.name or Path(app).stem.replace("_", "-")
         standby, passed_over = _standby_for(settings, registry, request, spark, conf_args, name)
-        try:
+        with _called_off_on_failure(standby):
             job = registry.new_job(
                 name, checkpoints_under=settings.checkpoints, app=app, app_args=request.app_args,
                 master=request.master, submit_args=request.submit_args, detached=request.detach,
@@ -208,19 +208,11 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
                 job.note("check", check_said(upgrade_check))
             for event, note in [*sink_notes, *(("sink_kept", line) for line in kept_sinks)]:
                 job.note(event, note)
-        except BaseException as exc:
-            if standby is not None:
-                call_off(standby, f"its run failed first: {_said(exc)}")
-            raise
         try:
-            try:
+            with _called_off_on_failure(standby):  # the adoption is _launch's last step: nothing was handed over
                 process = _launch(settings, job, app, request, conf_args, manager, spark, saved, replaced is not None,
                                   to_check if checked_in_driver else None, progress, start_timeout, standby,
                                   registry.save)
-            except BaseException as exc:  # the adoption is _launch's last step: nothing was handed over
-                if standby is not None:
-                    call_off(standby, f"its run failed first: {_said(exc)}")
-                raise
             if saved is not None:
                 registry.save(job)  # its driver known (listed starting) while the savepoint is put in place
                 _restore_while_it_starts(settings, registry, job, process, saved, request, progress)
@@ -538,8 +530,15 @@ def _standby_for(settings: Settings, registry: Registry, request: RunRequest, sp
                      settings.checkpoints)
 
 
-def _said(exc: BaseException) -> str:
-    return str(exc) or type(exc).__name__
+@contextlib.contextmanager
+def _called_off_on_failure(standby: Standby | None):
+    """A claimed standby hears that its run failed before handing it the application."""
+    try:
+        yield
+    except BaseException as exc:
+        if standby is not None:
+            call_off(standby, f"its run failed first: {str(exc) or type(exc).__name__}")
+        raise
 
 
 def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_args: list[str],

@@ -53,6 +53,29 @@ def sparkpoint(home: Path, *args: str) -> dict:
     return json.loads(done.stdout)
 
 
+# --class-archive of the benchmarks: drivers without a class archive (cold), with one, or both, round by round.
+CLASS_ARCHIVE_CHOICES = ("none", "with", "both")
+
+
+def class_archive_settings(home: Path, choice: str) -> list[bool]:
+    """The archive settings to interleave in each round (False: drivers start without one); with an archive, it
+    is built into ``home`` first (`sparkpoint class-archive build`), and its build time said."""
+    if choice == "none":
+        return [False]
+    built = sparkpoint(home, "class-archive", "build")
+    print(f"class archive {built['id']}: {built['bytes'] / 1e6:.0f} MB, built in {built['seconds']:.1f} s", flush=True)
+    return [False, True] if choice == "both" else [True]
+
+
+def use_class_archive(home: Path, use: bool) -> None:
+    """Drivers launched from ``home`` next map its class archives, or not: the files are moved aside, never
+    rebuilt, so every round maps the same archive."""
+    for archive in (home / "jvm").glob("*.jsa*"):
+        wanted = archive.with_suffix(".jsa") if use else archive.with_suffix(".jsa-off")
+        if archive != wanted:
+            archive.rename(wanted)
+
+
 def started(home: Path, job_id: str, timeout: float = 60.0) -> dict:
     """The job's `start` record (`run`'s `start`: its phases and its queries' first batches), once its first batch
     is in it (or as it is after ``timeout``)."""

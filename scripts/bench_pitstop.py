@@ -18,12 +18,15 @@ round, then per path the min / median / max of each figure and each phase, and w
 
     .venv/bin/python scripts/bench_pitstop.py [--rounds 5] [--workload keyed|rate] [--paths replace]
         [--keys 4000000 --driver-memory 8g] [--provider rocksdb] [--from-spark-home DIR] [--to-spark-home DIR]
+        [--class-archive none|with|both]
 
 --keys, --provider: the keyed job's number of keys and state store (hdfs, the default, or rocksdb);
 --driver-memory: both jobs' (local mode runs the executors in the driver: 4M keys of HDFS-backed state, held in
 memory, need 8g here).
 --from-spark-home / --to-spark-home: the old and the new job's Spark (default: the project's), for the
 downtime of a move to another Spark (scripts/spark-versions.sh installs each supported one in .venv-spark/).
+--class-archive: `sparkpoint class-archive build` into the benchmark's home first, then every driver maps it
+(with), or each path runs without and with it in turn (both; "class archive" in the path's name).
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_jobs import (WORKLOADS, commit_time, managed_job, phases_said, plain_restart, run_replace, sparkpoint,
-                        spread, start_said, started, wait_for_commit_after)
+from bench_jobs import (CLASS_ARCHIVE_CHOICES, WORKLOADS, class_archive_settings, commit_time, managed_job,
+                        phases_said, plain_restart, run_replace, sparkpoint, spread, start_said, started,
+                        use_class_archive, wait_for_commit_after)
 
 
 def stop_then_run(home: Path, workload, old_spark: tuple[str, ...], new_spark: tuple[str, ...],
@@ -101,6 +105,8 @@ def main() -> None:
     parser.add_argument("--driver-memory", help="both jobs' (4M keys of HDFS-backed state need 8g)")
     parser.add_argument("--from-spark-home", help="the old job's Spark [default: the project's own]")
     parser.add_argument("--to-spark-home", help="the new job's Spark [default: the project's own]")
+    parser.add_argument("--class-archive", choices=CLASS_ARCHIVE_CHOICES, default="none",
+                        help="drivers without a class archive, with one (built first), or both in turn")
     options = parser.parse_args()
     paths = {PATH_NAMES[name]: PATHS[PATH_NAMES[name]] for name in options.paths.split(",")}
     memory = ("--driver-memory", options.driver_memory) if options.driver_memory else ()
@@ -111,14 +117,18 @@ def main() -> None:
         *arguments(work), "--keys", str(options.keys), "--provider", options.provider])
     work = Path(tempfile.mkdtemp(prefix="sparkpoint-bench-pitstop-"))
     print(f"machine: nproc={os.cpu_count()}, python {sys.version.split()[0]}; command: {' '.join(sys.argv)}")
-    figures: dict[str, list[tuple[float, float, dict[str, float]]]] = {path: [] for path in paths}
+    figures: dict[str, list[tuple[float, float, dict[str, float]]]] = {}
     try:
+        archived = class_archive_settings(work / "home", options.class_archive)
         for round_number in range(1, options.rounds + 1):
             for path, measure in paths.items():  # interleaved: a drift of the machine touches every path alike
-                downtime, gap, phases = measure(work / "home", workload, old_spark, new_spark)
-                figures[path].append((downtime, gap, phases))
-                print(f"round {round_number}: {path}: {downtime:.2f} s to the first commit, commit gap {gap:.2f} s",
-                      flush=True)
+                for archive in archived:
+                    use_class_archive(work / "home", archive)
+                    label = f"{path}, class archive" if archive else path
+                    downtime, gap, phases = measure(work / "home", workload, old_spark, new_spark)
+                    figures.setdefault(label, []).append((downtime, gap, phases))
+                    print(f"round {round_number}: {label}: {downtime:.2f} s to the first commit, commit gap "
+                          f"{gap:.2f} s", flush=True)
         keyed = f", {options.keys:,} keys, {options.provider}" if options.workload == "keyed" else ""
         print(f"\nseconds, min / median / max of {options.rounds} rounds ({options.workload}{keyed}):")
         for path, rounds in figures.items():
@@ -127,7 +137,7 @@ def main() -> None:
             names = dict.fromkeys(name for _, _, phases in rounds for name in phases)  # in the order they came
             for name in names:
                 print(f"    {name:24} {spread([phases[name] for _, _, phases in rounds if name in phases])}")
-        if {PATH_NAMES["checked"], PATH_NAMES["unchecked"]} <= figures.keys():
+        if {PATH_NAMES["checked"], PATH_NAMES["unchecked"]} <= figures.keys():  # without an archive
             checked, unchecked = (statistics.median(d for d, _, _ in figures[PATH_NAMES[p]])
                                   for p in ("checked", "unchecked"))
             print(f"the check adds {checked - unchecked:+.2f} s (median, from stop's return to the first commit)")

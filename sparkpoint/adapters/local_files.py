@@ -137,6 +137,14 @@ def _depth_over(data: Any, limit: int) -> bool:
     return False
 
 
+def last_lines(path: Path, lines: int = 5) -> str:
+    """A log's last ``lines`` lines on one line, for an error message."""
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return "(no output)"
+
+
 def write_private(path: Path, text: str, mode: int = 0o600) -> None:
     write_atomic(path, text.encode(), mode)
 

@@ -13,7 +13,8 @@ import sys
 from dataclasses import dataclass
 from typing import IO
 
-from sparkpoint.errors import BadArgumentError, EnvironmentSetupError, UnsupportedSparkError
+from sparkpoint.adapters.class_archives import driver_options, jvm_path_option, usable_archive
+from sparkpoint.errors import BadArgumentError, EnvironmentSetupError, SparkpointError, UnsupportedSparkError
 from sparkpoint.spark_versions import KNOWN, SUPPORTED_RANGE
 
 # spark-submit options that take no value (SparkSubmitOptionParser); every other option takes one.
@@ -120,6 +121,15 @@ def installed_version(home: str) -> str | None:
     return ".".join(found.groups()) if found else None
 
 
+def local_class_archive(home: str) -> str | None:
+    """The class archive (class_archives) of the Spark a local session of this Python starts: SPARK_HOME's, else
+    its own pyspark's, as find_spark picks; None when it has none, or there is no such Spark."""
+    try:
+        return usable_archive(home, find_spark())
+    except SparkpointError:
+        return None
+
+
 def launch(argv: list[str], env: dict[str, str], log_path: str | None = None, stdout: IO | None = None
            ) -> subprocess.Popen:
     """Start spark-submit in its own process group, so that cancel can end the driver and its Python.
@@ -132,24 +142,28 @@ def launch(argv: list[str], env: dict[str, str], log_path: str | None = None, st
                             start_new_session=True)
 
 
-def driver_environment(spark: Spark, base: dict[str, str] | None = None,
-                       crash_reports: str | None = None) -> dict[str, str]:
+def driver_environment(spark: Spark, base: dict[str, str] | None = None, crash_reports: str | None = None,
+                       class_archive: str | None = None) -> dict[str, str]:
     """The driver must run this interpreter (it has sparkpoint; spark-submit puts the Spark's own pyspark first
     on its path), bound to loopback by default. SPARK_HOME is the Spark chosen: Spark's scripts take it over
     their own location. ``crash_reports``: where a driver JVM started here writes its crash report
     (hs_err_pid<pid>.log; RocksDB's native threads can crash a JVM as it exits), instead of the directory the
-    command was typed in. An -XX:ErrorFile of the user's own SPARK_SUBMIT_OPTS comes after it, and wins."""
+    command was typed in. ``class_archive``: the class data sharing archive its JVM maps (class_archives). The
+    user's own SPARK_SUBMIT_OPTS come after both, and win."""
     env = dict(os.environ if base is None else base)
     env["SPARK_HOME"] = spark.home
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    options = []
     if crash_reports:
-        # The JVM expands %p in the file's name and takes %% for a %; Spark's launcher splits SPARK_SUBMIT_OPTS as
-        # a shell would: the path quoted, its quotes escaped.
-        path = os.path.join(crash_reports.replace("%", "%%"), "hs_err_pid%p.log")
-        path = path.replace("\\", "\\\\").replace('"', '\\"')
-        env["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [f'-XX:ErrorFile="{path}"', env.get("SPARK_SUBMIT_OPTS")]))
+        # The JVM expands %p in the file's name and takes %% for a %.
+        options.append(jvm_path_option("ErrorFile", os.path.join(crash_reports.replace("%", "%%"),
+                                                                 "hs_err_pid%p.log")))
+    if class_archive:
+        options += driver_options(class_archive)
+    if options:
+        env["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [*options, env.get("SPARK_SUBMIT_OPTS")]))
     return env
 
 

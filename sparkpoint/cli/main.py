@@ -16,8 +16,8 @@ import traceback
 
 import click
 
-from sparkpoint.cli import (catalog_cmds, cluster_cmds, job_cmds, metrics_cmds, savepoint_cmds, standby_cmds,
-                            ui_cmds)
+from sparkpoint.cli import (catalog_cmds, class_archive_cmds, cluster_cmds, job_cmds, metrics_cmds, savepoint_cmds,
+                            standby_cmds, ui_cmds)
 from sparkpoint.cli.context import OUTPUT_HELP, OUTPUTS, AppContext, echo
 from sparkpoint.errors import SparkpointError
 
@@ -43,7 +43,8 @@ def cli(ctx: click.Context, home: str | None, config_path: str | None, quiet: bo
 DEBUG_ENV = "SPARKPOINT_DEBUG"
 
 for command in (*job_cmds.COMMANDS, *savepoint_cmds.COMMANDS, *catalog_cmds.COMMANDS, *metrics_cmds.COMMANDS,
-                *cluster_cmds.COMMANDS, *ui_cmds.COMMANDS, *standby_cmds.COMMANDS):
+                *cluster_cmds.COMMANDS, *ui_cmds.COMMANDS, *standby_cmds.COMMANDS,
+                *class_archive_cmds.COMMANDS):
     cli.add_command(command)
 
 

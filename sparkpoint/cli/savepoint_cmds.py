@@ -170,10 +170,11 @@ def _render_verified(report: Verification) -> None:
 @pass_app
 def inspect_cmd(app, loaded, with_state, limit, output):
     """Show a savepoint: its cut, source offsets, operators and sizes, optionally the state rows."""
+    from sparkpoint.adapters.spark_submit import local_class_archive
     from sparkpoint.savepoints.inspect import inspect
 
     emit(output, inspect(loaded, limit if with_state else None, app.settings.kafka, app.settings.storage_options,
-                         scratch=app.settings.scratch_dir),
+                         scratch=app.settings.scratch_dir, class_archive=local_class_archive(app.settings.home_url())),
          _render_inspected)
 
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from sparkpoint.adapters import spark_submit
-from sparkpoint.adapters.local_files import MalformedRecord, read_json_record, write_json
+from sparkpoint.adapters.class_archives import usable_archive
+from sparkpoint.adapters.local_files import MalformedRecord, last_lines, read_json_record, write_json
 from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
 from sparkpoint.errors import BadArgumentError, JobFailedError
 from sparkpoint.jobs.protocol import (STANDBY_FILE, claim_standby, read_agent_file, remove_standby, standby_claim,
@@ -157,8 +158,9 @@ def start_standby(registry: Registry, reference: str, checkpoints_under: str, id
                             conf_args, list(like.submit_args)), "--standby", str(directory), repr(idle_seconds)]
     process = None
     try:
-        process = spark_submit.launch(argv, spark_submit.driver_environment(spark, crash_reports=str(directory)),
-                                      str(directory / "driver.log"))
+        environment = spark_submit.driver_environment(
+            spark, crash_reports=str(directory), class_archive=usable_archive(str(registry.root.parent), spark))
+        process = spark_submit.launch(argv, environment, str(directory / "driver.log"))
         standby = Standby(directory.name, directory, like.id, launched_as, process.pid, process_start(process.pid),
                           iso(), idle_seconds)
         write_json(directory / STANDBY_FILE, standby.record())
@@ -171,20 +173,13 @@ def start_standby(registry: Registry, reference: str, checkpoints_under: str, id
         raise
     if standby_ready(directory) is not None:
         return standby
-    log = _tail(directory / "driver.log")
+    log = last_lines(directory / "driver.log")
     if process.poll() is None:
         stop_standby(registry, standby.id)
         raise JobFailedError(f"standby {standby.id} did not warm up within {timeout:g} s; it is stopped "
                              f"(its log ended: {log})")
     remove_standby(directory)
     raise JobFailedError(f"standby {standby.id} ended as it started (status {process.returncode}): {log}")
-
-
-def _tail(path: Path, lines: int = 5) -> str:
-    try:
-        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
-    except OSError:
-        return "(no output)"
 
 
 def standbys(registry: Registry) -> list[Standby]:

@@ -4,6 +4,8 @@ then runs the application unchanged in this same interpreter, and records how it
 usage (by sparkpoint only): bootstrap.py JOB_DIR APP.py [APP_ARGS...]
                             bootstrap.py --standby JOB_DIR IDLE_SECONDS (runtime.standby: a driver that
                             warms up and waits for the application a `run` hands it)
+                            bootstrap.py --train-classes SCRATCH_DIR (runtime.standby.train: the driver whose
+                            JVM dumps a class data sharing archive as it exits)
 Environment: SPARKPOINT_AGENT_HOST (default 127.0.0.1), SPARKPOINT_ALLOW_NON_RESTORED_STATE (1/0),
 SPARKPOINT_RESTORE_GRACE (seconds), SPARKPOINT_HANDOVER_FROM (the pid of a `run -s` or `run --replace`, or
 "cluster" for a driver its cluster manager runs: the first query start waits for its hand-over, the restored
@@ -85,6 +87,10 @@ def main(argv: list[str]) -> int:
 
         return serve(argv[1], float(argv[2]),
                      lambda job_argv, adopted_at: run_application(job_argv, adopted_at, adopted=True))
+    if argv[:1] == ["--train-classes"]:
+        from sparkpoint.runtime.standby import train
+
+        return train(argv[1])
     return run_application(argv, driver_started)
 
 

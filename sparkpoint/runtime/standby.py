@@ -94,6 +94,27 @@ def warm_up(scratch: str) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def train(scratch: str) -> int:
+    """The training run of a class data sharing archive (jobs.class_archives): what a restored driver does first,
+    so that its JVM loads those classes and dumps them as it exits. A session, the stateful batches of a standby's
+    warm-up, and a read of their state as `rescale` and `inspect --state` read it."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.getOrCreate()
+    try:
+        _stateful_batches(spark, scratch)
+        for index in range(len(PROVIDERS)):
+            spark.read.format("statestore").load(_checkpoint(scratch, index)).count()
+    finally:
+        spark.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+def _checkpoint(scratch: str, index: int) -> str:
+    return spark_uri(os.path.join(scratch, f"checkpoint-{index}"))
+
+
 def _stateful_batches(spark, scratch: str) -> None:
     from pyspark.sql import functions as F
 
@@ -109,7 +130,7 @@ def _stateful_batches(spark, scratch: str) -> None:
                  .select((F.col("value") % 2000).alias("k"), F.sha2(F.col("value").cast("string"), 256).alias("v")))
         query = (files.unionByName(ticks).groupBy("k").agg(F.max("v").alias("v"), F.count("*").alias("n"))
                  .writeStream.queryName(f"sparkpoint-warm-up-{index}").format("noop").outputMode("update")
-                 .option("checkpointLocation", spark_uri(os.path.join(scratch, f"checkpoint-{index}")))
+                 .option("checkpointLocation", _checkpoint(scratch, index))
                  .trigger(processingTime="100 milliseconds").start())
         try:
             deadline = time.monotonic() + WARM_UP_TIMEOUT

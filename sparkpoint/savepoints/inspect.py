@@ -60,23 +60,28 @@ class Inspected(Result):
 
 def inspect(savepoint: Savepoint, state_limit: int | None = None, kafka: Mapping[str, Any] | None = None,
             storage_options: Mapping[str, Any] | None = None, state_offset: int = 0,
-            scratch: Callable[[str], str] = lambda prefix: tempfile.mkdtemp(prefix=prefix)) -> Inspected:
+            scratch: Callable[[str], str] = lambda prefix: tempfile.mkdtemp(prefix=prefix),
+            class_archive: str | None = None) -> Inspected:
     """The savepoint's manifest; whether its Kafka input is still in the log (asked of the broker ``kafka``
     names), and its Delta sources' tables still hold what they read; with ``state_limit``, every store's row
     count and ``state_limit`` rows from row ``state_offset`` too, read from a restore into a directory
-    ``scratch`` makes (Settings.scratch_dir: beside the savepoints, where the restore links instead of copying)."""
-    state = _state_rows(savepoint, state_limit, state_offset, scratch) if state_limit is not None else None
+    ``scratch`` makes (Settings.scratch_dir: beside the savepoints, where the restore links instead of copying), by
+    a local Spark that maps ``class_archive``."""
+    state = (_state_rows(savepoint, state_limit, state_offset, scratch, class_archive) if state_limit is not None
+             else None)
     checked = check_input([savepoint], kafka or {})[savepoint.path]
     gone, unchecked = delta_gone(savepoint, storage_options)
     delta = {"gone": gone, "unchecked": unchecked} if delta_reads(savepoint) else None
     return Inspected(path=savepoint.path, manifest=savepoint.manifest, state=state, input=checked, delta_input=delta)
 
 
-def _state_rows(savepoint: Savepoint, limit: int, offset: int, scratch: Callable[[str], str]) -> list[StoreRows]:
+def _state_rows(savepoint: Savepoint, limit: int, offset: int, scratch: Callable[[str], str],
+                class_archive: str | None) -> list[StoreRows]:
     directory = scratch("sparkpoint-inspect-")
     try:
         restored = restore(savepoint, os.path.join(directory, "ckpt"))
         locations = {q.name: q.checkpoint for q in restored.queries}
-        return [StoreRows(**store) for store in state_rows.read(savepoint.queries, locations, limit, offset)]
+        return [StoreRows(**store) for store in state_rows.read(savepoint.queries, locations, limit, offset,
+                                                         class_archive)]
     finally:
         shutil.rmtree(directory, ignore_errors=True)

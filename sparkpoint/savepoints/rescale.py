@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.adapters import transfer
+from sparkpoint.adapters.spark_submit import local_class_archive
 from sparkpoint.adapters.storage import is_inside, storage_for
 from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, RescaleRefusedError, SparkFailureError
@@ -101,7 +102,7 @@ def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_di
     try:
         # Spark starts (seconds) while the savepoint is restored, and counts the rows while Python reads them.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkpoint-spark") as spark_side:
-            starting = spark_side.submit(state_rows.spark_session)
+            starting = spark_side.submit(state_rows.spark_session, local_class_archive(settings.home_url()))
             restored = restore(savepoint, os.path.join(scratch, "checkpoints"), workers=settings.transfer_workers,
                                storage_options=settings.storage_options)
             phases.done("restore")

@@ -12,6 +12,7 @@ import shutil
 import sys
 from typing import Any
 
+from sparkpoint.adapters.class_archives import driver_options
 from sparkpoint.errors import EnvironmentSetupError, SparkFailureError
 
 
@@ -54,7 +55,8 @@ def session_exists() -> bool:
     return SparkContext._active_spark_context is not None
 
 
-def spark_session():
+def spark_session(class_archive: str | None = None):
+    """A local Spark session (this process's, if it has one); a new one's JVM maps ``class_archive``."""
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise EnvironmentSetupError("reading state rows needs Java 17: install it or set JAVA_HOME")
     try:
@@ -64,22 +66,32 @@ def spark_session():
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers must run this interpreter, the one with pyspark, not whatever 'python' is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("sparkpoint-inspect")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
+    # Only the JVM this starts reads it: whatever this process launches later gets its own options.
+    submit_opts = os.environ.get("SPARK_SUBMIT_OPTS")
+    if class_archive:
+        os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [*driver_options(class_archive), submit_opts]))
+    try:
+        session = (
+            SparkSession.builder.master("local[2]")
+            .appName("sparkpoint-inspect")
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .getOrCreate()
+        )
+    finally:
+        if submit_opts is None:
+            os.environ.pop("SPARK_SUBMIT_OPTS", None)
+        else:
+            os.environ["SPARK_SUBMIT_OPTS"] = submit_opts
     session.sparkContext.setLogLevel("ERROR")
     return session
 
 
 def read(queries: list[dict[str, Any]], locations: dict[str, str], limit: int = 20,
-         offset: int = 0) -> list[dict[str, Any]]:
+         offset: int = 0, class_archive: str | None = None) -> list[dict[str, Any]]:
     """Row count, columns and ``limit`` rows from row ``offset`` of every store of every query (manifest entries),
     each read from its checkpoint in ``locations``."""
-    spark = spark_session()
+    spark = spark_session(class_archive)
     out: list[dict[str, Any]] = []
     for query in queries:
         for operator in query.get("operators") or []:

@@ -19,6 +19,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from sparkpoint.adapters.spark_submit import local_class_archive
 from sparkpoint.config import Settings
 from sparkpoint.errors import NotFoundError, SparkpointError
 from sparkpoint.jobs import startup, timeline
@@ -129,7 +130,8 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
             number = 0
         with state_reads:  # one at a time: each restores the savepoint and counts every store
             inspected = inspect(catalog.load(settings, request.path_params["ref"]), PAGE_ROWS, settings.kafka,
-                                settings.storage_options, state_offset=number * PAGE_ROWS, scratch=settings.scratch_dir)
+                                settings.storage_options, state_offset=number * PAGE_ROWS, scratch=settings.scratch_dir,
+                                class_archive=local_class_archive(settings.home_url()))
         more = any(store.rows > (number + 1) * PAGE_ROWS for store in inspected.state or [])
         return page("state.html", manifest=inspected.manifest, path=inspected.path, stores=inspected.state or [],
                     number=number,

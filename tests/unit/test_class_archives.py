@@ -1,0 +1,109 @@
+"""Class data sharing archives without a JVM: which archive a driver maps, the options that map it and their order
+among the user's, the listing and removal of a home's archives, and a build that fails says why."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import stat
+from pathlib import Path
+
+import pytest
+
+from sparkpoint.adapters import class_archives
+from sparkpoint.adapters.class_archives import archive_id, archives, java_binary, usable_archive
+from sparkpoint.adapters.spark_submit import Spark, driver_environment
+from sparkpoint.config import Settings
+from sparkpoint.errors import BadArgumentError, JobFailedError, NotFoundError
+from sparkpoint.jobs import class_archives as jobs_archives
+
+
+def fake_java(tmp_path: Path) -> dict[str, str]:
+    java_home = tmp_path / "jdk"
+    (java_home / "bin").mkdir(parents=True)
+    java = java_home / "bin" / "java"
+    java.write_text("#!/bin/sh\necho 'openjdk version \"17.0.99\"' >&2\n")
+    java.chmod(java.stat().st_mode | stat.S_IXUSR)
+    return {"JAVA_HOME": str(java_home), "PATH": "/nonexistent"}
+
+
+def test_a_driver_maps_the_archive_of_its_spark_and_java_only(tmp_path):
+    home, environ = tmp_path / "home", fake_java(tmp_path)
+    spark = Spark(str(tmp_path / "spark-a"), "4.3.0", "--spark-home")
+    other = Spark(str(tmp_path / "spark-b"), "4.3.0", "--spark-home")
+    java = java_binary(environ)
+    assert java == str(tmp_path / "jdk" / "bin" / "java")
+    assert java_binary({"PATH": "/nonexistent"}) is None and usable_archive(str(home), spark, {"PATH": "/x"}) is None
+    assert usable_archive(str(home), spark, environ) is None  # none built
+    ours = home / "jvm" / f"{archive_id(spark, java)}.jsa"
+    ours.parent.mkdir(parents=True)
+    ours.write_bytes(b"archive")
+    assert usable_archive(str(home), spark, environ) == str(ours)
+    assert archive_id(spark, java).startswith("4.3.0-") and archive_id(other, java) != archive_id(spark, java)
+    assert usable_archive(str(home), other, environ) is None
+    # The JVM reads %p in a path as its pid: such a home's archive is not offered to it.
+    percent = tmp_path / "h%p"
+    (percent / "jvm").mkdir(parents=True)
+    (percent / "jvm" / ours.name).write_bytes(b"archive")
+    assert usable_archive(str(percent), spark, environ) is None
+
+
+def test_the_archive_options_come_after_the_crash_report_and_before_the_users_own(tmp_path):
+    spark = Spark(str(tmp_path / "spark"), "4.3.0", "--spark-home")
+    archive = str(tmp_path / 'a "quoted" home' / "jvm" / "4.3.0-x.jsa")
+    env = driver_environment(spark, {"SPARK_SUBMIT_OPTS": "-XX:SharedArchiveFile=/theirs.jsa"},
+                             crash_reports="/jobs/j", class_archive=archive)
+    assert shlex.split(env["SPARK_SUBMIT_OPTS"]) == [
+        "-XX:ErrorFile=/jobs/j/hs_err_pid%p.log", f"-XX:SharedArchiveFile={archive}", "-Xlog:cds=off",
+        "-Xlog:cds+dynamic=off", "-XX:SharedArchiveFile=/theirs.jsa"]  # the last one wins: the user's
+    assert shlex.split(driver_environment(spark, {}, class_archive=archive)["SPARK_SUBMIT_OPTS"])[0] == \
+        f"-XX:SharedArchiveFile={archive}"
+    assert "SPARK_SUBMIT_OPTS" not in driver_environment(spark, {})
+
+
+def test_a_homes_archives_are_listed_with_their_records_and_removed_by_id(tmp_path):
+    settings = Settings(home=str(tmp_path / "home"))
+    directory = Path(settings.home_url()) / "jvm"
+    directory.mkdir(parents=True)
+    (directory / "4.3.0-aaaa.jsa").write_bytes(b"x" * 10)
+    (directory / "4.3.0-aaaa.json").write_text(json.dumps(
+        {"spark_home": "/spark", "spark_version": "4.3.0", "java": "/java", "java_version": "openjdk 17",
+         "built_at": "2026-11-28T06:00:00.000Z", "seconds": 38.1}))
+    (directory / "3.5.9-bbbb.jsa").write_bytes(b"y" * 5)  # its record lost: listed by what its name says
+    (directory / "3.5.9-bbbb.json").write_text("{not json")
+    (directory / ".4.3.0-aaaa.123.jsa").write_bytes(b"partial")  # being dumped: not an archive yet
+    listed = {a.id: a.describe() for a in archives(settings.home_url())}
+    assert set(listed) == {"4.3.0-aaaa", "3.5.9-bbbb"}
+    assert listed["4.3.0-aaaa"] == {"id": "4.3.0-aaaa", "path": str(directory / "4.3.0-aaaa.jsa"),
+                                    "spark_home": "/spark", "spark_version": "4.3.0", "java": "/java",
+                                    "java_version": "openjdk 17", "built_at": "2026-11-28T06:00:00.000Z",
+                                    "bytes": 10, "seconds": 38.1}
+    assert listed["3.5.9-bbbb"]["spark_version"] == "3.5.9" and listed["3.5.9-bbbb"]["bytes"] == 5
+    with pytest.raises(BadArgumentError, match="matches 2"):
+        jobs_archives.remove(settings, "")
+    with pytest.raises(NotFoundError, match="class-archive list"):
+        jobs_archives.remove(settings, "9.9")
+    assert jobs_archives.remove(settings, "4.3").id == "4.3.0-aaaa"
+    assert sorted(os.listdir(directory)) == [".4.3.0-aaaa.123.jsa", "3.5.9-bbbb.jsa", "3.5.9-bbbb.json"]
+
+
+def test_a_training_driver_that_fails_leaves_no_archive_and_says_why(tmp_path, monkeypatch):
+    """A Java without dynamic archives (11) refuses the option and ends at once: its words and the reason reach
+    the operator, and nothing is left in the home."""
+    spark_home = tmp_path / "spark"
+    (spark_home / "bin").mkdir(parents=True)
+    (spark_home / "jars").mkdir()
+    (spark_home / "jars" / "spark-core_2.13-4.3.0.jar").write_bytes(b"")
+    submit = spark_home / "bin" / "spark-submit"
+    submit.write_text("#!/bin/sh\necho \"Unrecognized VM option 'ArchiveClassesAtExit=$SPARK_SUBMIT_OPTS'\"\n"
+                      "echo 'Error: Could not create the Java Virtual Machine.'\nexit 1\n")
+    submit.chmod(submit.stat().st_mode | stat.S_IXUSR)
+    for name, value in fake_java(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    settings = Settings(home=str(tmp_path / "home"))
+    with pytest.raises(JobFailedError, match=r"status 1 and no archive.*Could not create.*Java 13 or later"):
+        jobs_archives.build_archive(settings, str(spark_home), timeout=30)
+    assert os.listdir(Path(settings.home_url()) / "jvm") == []
+    assert os.listdir(Path(settings.home_url()) / "tmp") == []  # the training's scratch directory is gone
+    assert class_archives.archives(settings.home_url()) == []

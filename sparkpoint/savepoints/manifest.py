@@ -139,6 +139,10 @@ def validate(data: Any, where: str) -> dict[str, Any]:
             raise SavepointInvalidError(f"{where}: query {name!r} has a malformed 'inputs'")
         for operator in query["operators"]:
             _check_fields(operator, _OPERATOR_FIELDS, f"{where}: an operator of query {name!r}")
+            rows = operator.get("rows_at_cut")  # optional: savepoints before sparkpoint recorded it have none
+            if rows is not None and not (isinstance(rows, dict) and all(
+                    isinstance(count, int) and not isinstance(count, bool) and count >= 0 for count in rows.values())):
+                raise SavepointInvalidError(f"{where}: an operator of query {name!r} has a malformed 'rows_at_cut'")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in query["confs"].items()):
             raise SavepointInvalidError(f"{where}: query {name!r} has a malformed 'confs'")
         if not query["files"]:

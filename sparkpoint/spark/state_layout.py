@@ -45,6 +45,9 @@ class Operator:
     bytes: int = 0
     # transformWithState's state variables: the state data source reads one at a time.
     state_variables: list[str] = field(default_factory=list)
+    # Per store, the rows RocksDB counted as it committed the cut's version (its checkpoint metadata's numKeys,
+    # summed over the partitions); None unless every partition's version is a snapshot that says so.
+    rows_at_cut: dict[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,6 +57,7 @@ class Operator:
             "partitions": self.partitions,
             "bytes": self.bytes,
             "state_variables": self.state_variables,
+            "rows_at_cut": self.rows_at_cut,
         }
 
 
@@ -93,12 +97,14 @@ class StateLayout:
                              and (pinned is None or int(n) < pinned)), key=int)
         store_names: list[str] = []
         data_bytes = 0
+        rows: dict[str, int | None] = {}
         for part in partitions:
             for store in self._stores(op_id, int(part), f"{op_dir}/{part}", files):
                 if store.name not in store_names:
                     store_names.append(store.name)
                 before = len(files)
-                self._add_store_version(store, files)
+                counted, so_far = self._add_store_version(store, files), rows.get(store.name, 0)
+                rows[store.name] = None if counted is None or so_far is None else so_far + counted
                 data_bytes += sum(f.size for f in files[before:])
         return Operator(
             operator_id=op_id,
@@ -108,6 +114,7 @@ class StateLayout:
             partitions=pinned or info["partitions"] or len(partitions),
             bytes=data_bytes,
             state_variables=info["state_variables"],
+            rows_at_cut=dict(rows) if rows and None not in rows.values() else None,  # type: ignore[arg-type]
         )
 
     def _pinned_partitions(self) -> int | None:
@@ -167,7 +174,9 @@ class StateLayout:
             if not name.startswith(".") and not is_temp(name):
                 self.checkpoint.add(files, f"{directory}/_metadata", name)
 
-    def _add_store_version(self, store: Store, files: list[FileRef]) -> None:
+    def _add_store_version(self, store: Store, files: list[FileRef]) -> int | None:
+        """The files that load the cut's version of ``store``, added; the rows RocksDB counted in that version
+        when it is a snapshot of its own (a changelog's count is its snapshot's plus changes no file sums)."""
         version = self.cut.state_version
         entries = self.checkpoint.list_dir(store.path)
         by_version: dict[int, dict[str, str]] = {}
@@ -184,13 +193,15 @@ class StateLayout:
             needed = state_chain(by_version, version, snapshot="zip", delta="changelog", where=store.path)
         else:
             needed = state_chain(by_version, version, snapshot="snapshot", delta="delta", where=store.path)
+        rows = None
         for name in needed:
             self.checkpoint.add(files, store.path, name)
             if name.endswith(".zip"):
-                self._add_zip_references(store, name, files)
+                rows = self._add_zip_references(store, name, files)
+        return rows if len(needed) == 1 else None
 
-    def _add_zip_references(self, store: Store, zip_name: str, files: list[FileRef]) -> None:
-        """A RocksDB snapshot zip names the shared SST and log files it needs."""
+    def _add_zip_references(self, store: Store, zip_name: str, files: list[FileRef]) -> int | None:
+        """A RocksDB snapshot zip names the shared SST and log files it needs; its rows, when it counts them."""
         where = self.checkpoint.where(f"{store.path}/{zip_name}")
         with self.checkpoint.open(f"{store.path}/{zip_name}") as handle:
             raw = read_zip_member(handle, "metadata", where)
@@ -201,6 +212,8 @@ class StateLayout:
             for item in json_array(meta.get(key), where, key):
                 name = required_field(json_object(item, where, f"a {key} entry"), name_key, str, where)
                 self.checkpoint.add(files, f"{store.path}/{directory}", checked_file_name(name, where, name_key))
+        rows = meta.get("numKeys")
+        return rows if isinstance(rows, int) and not isinstance(rows, bool) and rows >= 0 else None
 
     def _unique_ids(self, store: Store) -> list[str] | None:
         """Checkpoint format v2: the unique ids committed for this partition's stores at the cut."""

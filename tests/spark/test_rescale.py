@@ -90,6 +90,34 @@ def test_a_rescaled_savepoint_continues_like_the_original(spark, tmp_path, kind)
     assert sp.verify(saved).valid  # never modified
 
 
+TRACK_ROWS = "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows"
+
+
+@pytest.mark.parametrize("tracked", [True, False])
+def test_rocksdbs_count_at_the_cut_stands_for_sparks_and_a_stale_one_is_counted_again(spark, tmp_path, tracked):
+    """A savepoint records RocksDB's own row count at the cut, and the rescale checks the rows it reads back
+    against it instead of counting the cut first. Without row tracking, RocksDB's count is stale: the rescale
+    counts the savepoint's rows then, and succeeds with the true figure."""
+    workload = RESCALE_WORKLOADS["aggregate_rocksdb"]
+    inputs = str(tmp_path / "in")
+    workloads.add_batches(inputs, workload, range(CUT_AFTER))
+    try:
+        workloads.run(spark, workload, inputs, str(tmp_path / "ckpt"), {**FOUR, TRACK_ROWS: str(tracked).lower()})
+    finally:
+        spark.conf.unset(TRACK_ROWS)
+    saved = savepoint_of(str(tmp_path / "ckpt"), "q", str(tmp_path / "savepoints"))
+    expected_state = state_without_partitions(spark, str(tmp_path / "ckpt"))[0]
+    rows = sum(len(found) for found in expected_state.values())
+    recorded = saved.query("q")["operators"][0]["rows_at_cut"]
+    assert rows > 0 and (recorded == {"default": rows}) == tracked, recorded
+
+    result = rescale(Settings(home=str(tmp_path / "home")), saved, 7, str(tmp_path / "rescaled"))
+    assert [(s["rows"], s["misplaced"]) for s in result.queries[0].stores] == [(rows, 0)]
+    rescaled = sp.load(result.savepoint.path)
+    assert state_without_partitions(spark, restore(rescaled, str(tmp_path / "again")).queries[0].checkpoint)[0] \
+        == expected_state
+
+
 def test_a_global_aggregation_is_refused_by_name_and_nothing_is_written(spark, tmp_path):
     """No key: Spark keeps its state in one partition whatever their number."""
     from sparkpoint.errors import RescaleRefusedError

@@ -82,9 +82,9 @@ def hdfs_checkpoint(
     return root
 
 
-def rocksdb_zip(sst_names: list[str]) -> bytes:
+def rocksdb_zip(sst_names: list[str], num_keys: object = 1) -> bytes:
     meta = {"sstFiles": [{"localFileName": n.split("-")[0] + ".sst", "dfsSstFileName": n, "sizeBytes": 10}
-                         for n in sst_names], "numKeys": 1}
+                         for n in sst_names], "numKeys": num_keys}
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("metadata", "v1\n" + json.dumps(meta))

@@ -144,6 +144,20 @@ def test_rocksdb_zip_brings_exactly_the_ssts_it_names(tmp_path):
     assert state_files(plan) == ["2.zip"]
 
 
+def test_rocksdbs_own_count_at_the_cut_is_kept_only_when_every_partition_snapshots_the_cut(tmp_path):
+    """The savepoint records numKeys of the cut's zips, summed: rescale's check of its rows starts from it. A
+    changelog on a snapshot counts nothing a file says, and a count that is not a count is no count."""
+    root = tmp_path / "c"
+    store = stateless_store(root, committed=1)
+    write(store / "1.zip", rocksdb_zip([], num_keys=3))
+    write(store / "2.zip", rocksdb_zip([], num_keys=1204))
+    assert [op.to_json()["rows_at_cut"] for op in plan_of(root).operators] == [{"default": 1204}]
+    for bad in ("1204", -1, True, None):
+        write(store / "2.zip", rocksdb_zip([], num_keys=bad))
+        assert plan_of(root).operators[0].rows_at_cut is None, bad
+    assert plan_of(hdfs_checkpoint(tmp_path / "h", committed=2)).operators[0].rows_at_cut is None
+
+
 def test_format_v2_follows_the_changelog_lineage_to_a_snapshot(tmp_path):
     u3, u4, u5, orphan, other = (f"{n:08x}-7162-4048-a28c-d9e9fe892389" for n in (3, 4, 5, 0xBAD, 0xF00))
     root = tmp_path / "c"
@@ -159,6 +173,7 @@ def test_format_v2_follows_the_changelog_lineage_to_a_snapshot(tmp_path):
     assert plan.checkpoint_format_version == 2
     assert state_files(plan) == [f"3_{u3}.zip", f"4_{u4}.changelog", f"5_{u5}.changelog"]
     assert "state/0/0/SSTs/000009-c.sst" in {f.path for f in plan.files}
+    assert plan.operators[0].rows_at_cut is None  # version 5 is changelogs on a snapshot of 3
 
 
 def test_changelog_lineage_header():

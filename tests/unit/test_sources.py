@@ -54,3 +54,16 @@ def test_a_manifest_s_inputs_are_records_or_it_is_refused():
     for bad in ({"kind": "kafka"}, [{"kind": "kafka", "sasl": "x"}], [{"subscribe": "a"}], [{"kind": 3}]):
         with pytest.raises(SavepointInvalidError, match="malformed 'inputs'"):
             validate(manifest(bad), "m")
+
+
+def test_a_manifest_s_counts_at_the_cut_are_counts_or_it_is_refused():
+    operator = {"id": 0, "name": "stateStoreSave", "stores": ["default"], "partitions": 2, "bytes": 1}
+    for good in ({"default": 3}, None):
+        data = manifest([])
+        data["queries"][0]["operators"] = [{**operator, "rows_at_cut": good}]
+        assert validate(data, "m")
+    for bad in ([3], {"default": "3"}, {"default": -1}, {"default": True}, 7):
+        data = manifest([])
+        data["queries"][0]["operators"] = [{**operator, "rows_at_cut": bad}]
+        with pytest.raises(SavepointInvalidError, match="malformed 'rows_at_cut'"):
+            validate(data, "m")

@@ -37,6 +37,8 @@ class Settings:
     # Where managed jobs keep their live checkpoints, each below its job id: a path or URL Spark writes
     # (hdfs://namenode:8020/sparkpoint, s3a://bucket/checkpoints); empty, each job's directory in the home.
     checkpoints: str = ""
+    # The class data sharing archives of drivers' JVMs (`class-archive build`): a local path; {home} is the home.
+    class_archives: str = "{home}/jvm"
     # Options for the fsspec file system of remote paths (endpoint, credentials).
     storage_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     # The Kafka client that asks a broker whether a savepoint's input is still in the log (kafka-python's option
@@ -52,6 +54,14 @@ class Settings:
         disk, or a shared mount such as NFS): Spark writes checkpoints there through Hadoop's local file
         system, and the registry keeps owner-only tokens and process ids that object stores cannot."""
         return local_home(self.home)
+
+    def class_archives_dir(self) -> str:
+        """Where class archives are kept and looked up: a local path (the JVM maps them from a local file)."""
+        location = self.class_archives.replace("{home}", self.home_url())
+        if is_url(location):
+            raise ConfigError(f"class_archives {location!r}: must be a local path (a JVM maps its archive from a "
+                              "local file), not a URL")
+        return str(Path(local_path(location)).expanduser().absolute())
 
     def private_dir(self, name: str) -> Path:
         """``<home>/<name>``, made owner-only if it is new: the home holds tokens, arguments and state."""

@@ -2,14 +2,18 @@
 
 A cold driver spends most of its start loading, verifying and linking Spark's classes: about 5 s to a local
 session and 2.6 s more to its first job on the 2-core machine, against 3.0 s and 1.5 s for a JVM that maps an
-archive of them (scripts/bench_class_archive.py). The archive is dumped once, at the exit of a training driver
-that started a session and ran a few stateful batches (jobs.class_archives.build_archive), and every later
-driver of that Spark installation and Java maps it.
+archive of them (/tmp/cds experiment in the session note; scripts/bench_rescale.py and bench_pitstop.py
+--class-archive both). The archive is dumped once, at the exit of a training driver that started a session and
+ran a few stateful batches (jobs.class_archives.build_archive), and every later driver of that Spark installation
+and Java maps it.
 
 The JVM guards the archive itself: one dumped by another Java build, or for another class path (a jar replaced,
 a --driver-class-path added), is not used, and the driver loads its classes from the jars as it would without
-one. An archive changes how soon a driver runs, never what it runs. Its messages about that are silenced: they go
-to the driver's stdout, which is the application's.
+one, with a warning in its log. An archive changes how soon a driver runs, never what it runs.
+
+Java 17 archives no class behind a directory on the class path that holds files: Spark puts its conf directory
+ahead of its jars, so a Spark whose conf directory holds files (a distribution's templates, spark-defaults.conf)
+gets no archive (conf_dir_in_the_way).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,11 +30,12 @@ from sparkpoint.adapters.local_files import MalformedRecord, read_json_record
 if TYPE_CHECKING:
     from sparkpoint.adapters.spark_submit import Spark
 
-ARCHIVE_DIR = "jvm"  # below the home
 ARCHIVE_SUFFIX = ".jsa"
 RECORD_SUFFIX = ".json"
-# The JVM's warnings about an archive it cannot use, which would land in the application's stdout.
-QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
+PARTIAL_PREFIX = "."  # an archive being dumped: .<id>.<pid of the build>.jsa
+# The JVM's warnings about an archive it cannot use, for a JVM whose stdout is a command's (a local session's,
+# under `-o json`); a driver's go to its log, where they say why it started cold.
+SILENT_CDS = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
 
 
 @dataclass(frozen=True)
@@ -48,9 +53,7 @@ class ClassArchive:
     seconds: float
 
     def describe(self) -> dict[str, Any]:
-        return {"id": self.id, "path": self.path, "spark_home": self.spark_home, "spark_version": self.spark_version,
-                "java": self.java, "java_version": self.java_version, "built_at": self.built_at,
-                "bytes": self.bytes, "seconds": self.seconds}
+        return asdict(self)
 
 
 def java_binary(environ: dict[str, str] | None = None) -> str | None:
@@ -71,18 +74,25 @@ def archive_id(spark: Spark, java: str) -> str:
     return f"{spark.version}-{digest}"
 
 
-def archive_dir(home: str) -> Path:
-    return Path(home) / ARCHIVE_DIR
-
-
-def usable_archive(home: str, spark: Spark, environ: dict[str, str] | None = None) -> str | None:
-    """The archive a driver of ``spark`` launched from this home maps, when one was built; None otherwise, and for
-    a home whose path holds a '%' (the JVM would read it as one of its patterns)."""
+def built_archive(directory: str, spark: Spark, environ: dict[str, str] | None = None) -> str | None:
+    """The archive in ``directory`` (the `class_archives` setting) built for ``spark`` and the java a driver would
+    run, if there is one (whether the JVM can use it is the JVM's to say)."""
     java = java_binary(environ)
     if java is None:
         return None
-    path = archive_dir(home) / f"{archive_id(spark, java)}{ARCHIVE_SUFFIX}"
-    return str(path) if "%" not in str(path) and path.is_file() else None
+    path = Path(directory) / f"{archive_id(spark, java)}{ARCHIVE_SUFFIX}"
+    return str(path) if path.is_file() else None
+
+
+def conf_dir_in_the_way(spark: Spark, environ: dict[str, str] | None = None) -> str | None:
+    """Spark's conf directory when it holds files: Spark's launcher puts it on the class path ahead of the jars,
+    and Java 17 neither archives nor maps classes behind such a directory."""
+    environ = os.environ if environ is None else environ
+    conf_dir = environ.get("SPARK_CONF_DIR") or os.path.join(spark.home, "conf")
+    try:
+        return conf_dir if os.listdir(conf_dir) else None
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def jvm_path_option(flag: str, path: str) -> str:
@@ -91,19 +101,18 @@ def jvm_path_option(flag: str, path: str) -> str:
     return f'-XX:{flag}="{quoted}"'
 
 
-def driver_options(archive: str) -> list[str]:
-    """The JVM options that map ``archive``, quietly."""
-    return [jvm_path_option("SharedArchiveFile", archive), *QUIET]
+def driver_options(archive: str, silent: bool = False) -> list[str]:
+    """The JVM options that map ``archive``; ``silent``: without a word when the JVM cannot."""
+    return [jvm_path_option("SharedArchiveFile", archive), *(SILENT_CDS if silent else ())]
 
 
-def archives(home: str) -> list[ClassArchive]:
-    """The archives of this home, each with its record; an archive whose record is missing or unreadable is
-    listed by what its file says."""
-    directory = archive_dir(home)
+def archives(directory: str) -> list[ClassArchive]:
+    """The archives in ``directory``, each with its record; an archive whose record is missing or unreadable is
+    listed by what its file says. One being dumped (PARTIAL_PREFIX) is none yet."""
     found = []
-    for path in sorted(directory.glob(f"*{ARCHIVE_SUFFIX}")) if directory.is_dir() else []:
-        if path.name.startswith("."):
-            continue  # being dumped
+    for path in sorted(Path(directory).glob(f"*{ARCHIVE_SUFFIX}")) if Path(directory).is_dir() else []:
+        if path.name.startswith(PARTIAL_PREFIX):
+            continue
         try:
             record = read_json_record(path.with_suffix(RECORD_SUFFIX))
             found.append(ClassArchive(**{**record, "id": path.stem, "path": str(path),
@@ -112,6 +121,23 @@ def archives(home: str) -> list[ClassArchive]:
             found.append(ClassArchive(path.stem, str(path), "", path.stem.rsplit("-", 1)[0], "", "", "",
                                       path.stat().st_size, 0.0))
     return found
+
+
+def partial_path(directory: Path, archive_name: str) -> Path:
+    """Where this process's training JVM dumps ``archive_name`` before it is renamed into place."""
+    return directory / f"{PARTIAL_PREFIX}{Path(archive_name).stem}.{os.getpid()}{ARCHIVE_SUFFIX}"
+
+
+def stale_partials(directory: Path) -> list[Path]:
+    """Dumps left by a build whose process is gone (killed before it could remove its own)."""
+    from sparkpoint.adapters.processes import pid_alive
+
+    stale = []
+    for path in directory.glob(f"{PARTIAL_PREFIX}*{ARCHIVE_SUFFIX}"):
+        pid = path.name[:-len(ARCHIVE_SUFFIX)].rsplit(".", 1)[-1]
+        if not pid.isdigit() or not pid_alive(int(pid)):
+            stale.append(path)
+    return stale
 
 
 def remove_archive(archive: ClassArchive) -> None:

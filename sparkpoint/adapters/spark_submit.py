@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from typing import IO
 
-from sparkpoint.adapters.class_archives import driver_options, jvm_path_option, usable_archive
+from sparkpoint.adapters.class_archives import driver_options, jvm_path_option, built_archive
 from sparkpoint.errors import BadArgumentError, EnvironmentSetupError, SparkpointError, UnsupportedSparkError
 from sparkpoint.spark_versions import KNOWN, SUPPORTED_RANGE
 
@@ -121,11 +121,11 @@ def installed_version(home: str) -> str | None:
     return ".".join(found.groups()) if found else None
 
 
-def local_class_archive(home: str) -> str | None:
+def local_class_archive(directory: str) -> str | None:
     """The class archive (class_archives) of the Spark a local session of this Python starts: SPARK_HOME's, else
     its own pyspark's, as find_spark picks; None when it has none, or there is no such Spark."""
     try:
-        return usable_archive(home, find_spark())
+        return built_archive(directory, find_spark())
     except SparkpointError:
         return None
 
@@ -162,6 +162,12 @@ def driver_environment(spark: Spark, base: dict[str, str] | None = None, crash_r
                                                                  "hs_err_pid%p.log")))
     if class_archive:
         options += driver_options(class_archive)
+    return with_jvm_options(env, options)
+
+
+def with_jvm_options(env: dict[str, str], options: list[str]) -> dict[str, str]:
+    """``env`` with ``options`` for the JVM spark-submit starts (the driver, in client mode), ahead of the user's
+    own SPARK_SUBMIT_OPTS: theirs come later and win."""
     if options:
         env["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [*options, env.get("SPARK_SUBMIT_OPTS")]))
     return env

@@ -15,9 +15,10 @@ def class_archive_group():
     A cold driver spends seconds loading and verifying Spark's classes before the application's first line and
     in its first batch. `build` runs a training driver of a Spark installation (local mode, a few stateful
     batches) whose JVM writes those classes to an archive as it exits (Java's class data sharing, Java 13 and
-    later). From then on, every driver this home launches with that Spark and java maps the archive: `run`, a
-    standby, `check`, and the local Spark of `rescale` and `inspect --state`. The JVM uses an archive only for the
-    Java build and class path it was written for; otherwise the driver starts as it would without one.
+    later), kept in the `class_archives` directory. From then on, every driver launched with that Spark and java
+    maps the archive: `run`, a standby, `check`, and the local Spark of `rescale` and `inspect --state`. The JVM
+    uses an archive only for the Java build and class path it was written for; otherwise the driver starts as it
+    would without one.
     """
 
 
@@ -40,10 +41,10 @@ def build_cmd(app, spark_home, timeout, output):
 @output_option
 @pass_app
 def list_cmd(app, output):
-    """The archives of this home."""
+    """The archives in the `class_archives` directory (by default <home>/jvm)."""
     from sparkpoint.adapters.class_archives import archives
 
-    emit(output, [a.describe() for a in archives(app.settings.home_url())], _render_all)
+    emit(output, [a.describe() for a in archives(app.settings.class_archives_dir())], _render_all)
 
 
 @class_archive_group.command("remove")

@@ -173,8 +173,9 @@ def inspect_cmd(app, loaded, with_state, limit, output):
     from sparkpoint.adapters.spark_submit import local_class_archive
     from sparkpoint.savepoints.inspect import inspect
 
+    archive = local_class_archive(app.settings.class_archives_dir()) if with_state else None
     emit(output, inspect(loaded, limit if with_state else None, app.settings.kafka, app.settings.storage_options,
-                         scratch=app.settings.scratch_dir, class_archive=local_class_archive(app.settings.home_url())),
+                         scratch=app.settings.scratch_dir, class_archive=archive),
          _render_inspected)
 
 

@@ -36,8 +36,8 @@ def start_cmd(app, job, idle_timeout, timeout, output):
     from sparkpoint.jobs.registry import Registry
     from sparkpoint.jobs.standby import start_standby
 
-    standby = start_standby(Registry(app.settings.home_url()), job, app.settings.checkpoints, idle_timeout, timeout,
-                            time.sleep, time.monotonic)
+    standby = start_standby(Registry(app.settings.home_url()), job, app.settings.checkpoints,
+                            app.settings.class_archives_dir(), idle_timeout, timeout, time.sleep, time.monotonic)
     emit(output, standby.describe(), _render_one)
 
 

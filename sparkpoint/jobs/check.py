@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sparkpoint.adapters import spark_submit
-from sparkpoint.adapters.class_archives import usable_archive
+from sparkpoint.adapters.class_archives import built_archive
 from sparkpoint.adapters.local_files import MalformedRecord, read_json_record, write_json
 from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
 from sparkpoint.adapters.transfer import NullProgress, Progress
@@ -117,8 +117,8 @@ def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, p
                 "--conf", f"spark.sql.streaming.checkpointLocation={checkpoints}", *conf_args,
                 *spark_submit.conf_arguments(moved.launch_confs), *request.submit_args,
                 SANDBOX_DRIVER, sandbox, app, *request.app_args]
-        environment = spark_submit.driver_environment(spark,
-                                                        class_archive=usable_archive(settings.home_url(), spark))
+        archive = built_archive(settings.class_archives_dir(), spark)
+        environment = spark_submit.driver_environment(spark, class_archive=archive)
         process = spark_submit.launch(argv, environment, log)
         start = process_start(process.pid)
         progress.waiting(f"trying {os.path.basename(app)} on a sandbox restore of {saved.manifest['id']}")

@@ -16,9 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sparkpoint.adapters import spark_submit
-from sparkpoint.adapters.class_archives import (ARCHIVE_DIR, ARCHIVE_SUFFIX, RECORD_SUFFIX, ClassArchive, archive_id,
-                                                archives, java_binary, jvm_path_option, remove_archive)
-from sparkpoint.adapters.local_files import last_lines, write_json
+from sparkpoint.adapters.class_archives import (ARCHIVE_SUFFIX, RECORD_SUFFIX, ClassArchive, archive_id, archives,
+                                                conf_dir_in_the_way, java_binary, jvm_path_option, partial_path,
+                                                remove_archive, stale_partials)
+from sparkpoint.adapters.local_files import last_lines, locked, write_json
 from sparkpoint.adapters.transfer import NullProgress, Progress
 from sparkpoint.adapters.processes import process_start, terminate_group
 from sparkpoint.config import Settings
@@ -28,30 +29,48 @@ from sparkpoint.lookup import by_id, the_one
 from sparkpoint.times import iso, poll_until
 
 TRAINING_MASTER = "local[2]"
+LOCK_FILE = ".build.lock"  # held by the build under way
 
 
 def build_archive(settings: Settings, spark_home: str | None, timeout: float, progress: Progress | None = None,
                   clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
                   ) -> ClassArchive:
     """The archive of the Spark ``spark_home`` (as `run --spark-home` picks it) and this environment's java,
-    built anew (one built before is replaced)."""
+    built anew (one built before is replaced). One build at a time per directory."""
     spark = spark_submit.find_spark(spark_home)
     java = java_binary()
     if java is None:
         raise EnvironmentSetupError("no java to build a class archive with: set JAVA_HOME or put java on PATH")
+    in_the_way = conf_dir_in_the_way(spark)
+    if in_the_way:
+        raise EnvironmentSetupError(
+            f"Spark's conf directory {in_the_way} holds files, and Java's class data sharing archives no class that "
+            "Spark's class path lists behind it: point SPARK_CONF_DIR at a directory without files (pass settings "
+            "with --conf or --properties-file instead) to build one")
     java_version = _java_version(java)
-    directory = settings.private_dir(ARCHIVE_DIR)
+    directory = Path(settings.class_archives_dir())
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with locked(directory / LOCK_FILE):
+        for stale in stale_partials(directory):
+            stale.unlink(missing_ok=True)
+        return _train_and_dump(settings, spark, java, java_version, directory, timeout, progress or NullProgress(),
+                               clock, sleep)
+
+
+def _train_and_dump(settings: Settings, spark: spark_submit.Spark, java: str, java_version: str, directory: Path,
+                    timeout: float, progress: Progress, clock: Callable[[], float],
+                    sleep: Callable[[float], None]) -> ClassArchive:
     archive = directory / f"{archive_id(spark, java)}{ARCHIVE_SUFFIX}"
-    partial = directory / f".{archive.stem}.{os.getpid()}{ARCHIVE_SUFFIX}"
+    partial = partial_path(directory, archive.name)
     scratch = Path(settings.scratch_dir("class-archive-"))
     log = scratch / "driver.log"
-    env = spark_submit.driver_environment(spark)
-    env["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [jvm_path_option("ArchiveClassesAtExit", str(partial)),
-                                                      env.get("SPARK_SUBMIT_OPTS")]))
+    # A crash report of the training JVM (RocksDB's native threads can crash one as it exits) stays beside the
+    # archives, not in the directory the command was typed in.
+    env = spark_submit.with_jvm_options(spark_submit.driver_environment(spark, crash_reports=str(directory)),
+                                        [jvm_path_option("ArchiveClassesAtExit", str(partial))])
     argv = [spark.submit, "--master", TRAINING_MASTER, "--name", "sparkpoint-class-archive",
             "--conf", "spark.ui.enabled=false", "--conf", "spark.eventLog.enabled=false",
             BOOTSTRAP, "--train-classes", str(scratch / "work")]
-    progress = progress or NullProgress()
     began = clock()
     process = None
     try:
@@ -59,30 +78,43 @@ def build_archive(settings: Settings, spark_home: str | None, timeout: float, pr
         progress.waiting(f"training a Spark {spark.version} driver; its JVM writes the archive as it exits")
         poll_until(lambda: process.poll() is not None, timeout, 0.2, clock=clock, sleep=sleep)
         if process.poll() is None:
-            terminate_group(process.pid, process_start(process.pid), grace=5.0)
             raise JobFailedError(f"the training driver did not end within {timeout:g} s; no archive was written "
                                  f"(its log ended: {last_lines(log)})")
         if process.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:
             raise JobFailedError(f"the training driver ended with status {process.returncode} and "
-                                 f"{'no archive' if not partial.is_file() else 'an empty archive'}: {last_lines(log)}"
-                                 f"{_JAVA_13 if 'ArchiveClassesAtExit' in last_lines(log) else ''}")
+                                 f"{'no archive' if not partial.is_file() else 'an unfinished archive'}: {_why(log)}")
         seconds = round(clock() - began, 3)
+        with open(partial, "rb") as dumped:  # on disk before it is renamed into place, as every record is
+            os.fsync(dumped.fileno())
         os.replace(partial, archive)
-        write_json(archive.with_suffix(RECORD_SUFFIX),
-                   {"spark_home": spark.home, "spark_version": spark.version, "java": java,
-                    "java_version": java_version, "built_at": iso(), "seconds": seconds})
+        record = {"spark_home": spark.home, "spark_version": spark.version, "java": java,
+                  "java_version": java_version, "built_at": iso(), "seconds": seconds}
+        write_json(archive.with_suffix(RECORD_SUFFIX), record)
     except BaseException:
-        if process is not None and process.poll() is None:
-            terminate_group(process.pid, process_start(process.pid), grace=5.0)
-        partial.unlink(missing_ok=True)
+        try:
+            if process is not None and process.poll() is None:
+                terminate_group(process.pid, process_start(process.pid), grace=5.0)
+        finally:
+            partial.unlink(missing_ok=True)
         raise
     finally:
         progress.finish()
         shutil.rmtree(scratch, ignore_errors=True)
-    return next(found for found in archives(settings.home_url()) if found.path == str(archive))
+    return ClassArchive(archive.stem, str(archive), bytes=archive.stat().st_size, **record)
 
 
-_JAVA_13 = " (dynamic class data sharing archives need Java 13 or later)"
+# What the JVM says when it cannot dump: Java before 13 knows no dynamic archive; a JDK without its base archive
+# (classes.jsa) cannot dump one on top of it.
+_NEEDS = {"Unrecognized VM option 'ArchiveClassesAtExit": "dynamic class data sharing archives need Java 13 or later",
+          "base CDS archive": "this JDK has no base class data sharing archive (java -Xshare:dump makes one)"}
+
+
+def _why(log: Path) -> str:
+    """The JVM's own words from the training driver's log, and what they mean, else its last lines."""
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    said = [line.strip() for line in text.splitlines() if "[cds" in line or line.startswith(("Error", "Unrecognized"))]
+    meaning = [why for needle, why in _NEEDS.items() if needle in text]
+    return " | ".join([*said[-3:], *meaning]) or last_lines(log)
 
 
 def _java_version(java: str) -> str:
@@ -97,12 +129,12 @@ def _java_version(java: str) -> str:
 
 def remove(settings: Settings, reference: str) -> ClassArchive:
     """Remove an archive by its id (or a unique prefix of it)."""
-    found = archives(settings.home_url())
-    archive = the_one(reference, by_id(reference, found, _archive_id), _archive_id, "class archives",
+    found = archives(settings.class_archives_dir())
+    archive = the_one(reference, by_id(reference, found, _id_of), _id_of, "class archives",
                       f"no class archive {reference!r}: see 'sparkpoint class-archive list'")
     remove_archive(archive)
     return archive
 
 
-def _archive_id(archive: ClassArchive) -> str:
+def _id_of(archive: ClassArchive) -> str:
     return archive.id

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkpoint.adapters import spark_submit
-from sparkpoint.adapters.class_archives import usable_archive
+from sparkpoint.adapters.class_archives import built_archive
 from sparkpoint.adapters.processes import process_start
 from sparkpoint.adapters.cluster_managers import ClusterManager, DriverLaunch, manager_for
 from sparkpoint.adapters.storage import digest_of, storage_for
@@ -586,7 +586,7 @@ def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_ar
     argv = [*client_command(spark, request.master, job.id, job.checkpoint_root, conf_args, request.submit_args),
             job.directory, app, *request.app_args]
     environment = spark_submit.driver_environment(spark, crash_reports=job.directory,
-                                                  class_archive=usable_archive(settings.home_url(), spark))
+                                                  class_archive=built_archive(settings.class_archives_dir(), spark))
     # Foreground: the driver's output goes to stderr, so stdout stays clean for --output json.
     process = spark_submit.launch(argv, {**environment, **driver_settings}, job.log_path if request.detach else None,
                                   stdout=None if request.detach else sys.stderr)

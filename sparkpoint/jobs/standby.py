@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkpoint.adapters import spark_submit
-from sparkpoint.adapters.class_archives import usable_archive
+from sparkpoint.adapters.class_archives import built_archive
 from sparkpoint.adapters.local_files import MalformedRecord, last_lines, read_json_record, write_json
 from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
 from sparkpoint.errors import BadArgumentError, JobFailedError
@@ -64,7 +64,9 @@ def launch_key(spark: spark_submit.Spark, name: str, master: str, conf_args: lis
     The job's name (a standby is for one job's next version); the launch's options; what the JVM reads of the
     files those options and Spark's conf directory name (their sizes and times: a jar rebuilt in place is another
     launch); this sparkpoint; and the environment, each variable by an HMAC of its value under the standby's
-    ``secret`` (its token), never the value: it may hold secrets."""
+    ``secret`` (its token), never the value: it may hold secrets. ``environment`` is driver_environment's without
+    a crash report's place or a class archive: those change where a JVM reports and how soon it starts, never
+    what it runs, and an archive built after a standby started must not keep a run from adopting it."""
     conf_dir = environment.get("SPARK_CONF_DIR") or os.path.join(spark.home, "conf")
     return {"name": name, "spark_submit": spark.submit, "master": master, "conf_args": list(conf_args),
             "submit_args": list(submit_args), "checkpoints_under": checkpoints_under, "cwd": os.getcwd(),
@@ -142,9 +144,10 @@ class Standby:
                 "started_at": self.started_at, "idle_seconds": self.idle_seconds}
 
 
-def start_standby(registry: Registry, reference: str, checkpoints_under: str, idle_seconds: float,
-                  timeout: float, sleep, clock) -> Standby:
-    """A standby launched with the options of job ``reference`` (client mode), once warmed up."""
+def start_standby(registry: Registry, reference: str, checkpoints_under: str, class_archives: str,
+                  idle_seconds: float, timeout: float, sleep, clock) -> Standby:
+    """A standby launched with the options of job ``reference`` (client mode), once warmed up; its JVM maps the
+    class archive of its Spark in ``class_archives`` when there is one."""
     like = registry.resolve(reference)
     if like.submission_id:
         raise BadArgumentError(f"job {like.id} runs in cluster mode, where its cluster manager starts each driver: "
@@ -159,7 +162,7 @@ def start_standby(registry: Registry, reference: str, checkpoints_under: str, id
     process = None
     try:
         environment = spark_submit.driver_environment(
-            spark, crash_reports=str(directory), class_archive=usable_archive(str(registry.root.parent), spark))
+            spark, crash_reports=str(directory), class_archive=built_archive(class_archives, spark))
         process = spark_submit.launch(argv, environment, str(directory / "driver.log"))
         standby = Standby(directory.name, directory, like.id, launched_as, process.pid, process_start(process.pid),
                           iso(), idle_seconds)

@@ -86,8 +86,7 @@ def warm_up(scratch: str) -> None:
         print(f"sparkpoint: the standby's warm-up failed ({type(exc).__name__}: {str(exc).strip()[:300]}); it "
               "waits all the same", file=sys.stderr, flush=True)
     finally:
-        jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()  # its providers, its maintenance
-        spark.stop()
+        _stop(spark)
         jvm.org.apache.hadoop.fs.FileSystem.closeAll()  # made with the warm-up's Hadoop configuration
         if files_root in sys.path:  # PySpark put the session's SparkFiles directory there; stop() removed it
             sys.path.remove(files_root)
@@ -106,9 +105,16 @@ def train(scratch: str) -> int:
         for index in range(len(PROVIDERS)):
             spark.read.format("statestore").load(_checkpoint(scratch, index)).count()
     finally:
-        spark.stop()
+        _stop(spark)
         shutil.rmtree(scratch, ignore_errors=True)
     return 0
+
+
+def _stop(spark) -> None:
+    """The session, and the state stores first: their providers and maintenance thread, and RocksDB's native
+    threads, which can crash a JVM that exits under them."""
+    spark._jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()
+    spark.stop()
 
 
 def _checkpoint(scratch: str, index: int) -> str:

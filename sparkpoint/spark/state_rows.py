@@ -66,23 +66,16 @@ def spark_session(class_archive: str | None = None):
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers must run this interpreter, the one with pyspark, not whatever 'python' is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    # Only the JVM this starts reads it: whatever this process launches later gets its own options.
-    submit_opts = os.environ.get("SPARK_SUBMIT_OPTS")
-    if class_archive:
-        os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [*driver_options(class_archive), submit_opts]))
-    try:
-        session = (
-            SparkSession.builder.master("local[2]")
-            .appName("sparkpoint-inspect")
-            .config("spark.ui.enabled", "false")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .getOrCreate()
-        )
-    finally:
-        if submit_opts is None:
-            os.environ.pop("SPARK_SUBMIT_OPTS", None)
-        else:
-            os.environ["SPARK_SUBMIT_OPTS"] = submit_opts
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("sparkpoint-inspect")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+    )
+    if class_archive and not session_exists():
+        # PySpark hands its builder's confs to the spark-submit that starts its JVM, whose stdout is this command's.
+        builder = builder.config("spark.driver.extraJavaOptions", " ".join(driver_options(class_archive, silent=True)))
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
 

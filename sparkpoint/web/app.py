@@ -131,7 +131,7 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
         with state_reads:  # one at a time: each restores the savepoint and counts every store
             inspected = inspect(catalog.load(settings, request.path_params["ref"]), PAGE_ROWS, settings.kafka,
                                 settings.storage_options, state_offset=number * PAGE_ROWS, scratch=settings.scratch_dir,
-                                class_archive=local_class_archive(settings.home_url()))
+                                class_archive=local_class_archive(settings.class_archives_dir()))
         more = any(store.rows > (number + 1) * PAGE_ROWS for store in inspected.state or [])
         return page("state.html", manifest=inspected.manifest, path=inspected.path, stores=inspected.state or [],
                     number=number,

@@ -45,6 +45,8 @@ def real_time_stop_seconds(batch_seconds: float, margin: float = REAL_TIME_MARGI
     return math.ceil(batch_seconds + margin)
 
 
+JOB_FILE = "job.json"  # the job's record (jobs.registry writes it)
+TOKEN_FILE = "token"  # the job's secret, which the agent's requests carry
 AGENT_FILE = "agent.json"
 # `check`: the sandbox directory the CLI prepares (the request) and the check's driver answers in (the report).
 CHECK_REQUEST, CHECK_REPORT = "request.json", "report.json"
@@ -134,7 +136,7 @@ def remove_standby(directory: Path | str) -> None:
     """A standby's directory, gone: renamed out of sight first (no run finds a half-removed standby to claim),
     then removed. Never a job's: one with a record stays."""
     directory = Path(directory)
-    if (directory / "job.json").exists():
+    if (directory / JOB_FILE).exists():
         return
     hidden = directory.with_name(f".{directory.name}.removed")
     try:

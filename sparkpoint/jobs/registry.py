@@ -40,12 +40,10 @@ from sparkpoint.errors import (
     StorageError,
     TargetNotEmptyError,
 )
-from sparkpoint.jobs.protocol import read_agent_record
+from sparkpoint.jobs.protocol import JOB_FILE, TOKEN_FILE, read_agent_record
 from sparkpoint.lookup import by_id, the_one
 from sparkpoint.times import answers_within, iso
 
-JOB_FILE = "job.json"
-TOKEN_FILE = "token"
 CHECKPOINTS_DIR = "checkpoints"
 LOG_FILE = "driver.log"
 SAVEPOINTS_FILE = "savepoints.json"

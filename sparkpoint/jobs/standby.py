@@ -26,9 +26,9 @@ from sparkpoint.adapters.class_archives import built_archive
 from sparkpoint.adapters.local_files import MalformedRecord, last_lines, read_json_record, write_json
 from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
 from sparkpoint.errors import BadArgumentError, JobFailedError
-from sparkpoint.jobs.protocol import (STANDBY_FILE, claim_standby, read_agent_file, remove_standby, standby_claim,
-                                      standby_ready, write_adoption)
-from sparkpoint.jobs.registry import CHECKPOINTS_DIR, JOB_FILE, TOKEN_FILE, Job, Registry
+from sparkpoint.jobs.protocol import (JOB_FILE, STANDBY_FILE, TOKEN_FILE, claim_standby, read_agent_file,
+                                      remove_standby, standby_claim, standby_ready, write_adoption)
+from sparkpoint.jobs.registry import CHECKPOINTS_DIR, Job, Registry
 from sparkpoint.lookup import by_id, the_one
 from sparkpoint.paths import spark_uri
 from sparkpoint.times import iso, poll_until

@@ -96,10 +96,12 @@ def main(argv: list[str]) -> int:
 
 def run_application(argv: list[str], driver_started: float, adopted: bool = False) -> int:
     """The agent, then the application. ``driver_started``: when this driver began, or was adopted (a standby)."""
+    from sparkpoint.jobs.protocol import JOB_FILE, TOKEN_FILE
+
     job_dir, app, *app_args = argv
-    with open(os.path.join(job_dir, "job.json")) as handle:
+    with open(os.path.join(job_dir, JOB_FILE)) as handle:
         job = json.load(handle)
-    with open(os.path.join(job_dir, "token")) as handle:
+    with open(os.path.join(job_dir, TOKEN_FILE)) as handle:
         token = handle.read().strip()
 
     from sparkpoint.runtime.agent import Agent

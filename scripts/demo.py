@@ -90,6 +90,9 @@ def main() -> None:
     running: list[str] = []  # cancelled on the way out if the demo stops early
     try:
         say(f"v1 of the motion-alarm job starts as a managed job (work dir {work})")
+        # The input directory exists before the job reads it, as an operator's does: a driver that starts fast
+        # (a class archive) reaches its readStream before the first file is dropped.
+        events.mkdir(parents=True)
         sparkpoint(home, "run", "--detach", "--name", "alarms", str(APP), "v1", str(events), str(work / "out-v1"))
         v1 = newest(home, "list")
         running.append(v1["id"])

@@ -175,6 +175,7 @@ def delta(sh: Shell, work: Path) -> None:
     sh.export("DELTA_JARS", jars, ".venv/bin/python scripts/local_delta.py jars 4.2")
     launch = ["--spark-home", str(spark_42), *(arg for conf in local_delta.SESSION_CONFS for arg in ("--conf", conf)),
               "--jars", jars]
+    (work / "totals-in").mkdir()
     v1 = sh.job("--name", "totals", *launch, "delta_values.py", "v1", "totals-in", "totals")
     drop(work / "totals-in", "rows-0.json", [{"file": 0, "n": 1}])
     appears(Path(v1["checkpoint_root"]) / "values" / "commits" / "0")  # Spark's commit, after Delta's
@@ -252,6 +253,7 @@ def main() -> None:
     print(f"work directory {work}")
     try:
         say("Upgrade: v1 runs; check v2 against a savepoint; replace v1 with v2")
+        events.mkdir()  # before the job reads it, however soon its driver gets there
         v1 = sh.job("--name", "alarms", "motion_alarms.py", "v1", "events", "out-v1")
         feed(events, 0, [("kitchen", "activate", 100), ("hall", "activate", 105), ("kitchen", "motion", 120)])
         alarms(work / "out-v1", 0)

@@ -16,7 +16,7 @@ CLASS_ARCHIVES = "SPARKPOINT_CLASS_ARCHIVES"
 def class_archive(tmp_path_factory):
     """One class archive for the run, built once (about 40 s) and mapped by every driver the CLI launches on the
     project's Spark, whatever the test's home: each starts about 3 s sooner. tests/spark/test_class_archive.py
-    runs without it, as a machine that never built one."""
+    checks this build's result."""
     directory = tmp_path_factory.mktemp("class-archives")
     code, out, err = cli(tmp_path_factory.mktemp("archive-home"), "-o", "json", "class-archive", "build",
                          env={**os.environ, CLASS_ARCHIVES: str(directory)})

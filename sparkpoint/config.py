@@ -61,7 +61,7 @@ class Settings:
         if is_url(location):
             raise ConfigError(f"class_archives {location!r}: must be a local path (a JVM maps its archive from a "
                               "local file), not a URL")
-        return str(Path(local_path(location)).expanduser().absolute())
+        return _absolute(location)
 
     def private_dir(self, name: str) -> Path:
         """``<home>/<name>``, made owner-only if it is new: the home holds tokens, arguments and state."""
@@ -84,7 +84,11 @@ def local_home(home: str) -> str:
                           "put savepoints on object storage with the 'savepoints' setting instead")
     # Absolute: the registry records paths below it, and a driver resolves its checkpoint location from its own
     # working directory, so a relative home (--home home-b) must not depend on where a command ran.
-    return str(Path(local_path(home)).expanduser().absolute())
+    return _absolute(home)
+
+
+def _absolute(path: str) -> str:
+    return str(Path(local_path(path)).expanduser().absolute())
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}

@@ -40,7 +40,7 @@ SILENT_CDS = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
 
 @dataclass(frozen=True)
 class ClassArchive:
-    """An archive of a home, as its record describes it."""
+    """An archive in the `class_archives` directory, as its record describes it."""
 
     id: str
     path: str

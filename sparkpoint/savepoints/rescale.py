@@ -282,8 +282,9 @@ def _rescale_query(spark, spark_side: ThreadPoolExecutor, saved: dict[str, Any],
     batch_id, operators = saved["batch_id"], _operators(saved)
     schemas = repartition.key_schemas(spark, checkpoint, batch_id, operators)
     # RocksDB's own count at the cut, when the savepoint has it, saves Spark counting the rows all again.
-    recorded = _rows_at_cut(operators) if _on_rocksdb(saved) else None
+    recorded = None
     if _on_rocksdb(saved):
+        recorded = _rows_at_cut(operators)
         before = recorded or repartition.count_rows(spark, checkpoint, batch_id, operators)
         phases.done("state_read")
         progress.waiting(f"Spark repartitions the state of {saved['name']}")

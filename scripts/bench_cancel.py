@@ -5,7 +5,8 @@ Each round runs the job under `sparkpoint run --detach` until 4 commits, then ti
 process, as an operator types it) and splits it with the agent's own record (agent.json):
 - the CLI's start to the agent's ``cancel_requested_at`` (Python, sparkpoint's imports, the request);
 - to the agent's ``ended_at`` (the queries stopped, the application returned, its end recorded);
-- to the CLI's return (the driver's JVM gone: Spark's shutdown).
+- to the CLI's return (which waits for the application's end, not for the driver's JVM to exit);
+- and, after the return, until the driver's process is gone (the JVM shutting Spark down).
 Prints each round, then min / median / max of each. A figure, never a pass/fail test.
 
     .venv/bin/python scripts/bench_cancel.py [--rounds 5] [--keys 1000000]
@@ -25,7 +26,8 @@ from pathlib import Path
 
 from bench_jobs import ENV, KEYED_APP, await_commits, sparkpoint, spread
 
-from sparkpoint.times import parse_iso
+from sparkpoint.adapters.processes import pid_alive
+from sparkpoint.times import parse_iso, poll_until
 
 
 def one_cancel(home: Path, work: Path, keys: int) -> dict[str, float]:
@@ -36,11 +38,13 @@ def one_cancel(home: Path, work: Path, keys: int) -> dict[str, float]:
     subprocess.run([sys.executable, "-m", "sparkpoint", "--home", str(home), "cancel", job["id"]], env=ENV,
                    capture_output=True, check=True)
     returned = time.time()
+    poll_until(lambda: not pid_alive(job["pid"]), 60, 0.01)
+    gone = time.time()
     agent = json.loads((home / "jobs" / job["id"] / "agent.json").read_text())
     requested, ended = parse_iso(agent["cancel_requested_at"]), parse_iso(agent["ended_at"])
     shutil.rmtree(Path(job["checkpoint_root"]), ignore_errors=True)  # the bench's own job
     return {"cancel": returned - began, "to the request": requested - began, "queries stopped, app ended":
-            ended - requested, "driver exit": returned - ended}
+            ended - requested, "to the return": returned - ended, "driver gone after the return": gone - returned}
 
 
 def main() -> None:

@@ -376,15 +376,18 @@ def _render_stopped(stopped: Stopped) -> None:
 @output_option
 @pass_app
 def cancel_cmd(app, job_ref, with_savepoint, savepoint_path, timeout, output):
-    """Cancel a job: stop it without a savepoint, even when its agent no longer answers."""
-    from sparkpoint.jobs import stop
-
+    """Cancel a job: stop it without a savepoint, even when its agent no longer answers. It returns once the
+    application has ended (its queries stopped); the driver's JVM exits a moment later."""
     if with_savepoint:
+        from sparkpoint.jobs import stop
+
         result = stop.stop_job(app.settings, job_ref, savepoint_path, timeout, progress=app.progress(),
                                cancelled=True)
         emit(output, result, _render_stopped)
         return
-    emit(output, stop.cancel_job(app.settings, job_ref), _render_job)
+    from sparkpoint.jobs.cancel import cancel_job
+
+    emit(output, cancel_job(app.settings, job_ref), _render_job)
 
 
 COMMANDS = (run_cmd, check_cmd, list_cmd, stop_cmd, cancel_cmd)

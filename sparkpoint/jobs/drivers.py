@@ -4,9 +4,10 @@ cluster manager, or its process group)."""
 from __future__ import annotations
 
 import signal
-import time
 import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable
 
 from sparkpoint.adapters.processes import pid_alive, signal_group, terminate_group
@@ -123,6 +124,15 @@ def end_driver(job: Job, grace: float, sleep: Callable[[float], None] = time.sle
                        grace, 0.2, clock=clock, sleep=sleep)
     if not ended:
         manager.kill(job.submission_id)
+
+
+def end_driver_apart(registry: Registry, job: Job, grace: float) -> None:
+    """end_driver(job, grace) in a process of its own, which outlives the caller: a cancel returns once the
+    application has ended, while its JVM still shuts Spark down (about 0.4 s), and this process ends the driver if
+    that shutdown hangs. What it cannot do it says in the job's log."""
+    with open(job.log_path, "ab") as log:
+        subprocess.Popen([sys.executable, "-m", "sparkpoint.jobs.exit_watch", str(registry.root.parent), job.id,
+                          str(grace)], stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
 
 
 def _await_exit(job: Job, grace: float, sleep: Callable[[float], None], clock: Callable[[], float]) -> None:

@@ -1,4 +1,4 @@
-"""Stopping a job: at its queries' next batch boundary with a savepoint (`stop`), or without (`cancel`).
+"""Stopping a job at its queries' next batch boundary with a savepoint (`stop`, `cancel --with-savepoint`).
 
 Waiting is done with the ``sleep`` and ``clock`` given, so tests need not wait for real."""
 
@@ -15,7 +15,7 @@ from sparkpoint.adapters.transfer import NullProgress, Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import (JobFailedError, JobNotRunningError, SparkpointError, StopInterruptedError,
                                StopRefusedError)
-from sparkpoint.jobs.drivers import DriverExit, end_driver
+from sparkpoint.jobs.drivers import DriverExit
 from sparkpoint.jobs.live import json_number
 from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.jobs.agents import client_for
@@ -207,25 +207,5 @@ def record_stopped(registry: Registry, job: Job, cancelled: bool, exiting: Drive
         job.end("cancelled" if cancelled else "finished", reason=reason)
     else:  # its agent recorded the end already: the history still says why it came
         job.note("stopped", reason)
-    registry.save(job)
-    return describe_job(registry.load(job.id))
-
-
-def cancel_job(settings: Settings, reference: str, sleep: Callable[[float], None] = time.sleep,
-               clock: Callable[[], float] = time.monotonic) -> JobView:
-    """Stop without savepoint. Works without the agent: the process group is ended."""
-    registry = Registry(settings.home_url())
-    job = registry.resolve(reference)
-    state = state_of(job)
-    if state in ("finished", "failed", "cancelled"):
-        raise JobNotRunningError(f"job {job.id} is already {state}")
-    try:
-        client_for(registry, job).cancel()
-        grace = 15.0  # the queries are being stopped: let the application end by itself
-    except SparkpointError:
-        grace = 0.0  # an agent gone, wedged or not up yet: nobody else will end the driver
-    end_driver(job, grace=grace, sleep=sleep, clock=clock)
-    job = registry.load(job.id)  # as it is now: what others wrote meanwhile (a rollback's record) stays
-    job.end("cancelled", reason="cancel", previous_state=state)
     registry.save(job)
     return describe_job(registry.load(job.id))

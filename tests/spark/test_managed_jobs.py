@@ -157,7 +157,9 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     assert out3[8] == {room: totals[room] for room in out3[8]}
 
     cancelled = cli_json(home, "cancel", upgraded["id"])
-    assert cancelled["state"] == "cancelled" and process_gone(upgraded["pid"])
+    # The cancel returns once the application has ended; its JVM exits a moment later.
+    assert cancelled["state"] == "cancelled"
+    wait_for(lambda: process_gone(upgraded["pid"]), timeout=30, what="the cancelled driver's exit")
     code, _, err = cli(home, "savepoint", upgraded["id"], "--metrics-file", str(prom))
     assert code == 12 and "not running (state: cancelled)" in err
     found = metric_samples(prom)

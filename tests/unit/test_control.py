@@ -15,9 +15,9 @@ import pytest
 from clitools import wait_for
 
 from sparkpoint.config import Settings
-from sparkpoint.jobs import drivers, run, stop
+from sparkpoint.jobs import cancel, drivers, run, stop
 from sparkpoint.jobs.registry import Registry, state_of
-from sparkpoint.jobs.protocol import answer_handover, await_handover, handover_waiting
+from sparkpoint.jobs.protocol import answer_handover, await_handover, handover_waiting, write_agent_file
 from sparkpoint.adapters.processes import pid_alive, process_start, signal_group
 from sparkpoint.errors import (
     BadArgumentError,
@@ -54,14 +54,40 @@ def test_cancel_without_an_agent_ends_the_process_group_at_once(tmp_path, monkey
     events = []
     killpg = os.killpg
     monkeypatch.setattr(os, "killpg", lambda pid, sig: (events.append(sig), killpg(pid, sig)))
-    result = stop.cancel_job(settings, job.id, sleep=lambda seconds: events.append("wait"))
+    result = cancel.cancel_job(settings, job.id, sleep=lambda seconds: events.append("wait"))
     assert result.state == "cancelled" and events[0] == signal.SIGTERM
     assert driver.wait(timeout=30) == -signal.SIGTERM
     # The group was signalled; its other member ends a moment later (the test's sleeps do not wait).
     assert wait_for(lambda: not subprocess.run(["pgrep", "-g", str(driver.pid)], capture_output=True).stdout,
                     timeout=10, what="the driver's process group to end")
     with pytest.raises(JobNotRunningError, match="already cancelled"):
-        stop.cancel_job(settings, job.id)
+        cancel.cancel_job(settings, job.id)
+
+
+def test_a_cancel_returns_once_the_application_has_ended_and_a_process_of_its_own_ends_a_driver_that_stays(
+        tmp_path, monkeypatch):
+    settings = Settings(home=str(tmp_path))
+    registry = Registry(settings.home)
+    job = registry.new_job("slow-exit", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    driver = sleeper()  # a JVM whose shutdown hangs once its application has ended
+    job.pid, job.pid_start = driver.pid, process_start(driver.pid)
+    registry.save(job)
+    write_agent_file(job.directory, {"state": "running", "host": "127.0.0.1", "port": 9})
+
+    class Agent:  # as the driver's agent does: the queries stopped, the application returns, its record is final
+        def cancel(self):
+            write_agent_file(job.directory, {"state": "finished", "host": "127.0.0.1", "port": 9,
+                                             "ended_at": "2026-11-28T10:00:00.000Z"})
+            return ["q"]
+
+    monkeypatch.setattr(cancel, "client_for", lambda *_: Agent())
+    monkeypatch.setattr(cancel, "CANCEL_GRACE", 0.5)
+    assert cancel.cancel_job(settings, job.id).state == "cancelled"
+    assert driver.poll() is None  # returned without waiting for the driver's exit
+    try:
+        assert driver.wait(timeout=30) == -signal.SIGTERM  # ended by the watching process, once its grace was over
+    finally:
+        driver.kill()
 
 
 def test_a_driver_that_ignores_sigterm_is_killed_once_the_grace_is_over(tmp_path):
@@ -75,7 +101,7 @@ def test_a_driver_that_ignores_sigterm_is_killed_once_the_grace_is_over(tmp_path
     registry.save(job)
 
     clock, sleep = fake_time()
-    assert stop.cancel_job(settings, job.id, sleep=sleep, clock=clock).state == "cancelled"
+    assert cancel.cancel_job(settings, job.id, sleep=sleep, clock=clock).state == "cancelled"
     assert driver.wait(timeout=30) == -signal.SIGKILL
     assert clock() >= 10  # terminate_group's grace, counted on the clock given: no real wait
 
@@ -94,7 +120,7 @@ def test_cancel_of_a_lost_job_leaves_the_process_that_reuses_its_pid_alone(tmp_p
         for job in (recorded, legacy):
             registry.save(job)
             assert state_of(registry.load(job.id)) == "lost"
-            assert stop.cancel_job(settings, job.id, sleep=lambda _: None).state == "cancelled"
+            assert cancel.cancel_job(settings, job.id, sleep=lambda _: None).state == "cancelled"
         assert other.poll() is None and pid_alive(other.pid)
     finally:
         other.kill()
@@ -109,7 +135,7 @@ def test_the_driver_of_an_earlier_sparkpoints_job_is_recognised_by_its_command_l
     job.pid = driver.pid
     registry.save(job)
     assert registry.load(job.id).pid_start is None and state_of(registry.load(job.id)) == "starting"
-    assert stop.cancel_job(settings, job.id, sleep=lambda _: None).state == "cancelled"
+    assert cancel.cancel_job(settings, job.id, sleep=lambda _: None).state == "cancelled"
     assert driver.wait(timeout=30) == -signal.SIGTERM
 
 
@@ -121,7 +147,7 @@ def test_a_job_json_with_an_impossible_pid_is_reported_not_signalled(tmp_path, p
     path = Path(job.directory) / "job.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "pid": pid}))
     with pytest.raises(CorruptRecordError, match="pid is"):
-        stop.cancel_job(settings, job.id)
+        cancel.cancel_job(settings, job.id)
     assert not pid_alive(pid) and process_start(pid) is None and not signal_group(pid, "1", signal.SIGTERM)
 
 

@@ -13,7 +13,7 @@ class AgentClient:
         self.base = f"http://{host}:{port}"
         self.job_id = job_id
         self.timeout = timeout
-        self.session = http.session({"Authorization": f"Bearer {token}", "X-Sparkpoint-Job": job_id})
+        self.session = http.plain_session({"Authorization": f"Bearer {token}", "X-Sparkpoint-Job": job_id})
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None, timeout: float | None = None) -> dict:
         def unreachable(reason: str) -> JobNotRunningError:

@@ -1,8 +1,11 @@
-"""The one HTTP layer: which requests are retried, and how failures read."""
+"""The one HTTP layer: which requests are retried, and how failures read, alike through requests (session) and
+through http.client (plain_session, a job's agent's)."""
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
@@ -16,37 +19,44 @@ from test_http_proxy import serve
 @pytest.fixture
 def refusing(monkeypatch):
     """Every new connection is refused the first ``refusals`` times (a driver whose agent slots are full)."""
-    real = urllib3.util.connection.create_connection
     attempts = {"count": 0, "refusals": 99}
 
-    def create_connection(*args, **kwargs):
-        attempts["count"] += 1
-        if attempts["count"] <= attempts["refusals"]:
-            raise ConnectionRefusedError("refused")
-        return real(*args, **kwargs)
+    def refused_first(real):
+        def create_connection(*args, **kwargs):
+            attempts["count"] += 1
+            if attempts["count"] <= attempts["refusals"]:
+                raise ConnectionRefusedError("refused")
+            return real(*args, **kwargs)
+        return create_connection
 
-    monkeypatch.setattr(urllib3.util.connection, "create_connection", create_connection)
+    for module in (urllib3.util.connection, socket):  # requests' connections, then http.client's
+        monkeypatch.setattr(module, "create_connection", refused_first(module.create_connection))
     return attempts
+
+
+CLIENTS = pytest.mark.parametrize("client", [http.session, http.plain_session], ids=["requests", "http.client"])
 
 
 def unreachable(reason):
     return JobNotRunningError(f"no answer: {reason}")
 
 
-def test_a_read_outlives_two_refused_connections(refusing):
+@CLIENTS
+def test_a_read_outlives_two_refused_connections(refusing, client):
     server = serve({"ok": True})
     refusing["refusals"] = 2
     url = f"http://127.0.0.1:{server.server_address[1]}/v1/status"
-    assert http.call(http.session(), "GET", url, unreachable=unreachable, what="x", timeout=2) == (200, {"ok": True})
+    assert http.call(client(), "GET", url, unreachable=unreachable, what="x", timeout=2) == (200, {"ok": True})
     assert refusing["count"] == 3
     server.shutdown()
 
 
-def test_a_request_never_sent_is_tried_three_times_then_reported(refusing):
+@CLIENTS
+def test_a_request_never_sent_is_tried_three_times_then_reported(refusing, client):
     for method in ("GET", "POST"):  # a POST refused at connect was never sent: trying it again cannot repeat it
         refusing["count"] = 0
         with pytest.raises(JobNotRunningError, match="^no answer: ConnectionError$"):
-            http.call(http.session(), method, "http://127.0.0.1:1/v1/stop", unreachable=unreachable, what="x",
+            http.call(client(), method, "http://127.0.0.1:1/v1/stop", unreachable=unreachable, what="x",
                       timeout=2)
         assert refusing["count"] == 3, method
 
@@ -63,14 +73,15 @@ class Hangup(BaseHTTPRequestHandler):
         self.connection.shutdown(2)
 
 
-def test_a_request_that_was_sent_is_never_repeated():
+@CLIENTS
+def test_a_request_that_was_sent_is_never_repeated(client):
     server = HTTPServer(("127.0.0.1", 0), Hangup)
     server.received = 0
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/v1/stop"
     try:
         with pytest.raises(JobNotRunningError, match="^no answer: ConnectionError$"):
-            http.call(http.session(), "POST", url, json={}, unreachable=unreachable, what="x", timeout=2)
+            http.call(client(), "POST", url, json={}, unreachable=unreachable, what="x", timeout=2)
         assert server.received == 1
     finally:
         server.shutdown()
@@ -90,8 +101,9 @@ class Plain(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
+@CLIENTS
 @pytest.mark.parametrize("status", [200, 401])
-def test_an_answer_that_is_not_json(status):
+def test_an_answer_that_is_not_json(status, client):
     server = HTTPServer(("127.0.0.1", 0), Plain)
     server.status = status
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -99,9 +111,9 @@ def test_an_answer_that_is_not_json(status):
     try:
         if status == 200:  # a success must be JSON: whoever answered is no Spark endpoint
             with pytest.raises(SparkFailureError, match=f"^the Spark UI answered {url} with status 200, not JSON"):
-                http.call(http.session(), "GET", url, unreachable=unreachable, what="the Spark UI", timeout=2)
+                http.call(client(), "GET", url, unreachable=unreachable, what="the Spark UI", timeout=2)
         else:  # an error status is the caller's to word (a refused token, say): it gets the status and the text
-            assert http.call(http.session(), "GET", url, unreachable=unreachable, what="x", timeout=2) == (
+            assert http.call(client(), "GET", url, unreachable=unreachable, what="x", timeout=2) == (
                 401, "<html>please log in</html>")
     finally:
         server.shutdown()
@@ -123,3 +135,18 @@ def test_a_master_answering_an_error_page_is_a_spark_failure(status):
             master.overview()
     finally:
         server.shutdown()
+
+
+@CLIENTS
+def test_an_answer_that_trickles_ends_at_the_timeout(client):
+    from test_hostile_metrics import TricklingServer
+
+    trickler = TricklingServer(every=0.1, seconds=30)
+    began = time.monotonic()
+    try:
+        with pytest.raises(JobNotRunningError, match="^no answer: its answer did not arrive whole within 1 s$"):
+            http.call(client(), "GET", f"http://127.0.0.1:{trickler.port}/v1/status", unreachable=unreachable,
+                      what="x", timeout=1)
+        assert time.monotonic() - began < 5  # each byte came within the socket's timeout: the deadline ended it
+    finally:
+        trickler.close()

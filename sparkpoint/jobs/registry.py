@@ -206,6 +206,16 @@ class Registry:
             job.driver = driver_status(job)
         return job
 
+    def taken_of(self, manifest: dict[str, Any] | None) -> Job | None:
+        """The registered job a savepoint (its ``manifest``) was taken of, if it was one of this home's."""
+        job_id = ((manifest or {}).get("origin") or {}).get("job_id")
+        if not isinstance(job_id, str):
+            return None
+        try:
+            return self.load(job_id)
+        except SparkpointError:  # not this home's, or its entry is gone or broken: no lineage to show
+            return None
+
     def all(self, id_prefix: str = "") -> list[Job]:
         """Registered jobs (those whose id starts with ``id_prefix``), newest first; unreadable entries skipped.
         Ids are directory names: a prefix is matched before any entry is loaded (loading a cluster-mode

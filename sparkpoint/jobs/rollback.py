@@ -1,22 +1,31 @@
-"""Probation: a new version is watched after it took over (`run --replace`) or started from a savepoint with a
-way back (`run -s --rollback-to`); if it fails, or misses a `--healthy-when` condition, the version before it
-is started again from that savepoint (run.py does that: the relaunch is a run of its own)."""
+"""Probation and the way back: a new version is watched after it took over (`run --replace`) or started from a
+savepoint with a way back (`run -s --rollback-to`); if it fails, or misses a `--healthy-when` condition, the
+version before it is started again from that savepoint. The relaunch is a run of its own, which run.py hands in
+(``Relaunch``)."""
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import re
 import statistics
+import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from sparkpoint.errors import BadArgumentError, SparkpointError
+from sparkpoint.adapters.storage import digest_of, storage_for
+from sparkpoint.config import Settings
+from sparkpoint.errors import (BadArgumentError, JobFailedError, NotFoundError, SavepointInvalidError,
+                               SparkpointError)
 from sparkpoint.jobs.live import json_number
 from sparkpoint.jobs.agents import client_for
-from sparkpoint.jobs.job_view import describe_job
-from sparkpoint.jobs.registry import Job, Registry, state_of
-from sparkpoint.times import poll_until
+from sparkpoint.jobs.drivers import end_driver, end_interrupted
+from sparkpoint.jobs.job_view import JobView, describe_job
+from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, state_of
+from sparkpoint.savepoints import catalog
+from sparkpoint.savepoints.savepoint import Savepoint
+from sparkpoint.times import iso, poll_until
 
 LOST_SETTLE = 3.0  # seconds a driver must stay lost (gone, its end unrecorded) to count as failed
 
@@ -160,3 +169,134 @@ def _batch(name: str, report: Any) -> Batch | None:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+# -- the way back ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WayBack:
+    """What a failed new version is rolled back to: the job it followed, started again from ``savepoint``.
+    ``cut``: each query's batch where the new version started (its commits after it prove it runs)."""
+
+    previous: Job
+    savepoint: str
+    cut: dict[str, int]
+    # run -s --rollback-sink: the new version's file sink batches go aside too, or the version before it would
+    # skip them and leave the failed version's results in place.
+    rollback_sink: bool = False
+
+
+# Starts the version before a failed one again from the way back (run.py's run_job, which this module cannot import).
+Relaunch = Callable[[WayBack, Job], JobView]
+
+
+def app_digest(app: str) -> str | None:
+    """The application file's SHA-256 as it is now (None: gone or unreadable), recorded at each launch: a rollback
+    starts a version again only from the code that ran."""
+    try:
+        return digest_of(*storage_for(app), algorithm="sha256")[1]
+    except OSError:
+        return None
+
+
+def check_restartable(previous: Job) -> None:
+    """A rollback starts the previous version's recorded application file: refused before anything is stopped
+    or started if that file is gone or is not the code that ran (a deploy that overwrote it in place)."""
+    digest = app_digest(previous.app)
+    if previous.app_sha256 is not None and digest != previous.app_sha256:
+        how = "is gone" if digest is None else "has changed since it started (another version's code?)"
+        raise BadArgumentError(f"{previous.id}'s application {previous.app} {how}, so a rollback could not start "
+                               "its version again; keep each version in a file of its own, or pass --no-rollback")
+
+
+def way_back_to(settings: Settings, registry: Registry, reference: str, saved: Savepoint) -> WayBack:
+    """--rollback-to: the savepoint, and the registered job it was taken of (whose application, arguments
+    and options a rollback starts again)."""
+    fallback = catalog.load(settings, reference)
+    previous = registry.taken_of(fallback.manifest)
+    if previous is not None and state_of(previous) in ACTIVE_STATES:
+        raise BadArgumentError(f"--rollback-to {reference}: its job {previous.id} still runs, and a rollback would "
+                               "start its version a second time: stop it first (`sparkpoint stop`), or use --replace")
+    if previous is None:
+        origin = fallback.manifest.get("origin") or {}
+        raise BadArgumentError(f"--rollback-to {reference}: that savepoint was not taken of a job this home runs "
+                               f"(origin: {origin.get('kind', 'unknown')} {origin.get('job_id') or ''}), so its "
+                               "application and options are unknown: run the previous version with -s instead")
+    return WayBack(previous, fallback.path, {q["name"]: _cut_batch(q) for q in saved.queries})
+
+
+def _cut_batch(query: dict[str, Any]) -> int:
+    """A saved query's batch at the cut (-1: none committed yet)."""
+    return query["batch_id"] if query.get("batch_id") is not None else -1
+
+
+def on_probation(settings: Settings, registry: Registry, job: Job, process: subprocess.Popen | None,
+                 way_back: WayBack, conditions: list[HealthCondition], seconds: float, grace: float, detached: bool,
+                 relaunch: Relaunch, sleep, clock) -> JobView | None:
+    """The new version watched for ``seconds`` (its queries' first batches within ``grace``): None if it
+    passes, else its view once the version before it runs again."""
+    try:
+        probation = watch_probation(registry, job, way_back.cut, seconds, grace, conditions, sleep, clock)
+    except KeyboardInterrupt:
+        _probation_interrupted(registry, job, process, detached, way_back)
+        raise
+    if probation.failure is None:
+        latest = registry.load(job.id)
+        latest.note("probation", probation.detail)
+        registry.save(latest)
+        return None
+    again = roll_back(settings, registry, job, way_back, probation, relaunch, sleep, clock)
+    return replace(describe_job(registry.load(job.id)), rolled_back=again)
+
+
+def _probation_interrupted(registry: Registry, job: Job, process: subprocess.Popen | None, detached: bool,
+                           way_back: WayBack) -> None:
+    """Ctrl-C or SIGTERM during the probation: a foreground job ends with its command; a detached one runs
+    on, unwatched. Either way the history says so, with the way back."""
+    latest = registry.load(job.id)
+    running_on = detached or process is None
+    latest.note("probation", "interrupted: " + (
+        f"it runs on unwatched, with no automatic rollback; {way_back.previous.id}'s version restores from "
+        f"{way_back.savepoint}" if running_on else "the job is cancelled with its command"))
+    registry.save(latest)
+    if not running_on:
+        end_interrupted(registry, latest, process)
+
+
+def roll_back(settings: Settings, registry: Registry, failed: Job, way_back: WayBack, probation: Probation,
+              relaunch: Relaunch, sleep, clock) -> JobView:
+    """Start the version ``failed`` followed again (``relaunch``), from the way back's savepoint: it continues at
+    exactly that cut. The failed job's record says so first, so that a relaunch that fails too leaves the way back
+    written down."""
+    previous, failure = way_back.previous, probation.failure
+    try:
+        check_restartable(previous)
+        catalog.load(settings, way_back.savepoint)  # still there (not disposed or pruned meanwhile)
+    except (BadArgumentError, NotFoundError, SavepointInvalidError) as exc:  # changed during the probation
+        latest = registry.load(failed.id)
+        latest.note("probation", f"failed ({probation.detail}); not rolled back: {exc}" +
+                    ("; it still runs" if probation.still_running else ""))
+        registry.save(latest)
+        raise JobFailedError(f"job {failed.id} failed on probation ({failure}) and is not rolled back: {exc}; "
+                             f"{previous.id}'s version restores from {way_back.savepoint} (run -s)") from None
+    if probation.still_running:  # unhealthy, not failed: its queries are stopped before its driver is ended
+        with contextlib.suppress(SparkpointError):  # gone meanwhile, or not answering: ending the driver counts
+            client_for(registry, failed).cancel()
+    end_driver(failed, grace=10.0, sleep=sleep, clock=clock)  # a failed driver may linger (a JVM left waiting)
+    failed = registry.load(failed.id)
+    failed.rollback = {"rolled_back_to": None, "error": failure, "savepoint": way_back.savepoint, "at": iso()}
+    if probation.still_running:
+        failed.end("failed", error=failure)
+    failed.note("rolled_back", f"failed on probation ({probation.detail}); {previous.id}'s version starts again "
+                               f"from {way_back.savepoint}")
+    registry.save(failed)
+    try:
+        again = relaunch(way_back, failed)
+    except SparkpointError as exc:
+        raise JobFailedError(f"job {failed.id} failed on probation ({failure}), and starting {previous.id}'s version "
+                             f"again failed too: {exc}; the savepoint to start it from is "
+                             f"{way_back.savepoint}") from None
+    failed = registry.load(failed.id)
+    failed.rollback = {**failed.rollback, "rolled_back_to": again.id, "at": iso()}
+    registry.save(failed)
+    return again

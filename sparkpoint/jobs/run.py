@@ -21,14 +21,12 @@ from sparkpoint.adapters import spark_submit
 from sparkpoint.adapters.class_archives import built_archive
 from sparkpoint.adapters.processes import process_start
 from sparkpoint.adapters.cluster_managers import ClusterManager, DriverLaunch, manager_for
-from sparkpoint.adapters.storage import digest_of, storage_for
 from sparkpoint.adapters.transfer import Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import (
     BadArgumentError,
     JobFailedError,
     NotFoundError,
-    SavepointInvalidError,
     SparkpointError,
     StopRefusedError,
 )
@@ -45,12 +43,12 @@ from sparkpoint.jobs.upgrade_check import (
 )
 from sparkpoint.jobs.live import LiveQuery
 from sparkpoint.jobs.protocol import answer_handover, real_time_stop_seconds
-from sparkpoint.jobs.drivers import (await_cluster_driver, await_end, await_start, driver_running, end_driver,
-                                    end_interrupted)
+from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start, driver_running, end_driver
 from sparkpoint.jobs.agents import client_for
 from sparkpoint.jobs.job_view import JobView, describe_job
-from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, state_of
-from sparkpoint.jobs.rollback import HealthCondition, Probation, parse_condition, watch_probation
+from sparkpoint.jobs.registry import Job, Registry
+from sparkpoint.jobs.rollback import (Probation, Relaunch, WayBack, app_digest, check_restartable, on_probation,
+                                     parse_condition, roll_back, way_back_to)
 from sparkpoint.jobs.replace import HandoverFailedError, take_over
 from sparkpoint.jobs.standby import BOOTSTRAP, AdoptedDriver, Standby, adopt, call_off, claim_for, client_command
 from sparkpoint.spark.delta_log import DELTA_SINK
@@ -94,19 +92,6 @@ class RunRequest(Launch):
     healthy_when: list[str] = field(default_factory=list)  # conditions the new version must meet on probation
     rollback_sink: bool = False  # with -s: roll the file sinks' outputs and Delta tables back to the cut first
     standby: bool = True  # --detach in client mode: adopt a standby driver launched as this driver would be
-
-
-@dataclass(frozen=True)
-class WayBack:
-    """What a failed new version is rolled back to: the job it followed, started again from ``savepoint``.
-    ``cut``: each query's batch where the new version started (its commits after it prove it runs)."""
-
-    previous: Job
-    savepoint: str
-    cut: dict[str, int]
-    # run -s --rollback-sink: the new version's file sink batches go aside too, or the version before it would
-    # skip them and leave the failed version's results in place.
-    rollback_sink: bool = False
 
 
 def run_job(settings: Settings, request: RunRequest, progress: Progress | None = None,
@@ -154,10 +139,10 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
             if not request.rollback_sink:
                 kept_sinks = refuse_sinks_ahead(settings, saved, request.fork, request.keep_sink_output, warn)
     if request.rollback_to:
-        way_back = replace(_way_back(settings, registry, request.rollback_to, saved),
+        way_back = replace(way_back_to(settings, registry, request.rollback_to, saved),
                            rollback_sink=request.rollback_sink)
     if request.probation is not None and (replaced or way_back):
-        _check_restartable(replaced or way_back.previous)
+        check_restartable(replaced or way_back.previous)
     if saved and request.partitions is not None and needs_rescale(saved, request.partitions):
         # Its Spark session stopped: the job's driver runs beside this process.
         saved = load_savepoint(rescale(settings, saved, request.partitions, stop_spark=True,
@@ -188,7 +173,8 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
         # A sink is rolled back once the check has let the first query go: an upgrade refused moves nothing.
         sink_notes = (_sinks_before_launch(settings, request, saved, warn, rolled, rollback_of)
                       if saved and not (checked_in_driver and request.rollback_sink) else [])
-        follows = (rollback_of or replaced or way_back and way_back.previous or _taken_of(registry, saved))
+        follows = (rollback_of or replaced or way_back and way_back.previous
+                   or registry.taken_of(saved.manifest if saved else None))
         name = request.name or Path(app).stem.replace("_", "-")
         standby, passed_over = _standby_for(settings, registry, request, spark, conf_args, name)
         with _called_off_on_failure(standby):
@@ -244,13 +230,14 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
             if request.probation is None:
                 raise JobFailedError(f"{exc}; {replaced.id}'s version restores from {exc.savepoint} (run -s)") from None
             way_back = WayBack(replaced, exc.savepoint, {})
-            again = _roll_back(settings, registry, job, way_back, Probation(str(exc), str(exc)), progress, sleep,
-                               clock, start_timeout)
+            again = roll_back(settings, registry, job, way_back, Probation(str(exc), str(exc)),
+                              _relaunch(settings, progress, sleep, clock, start_timeout), sleep, clock)
             return replace(describe_job(registry.load(job.id)), rolled_back=again)
         way_back = WayBack(replaced, handover.path, {q.name: q.batch_id for q in handover.queries})
     if way_back is not None and request.probation is not None:
-        rolled_back = _on_probation(settings, registry, job, process, way_back, request, conditions, progress,
-                                    sleep, clock, start_timeout)
+        rolled_back = on_probation(settings, registry, job, process, way_back, conditions, request.probation,
+                                   request.restore_grace, request.detach,
+                                   _relaunch(settings, progress, sleep, clock, start_timeout), sleep, clock)
         if rolled_back is not None:
             return replace(rolled_back, replaced=handover) if handover else rolled_back
     if process is None:  # the cluster manager runs the driver
@@ -260,6 +247,22 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     else:
         info = await_end(registry, job, process)
     return replace(info, replaced=handover) if handover else info
+
+
+def _relaunch(settings: Settings, progress: Progress | None, sleep: Callable[[float], None],
+              clock: Callable[[], float], start_timeout: float) -> Relaunch:
+    """How a rollback starts the version before a failed one again: a run of its own, detached (its output goes
+    to its driver.log), with the application path, arguments, spark-submit options, confs and deploy mode of its
+    record, from the way back's savepoint, unchecked: it continues at exactly that cut, as it ran before."""
+    def relaunch(way_back: WayBack, failed: Job) -> JobView:
+        previous = way_back.previous
+        return run_job(settings, RunRequest(
+            app=previous.app, app_args=previous.app_args, submit_args=previous.submit_args, master=previous.master,
+            confs=previous.confs, name=previous.name, detach=True, savepoint=way_back.savepoint, check=False,
+            spark_home=previous.spark_home,
+            deploy_mode="cluster" if previous.submission_id else "client", rollback_sink=way_back.rollback_sink,
+        ), progress, sleep, clock, start_timeout, rollback_of=failed)
+    return relaunch
 
 
 def _sinks_before_launch(settings: Settings, request: RunRequest, saved: Savepoint, warn: Callable[[str], None],
@@ -348,54 +351,6 @@ def _refuse_what_cannot_go_together(request: RunRequest) -> None:
         raise BadArgumentError("--healthy-when is judged on probation: use it with --replace or --rollback-to")
 
 
-def app_digest(app: str) -> str | None:
-    try:
-        return digest_of(*storage_for(app), algorithm="sha256")[1]
-    except OSError:
-        return None
-
-
-def _check_restartable(previous: Job) -> None:
-    """A rollback starts the previous version's recorded application file: refused before anything is stopped
-    or started if that file is gone or is not the code that ran (a deploy that overwrote it in place)."""
-    digest = app_digest(previous.app)
-    if previous.app_sha256 is not None and digest != previous.app_sha256:
-        how = "is gone" if digest is None else "has changed since it started (another version's code?)"
-        raise BadArgumentError(f"{previous.id}'s application {previous.app} {how}, so a rollback could not start "
-                               "its version again; keep each version in a file of its own, or pass --no-rollback")
-
-
-def _way_back(settings: Settings, registry: Registry, reference: str, saved: Savepoint) -> WayBack:
-    """--rollback-to: the savepoint, and the registered job it was taken of (whose application, arguments
-    and options a rollback starts again)."""
-    fallback = catalog.load(settings, reference)
-    previous = _taken_of(registry, fallback)
-    if previous is not None and state_of(previous) in ACTIVE_STATES:
-        raise BadArgumentError(f"--rollback-to {reference}: its job {previous.id} still runs, and a rollback would "
-                               "start its version a second time: stop it first (`sparkpoint stop`), or use --replace")
-    if previous is None:
-        origin = fallback.manifest.get("origin") or {}
-        raise BadArgumentError(f"--rollback-to {reference}: that savepoint was not taken of a job this home runs "
-                               f"(origin: {origin.get('kind', 'unknown')} {origin.get('job_id') or ''}), so its "
-                               "application and options are unknown: run the previous version with -s instead")
-    return WayBack(previous, fallback.path, {q["name"]: _batch(q) for q in saved.queries})
-
-
-def _batch(query: dict[str, Any]) -> int:
-    return query["batch_id"] if query.get("batch_id") is not None else -1
-
-
-def _taken_of(registry: Registry, saved: Savepoint | None) -> Job | None:
-    """The registered job a savepoint was taken of, if it was one of this home's."""
-    job_id = ((saved.manifest.get("origin") or {}) if saved else {}).get("job_id")
-    if not isinstance(job_id, str):
-        return None
-    try:
-        return registry.load(job_id)
-    except SparkpointError:  # not this home's, or its entry is gone or broken: no lineage to show
-        return None
-
-
 def _started(job: Job, request: RunRequest, saved: Savepoint | None, replaced: Job | None,
              rollback_of: Job | None) -> str:
     command = Path(job.app).name  # not its arguments: they may hold secrets, and the record keeps them private
@@ -404,84 +359,6 @@ def _started(job: Job, request: RunRequest, saved: Savepoint | None, replaced: J
     why = f", in place of {rollback_of.id}, which failed on probation" if rollback_of else ""
     fork = ", a fork (query ids of its own)" if saved and request.fork else ""
     return f"{command} ({request.deploy_mode} mode), {where}{fork}{why}"
-
-
-def _on_probation(settings: Settings, registry: Registry, job: Job, process: subprocess.Popen | None,
-                  way_back: WayBack, request: RunRequest, conditions: list[HealthCondition],
-                  progress: Progress | None, sleep, clock, start_timeout: float) -> JobView | None:
-    """The new version watched: None if it passes, else its view once the version before it runs again."""
-    try:
-        probation = watch_probation(registry, job, way_back.cut, request.probation, request.restore_grace,
-                                    conditions, sleep, clock)
-    except KeyboardInterrupt:
-        _probation_interrupted(registry, job, process, request.detach, way_back)
-        raise
-    if probation.failure is None:
-        latest = registry.load(job.id)
-        latest.note("probation", probation.detail)
-        registry.save(latest)
-        return None
-    again = _roll_back(settings, registry, job, way_back, probation, progress, sleep, clock, start_timeout)
-    return replace(describe_job(registry.load(job.id)), rolled_back=again)
-
-
-def _probation_interrupted(registry: Registry, job: Job, process: subprocess.Popen | None, detached: bool,
-                           way_back: WayBack) -> None:
-    """Ctrl-C or SIGTERM during the probation: a foreground job ends with its command; a detached one runs
-    on, unwatched. Either way the history says so, with the way back."""
-    latest = registry.load(job.id)
-    running_on = detached or process is None
-    latest.note("probation", "interrupted: " + (
-        f"it runs on unwatched, with no automatic rollback; {way_back.previous.id}'s version restores from "
-        f"{way_back.savepoint}" if running_on else "the job is cancelled with its command"))
-    registry.save(latest)
-    if not running_on:
-        end_interrupted(registry, latest, process)
-
-
-def _roll_back(settings: Settings, registry: Registry, failed: Job, way_back: WayBack, probation: Probation,
-               progress: Progress | None, sleep, clock, start_timeout: float) -> JobView:
-    """Start the version ``failed`` followed again, with the application path, arguments, spark-submit options,
-    confs and deploy mode of its record, from the way back's savepoint: it continues at exactly that cut.
-    Detached: its output goes to its driver.log. The failed job's record says so first, so that a relaunch
-    that fails too leaves the way back written down."""
-    previous, failure = way_back.previous, probation.failure
-    try:
-        _check_restartable(previous)
-        catalog.load(settings, way_back.savepoint)  # still there (not disposed or pruned meanwhile)
-    except (BadArgumentError, NotFoundError, SavepointInvalidError) as exc:  # changed during the probation
-        latest = registry.load(failed.id)
-        latest.note("probation", f"failed ({probation.detail}); not rolled back: {exc}" +
-                    ("; it still runs" if probation.still_running else ""))
-        registry.save(latest)
-        raise JobFailedError(f"job {failed.id} failed on probation ({failure}) and is not rolled back: {exc}; "
-                             f"{previous.id}'s version restores from {way_back.savepoint} (run -s)") from None
-    if probation.still_running:  # unhealthy, not failed: its queries are stopped before its driver is ended
-        with contextlib.suppress(SparkpointError):  # gone meanwhile, or not answering: ending the driver counts
-            client_for(registry, failed).cancel()
-    end_driver(failed, grace=10.0, sleep=sleep, clock=clock)  # a failed driver may linger (a JVM left waiting)
-    failed = registry.load(failed.id)
-    failed.rollback = {"rolled_back_to": None, "error": failure, "savepoint": way_back.savepoint, "at": iso()}
-    if probation.still_running:
-        failed.end("failed", error=failure)
-    failed.note("rolled_back", f"failed on probation ({probation.detail}); {previous.id}'s version starts again "
-                               f"from {way_back.savepoint}")
-    registry.save(failed)
-    try:
-        again = run_job(settings, RunRequest(
-            app=previous.app, app_args=previous.app_args, submit_args=previous.submit_args, master=previous.master,
-            confs=previous.confs, name=previous.name, detach=True, savepoint=way_back.savepoint, check=False,
-            spark_home=previous.spark_home,
-            deploy_mode="cluster" if previous.submission_id else "client", rollback_sink=way_back.rollback_sink,
-        ), progress, sleep, clock, start_timeout, rollback_of=failed)
-    except SparkpointError as exc:
-        raise JobFailedError(f"job {failed.id} failed on probation ({failure}), and starting {previous.id}'s version "
-                             f"again failed too: {exc}; the savepoint to start it from is "
-                             f"{way_back.savepoint}") from None
-    failed = registry.load(failed.id)
-    failed.rollback = {**failed.rollback, "rolled_back_to": again.id, "at": iso()}
-    registry.save(failed)
-    return again
 
 
 def _restore_while_it_starts(settings: Settings, registry: Registry, job: Job, process: subprocess.Popen | None,

@@ -15,7 +15,7 @@ import pytest
 from clitools import wait_for
 
 from sparkpoint.config import Settings
-from sparkpoint.jobs import cancel, drivers, run, stop
+from sparkpoint.jobs import cancel, drivers, rollback, run, stop
 from sparkpoint.jobs.registry import Registry, state_of
 from sparkpoint.jobs.protocol import answer_handover, await_handover, handover_waiting, write_agent_file
 from sparkpoint.adapters.processes import pid_alive, process_start, signal_group
@@ -563,7 +563,7 @@ def test_a_way_back_to_an_application_file_that_changed_is_refused_before_anythi
     app = tmp_path / "app.py"
     app.write_text("# v1\n")
     v1 = registry.new_job("posts", app=str(app), app_args=[], master="local[2]", submit_args=[],
-                          app_sha256=run.app_digest(str(app)))
+                          app_sha256=rollback.app_digest(str(app)))
     v1.end("finished", reason="stopped with savepoint")
     registry.save(v1)
     storage, location = storage_for(str(hdfs_checkpoint(tmp_path / "cp", committed=2)))

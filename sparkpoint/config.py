@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-
 from sparkpoint.errors import ConfigError
 from sparkpoint.paths import is_url, local_path
 

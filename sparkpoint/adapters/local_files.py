@@ -12,7 +12,7 @@ import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from sparkpoint.errors import ConfigError
 
@@ -143,6 +143,19 @@ def last_lines(path: Path, lines: int = 5) -> str:
         return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
     except OSError:
         return "(no output)"
+
+
+def append_to(path: Path) -> IO[bytes] | None:
+    """``path`` opened to append to (made, owner-only, when missing), or None when it is not a regular file of its
+    own or cannot be opened: opening a FIFO to write blocks until a reader comes, and a link may lead anywhere."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "ab")
 
 
 def write_private(path: Path, text: str, mode: int = 0o600) -> None:

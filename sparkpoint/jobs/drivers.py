@@ -9,7 +9,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+from sparkpoint.adapters.local_files import append_to
 from sparkpoint.adapters.processes import pid_alive, signal_group, terminate_group
 from sparkpoint.adapters.cluster_managers import manager_for
 from sparkpoint.errors import JobFailedError
@@ -129,10 +131,16 @@ def end_driver(job: Job, grace: float, sleep: Callable[[float], None] = time.sle
 def end_driver_apart(registry: Registry, job: Job, grace: float) -> None:
     """end_driver(job, grace) in a process of its own, which outlives the caller: a cancel returns once the
     application has ended, while its JVM still shuts Spark down (about 0.4 s), and this process ends the driver if
-    that shutdown hangs. What it cannot do it says in the job's log."""
-    with open(job.log_path, "ab") as log:
+    that shutdown hangs. What it cannot do it says in the job's log, when that is a file of its own (a FIFO or a
+    link in its place is left alone: the cancel must neither block on it nor write through it)."""
+    log = append_to(Path(job.log_path))
+    output = log or subprocess.DEVNULL
+    try:
         subprocess.Popen([sys.executable, "-m", "sparkpoint.jobs.exit_watch", str(registry.root.parent), job.id,
-                          str(grace)], stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+                          str(grace)], stdin=subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True)
+    finally:
+        if log is not None:
+            log.close()  # the watcher keeps its own descriptor
 
 
 def _await_exit(job: Job, grace: float, sleep: Callable[[float], None], clock: Callable[[], float]) -> None:

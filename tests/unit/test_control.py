@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -64,14 +65,21 @@ def test_cancel_without_an_agent_ends_the_process_group_at_once(tmp_path, monkey
         cancel.cancel_job(settings, job.id)
 
 
+@pytest.mark.parametrize("log", ["file", "fifo", "link"])
 def test_a_cancel_returns_once_the_application_has_ended_and_a_process_of_its_own_ends_a_driver_that_stays(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, log):
     settings = Settings(home=str(tmp_path))
     registry = Registry(settings.home)
     job = registry.new_job("slow-exit", app="app.py", app_args=[], master="local[2]", submit_args=[])
     driver = sleeper()  # a JVM whose shutdown hangs once its application has ended
     job.pid, job.pid_start = driver.pid, process_start(driver.pid)
     registry.save(job)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("untouched")
+    if log == "fifo":  # opened to write, it would block the cancel until a reader came
+        os.mkfifo(job.log_path)
+    elif log == "link":  # the watcher's output must not go through it
+        os.symlink(elsewhere, job.log_path)
     write_agent_file(job.directory, {"state": "running", "host": "127.0.0.1", "port": 9})
 
     class Agent:  # as the driver's agent does: the queries stopped, the application returns, its record is final
@@ -82,12 +90,17 @@ def test_a_cancel_returns_once_the_application_has_ended_and_a_process_of_its_ow
 
     monkeypatch.setattr(cancel, "client_for", lambda *_: Agent())
     monkeypatch.setattr(cancel, "CANCEL_GRACE", 0.5)
-    assert cancel.cancel_job(settings, job.id).state == "cancelled"
-    assert driver.poll() is None  # returned without waiting for the driver's exit
+    answers = []
+    cancelling = threading.Thread(target=lambda: answers.append(cancel.cancel_job(settings, job.id)), daemon=True)
+    cancelling.start()
+    cancelling.join(timeout=20)
     try:
+        assert [view.state for view in answers] == ["cancelled"]
+        assert driver.poll() is None  # returned without waiting for the driver's exit
         assert driver.wait(timeout=30) == -signal.SIGTERM  # ended by the watching process, once its grace was over
     finally:
         driver.kill()
+    assert elsewhere.read_text() == "untouched"
 
 
 def test_a_driver_that_ignores_sigterm_is_killed_once_the_grace_is_over(tmp_path):

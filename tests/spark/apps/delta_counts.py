@@ -12,7 +12,10 @@ from pyspark.sql import SparkSession
 
 source, counts = sys.argv[1:3]
 spark = (SparkSession.builder.appName("delta-counts").config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+         .config("spark.sql.shuffle.partitions", "2")
+         # Delta rebuilds a table's state from its log in 50 tasks by default, sized for a cluster: with a table of
+         # a few files that is most of a batch on 2 cores.
+         .config("spark.databricks.delta.snapshotPartitions", "2").getOrCreate())
 rows = spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(source)
 
 

@@ -16,7 +16,10 @@ from pyspark.sql import SparkSession  # noqa: E402 - not imported by the version
 from pyspark.sql import functions as F  # noqa: E402
 
 spark = (SparkSession.builder.appName(f"delta-values-{version}").config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+         .config("spark.sql.shuffle.partitions", "2")
+         # Delta rebuilds a table's state from its log in 50 tasks by default, sized for a cluster: with a table of
+         # a few files that is most of a batch on 2 cores.
+         .config("spark.databricks.delta.snapshotPartitions", "2").getOrCreate())
 rows = spark.readStream.schema("file int, n long").option("maxFilesPerTrigger", 1).json(src)
 values = rows.dropDuplicates(["file", "n"]).withColumn("value", F.col("n") + (1000 if version == "v1" else 0))
 (values.writeStream.queryName("values").format("delta").outputMode("append")

@@ -295,7 +295,7 @@ def test_list_ui_shows_queries_of_an_application_sparkpoint_did_not_launch(tmp_p
             named = [q for q in queries if q["name"] == "ticks" and q["batch_id"] >= 2]
             return (entries, queries) if named and len(queries) == 2 else None
 
-        entries, queries = wait_for(ticks_seen, timeout=90, what="the UI to show both queries")
+        entries, queries = wait_for(ticks_seen, timeout=180, what="the UI to show both queries")
         assert entries[0]["name"] == "ticks-app" and entries[0]["app_id"].startswith("local-")
         assert sorted(q["name"] or "" for q in queries) == ["", "ticks"]  # the unnamed query shows as such
     finally:

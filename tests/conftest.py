@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from clitools import FIRST_TIER_ONLY
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -16,7 +19,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # Every client-mode driver spark-submit starts, the shared session's too, reads SPARK_SUBMIT_OPTS; sparkpoint puts
 # its own options before the user's. Benchmarks (scripts/bench_*.py) run without it.
 os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"),
-                                                          "-XX:TieredStopAtLevel=1"]))
+                                                          FIRST_TIER_ONLY]))
 
 
 @pytest.fixture(scope="session")
@@ -38,6 +41,52 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+CLASS_ARCHIVES = "SPARKPOINT_CLASS_ARCHIVES"
+SERVICES = ("kafka_broker", "hadoop_cluster")  # session fixtures that start a service once per run
+
+
+def pytest_collection_modifyitems(config, items):
+    """Which tests run together under pytest-xdist's loadgroup (scripts/test.sh runs two workers): every test
+    that needs one of the run's services on one worker, so that each service starts once; any other test with
+    the rest of its module, so that a module's fixtures (a cluster, an S3 server) start once."""
+    for item in items:
+        group = "services" if set(SERVICES) & set(item.fixturenames) else item.module.__name__
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture(scope="session")
+def class_archive(tmp_path_factory, worker_id):
+    """One class archive for the run, built once (40-80 s) and mapped by every driver the CLI launches on the
+    project's Spark, whatever the test's home (tests/spark's and tests/compat's, whose conftests ask for it): a
+    local job of 8 batches took 26-29 s of CPU without it, 17-19 s with it. Under pytest-xdist the first worker
+    to ask builds it in the run's directory, which the workers share; the other maps the same one.
+    tests/spark/test_class_archive.py checks this build's result."""
+    from clitools import cli
+
+    run_directory = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        run_directory = run_directory.parent  # the workers' base directories are in the run's
+    directory = run_directory / "class-archives"
+    env = {**os.environ, CLASS_ARCHIVES: str(directory)}
+    home = tmp_path_factory.mktemp("archive-home")
+    with open(run_directory / "class-archives.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        code, out, err = cli(home, "-o", "json", "class-archive", "list", env=env)
+        assert code == 0, err[-3000:]
+        built = json.loads(out)
+        if not built:
+            code, out, err = cli(home, "-o", "json", "class-archive", "build", env=env)
+            assert code == 0, err[-3000:]
+            built = [json.loads(out)]
+    before = os.environ.get(CLASS_ARCHIVES)
+    os.environ[CLASS_ARCHIVES] = str(directory)
+    yield built[0]
+    if before is None:
+        os.environ.pop(CLASS_ARCHIVES, None)
+    else:
+        os.environ[CLASS_ARCHIVES] = before
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""The compatibility suite's own fixture: no job a test started outlives it."""
+"""The compatibility suite's own fixtures: the run's class archive, and no job a test started outlives it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clitools import cli  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _class_archive_for_every_driver(class_archive):
+    """tests/conftest.py's class archive of the project's Spark 4.3: the suite's drivers on 4.3 map it (the older
+    Sparks' drivers start without one, as a user's do unless they build theirs)."""
+    return class_archive
 
 
 @pytest.fixture(autouse=True)

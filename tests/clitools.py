@@ -13,6 +13,11 @@ from sparkpoint.adapters.processes import pid_alive
 from sparkpoint.times import poll_until
 
 
+# The JIT's first tier alone, for the tests' JVMs: they live for seconds to minutes, too short for the optimising
+# compiler's CPU to pay back on 2 cores (tests/conftest.py, docs/internals/tests.md).
+FIRST_TIER_ONLY = "-XX:TieredStopAtLevel=1"
+
+
 def cli(home, *args, timeout=300, env=None, prefix=()):
     """(exit status, stdout, stderr) of the real CLI in a process of its own. ``home`` None: the environment's.
     ``prefix``: a command that runs the CLI (setpriv, say)."""

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from clitools import cli, cli_json, free_ports, processes_mentioning, reported, wait_for
+from clitools import FIRST_TIER_ONLY, cli, cli_json, free_ports, processes_mentioning, reported, wait_for
 from s3server import BUCKET, S3Server
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -34,6 +34,11 @@ def cluster(tmp_path_factory):
     assert started.returncode == 0, started.stderr
     info = json.loads(started.stdout)
     assert info["workers_alive"] == 1
+    # The first tier of the JIT for the executors and cluster-mode drivers the worker starts, as tests/conftest.py
+    # gives the client-mode drivers (SPARK_SUBMIT_OPTS does not reach the worker's JVMs).
+    with open(Path(info["conf_dir"]) / "spark-defaults.conf", "a") as defaults:
+        defaults.writelines(f"{conf} {FIRST_TIER_ONLY}\n"
+                            for conf in ("spark.executor.extraJavaOptions", "spark.driver.extraJavaOptions"))
     yield info
     subprocess.run([sys.executable, "-m", "sparkpoint", "cluster", "stop", "--dir", str(directory)], timeout=60)
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from clitools import cli, cli_json, wait_for
+from clitools import FIRST_TIER_ONLY, cli, cli_json, wait_for
 from test_managed_jobs import APP, expected_counts, feed, outputs
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -25,10 +25,15 @@ PYSPARK = Path(__import__("pyspark").__file__).parent
 
 
 def yarn_confs(cluster_mode: bool, spark_home: Path = PYSPARK) -> list[str]:
+    """The mini clusters' options, and the first tier of the JIT for the JVMs in YARN's containers (the executors,
+    the application master, a cluster-mode driver), which SPARK_SUBMIT_OPTS does not reach."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     import local_hadoop
 
-    return local_hadoop.spark_submit_confs(cluster_mode, spark_home)
+    in_containers = ["spark.executor.extraJavaOptions", "spark.driver.extraJavaOptions" if cluster_mode
+                     else "spark.yarn.am.extraJavaOptions"]
+    return [*local_hadoop.spark_submit_confs(cluster_mode, spark_home),
+            *(arg for conf in in_containers for arg in ("--conf", f"{conf}={FIRST_TIER_ONLY}"))]
 
 
 @pytest.fixture

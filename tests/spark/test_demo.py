@@ -48,6 +48,7 @@ def test_demo_pit_stop_carries_state_from_v1_to_v2_as_the_readme_shows_it():
     assert stops and disagreements(changed, ran) == [f"printed otherwise: {command}" for command in stops]
 
 
+@pytest.mark.timeout(1800)  # the suite's longest test (9 minutes alone), and slower beside another
 def test_the_guides_walk_through_prints_what_the_guides_show(kafka_broker, hadoop_cluster):
     services = {"KAFKA_BOOTSTRAP": kafka_broker.bootstrap, "WALKTHROUGH_HADOOP_CONF_DIR": str(hadoop_cluster.conf_dir)}
     _, ran = run("walkthrough.py", r"work directory (\S+)", services)

@@ -19,4 +19,4 @@ rm -rf "$site"
 # Two tests at a time, on two pytest-xdist workers (tests/conftest.py says which tests share one): a Spark test
 # waits on triggers, YARN's heartbeats and brokers for much of its time, and the other test uses that CPU. A
 # later -n (-n 0: one at a time) wins.
-exec .venv/bin/python -m pytest -n 2 --dist loadgroup "$@"
+exec .venv/bin/python -m pytest -n 2 "$@"

@@ -45,15 +45,37 @@ def spark():
 
 CLASS_ARCHIVES = "SPARKPOINT_CLASS_ARCHIVES"
 SERVICES = ("kafka_broker", "hadoop_cluster")  # session fixtures that start a service once per run
+# The modules whose tests use them: run on one pytest-xdist worker, so that each service starts once.
+SERVICE_MODULES = frozenset({"tests/compat/test_kafka_versions.py", "tests/compat/test_yarn_versions.py",
+                             "tests/spark/test_demo.py", "tests/spark/test_hdfs.py", "tests/spark/test_kafka_input.py",
+                             "tests/spark/test_kafka_jobs.py", "tests/spark/test_yarn.py"})
+
+
+def _serves(module: str) -> bool:
+    """Whether a test id's module (relative to where pytest runs) is one of SERVICE_MODULES."""
+    return any(module == name or module.endswith("/" + name) for name in SERVICE_MODULES)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """scripts/test.sh's two workers take whole modules (a module's fixtures, a cluster or an S3 server, start
+    once), and the service modules as one."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModulesAndServices(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "services" if _serves(module) else module
+
+    return ModulesAndServices(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
-    """Which tests run together under pytest-xdist's loadgroup (scripts/test.sh runs two workers): every test
-    that needs one of the run's services on one worker, so that each service starts once; any other test with
-    the rest of its module, so that a module's fixtures (a cluster, an S3 server) start once."""
-    for item in items:
-        group = "services" if set(SERVICES) & set(item.fixturenames) else item.module.__name__
-        item.add_marker(pytest.mark.xdist_group(group))
+    strays = sorted({module for item in items if set(SERVICES) & set(item.fixturenames)
+                     and not _serves(module := item.nodeid.split("::", 1)[0])})
+    if strays:
+        raise pytest.UsageError(f"{', '.join(strays)} use(s) {' or '.join(SERVICES)}: add to SERVICE_MODULES "
+                                "(tests/conftest.py), or each pytest-xdist worker starts the service again")
 
 
 @pytest.fixture(scope="session")

@@ -152,9 +152,15 @@ MOVES = [("3.5", "4.0", "rocksdb"), ("3.5", "4.1", "hdfs"), ("3.5", "4.2", "rock
          ("4.1", "4.2", "rocksdb"), ("4.1", "4.3", "hdfs"), ("4.2", "4.3", "rocksdb")]
 # One job per older minor and store, its stop's savepoint restored on each newer minor of its moves: a move is the
 # restore, and the older job's start, feed and stop (about half of each move's minute) are shared.
-FANS: dict[tuple[str, str], list[str]] = {}
-for _older, _newer, _store in MOVES:
-    FANS.setdefault((_older, _store), []).append(_newer)
+def fans(moves: list[tuple[str, str, str]]) -> dict[tuple[str, str], list[str]]:
+    """(older minor, store) -> the newer minors its savepoint moves to, in the order of ``moves``."""
+    fanned: dict[tuple[str, str], list[str]] = {}
+    for older, newer, store in moves:
+        fanned.setdefault((older, store), []).append(newer)
+    return fanned
+
+
+FANS = fans(MOVES)
 
 
 @pytest.mark.parametrize(("older", "store", "newer"), [(older, store, newer) for (older, store), newer in FANS.items()],

@@ -111,10 +111,26 @@ def class_archive(tmp_path_factory, worker_id):
         os.environ[CLASS_ARCHIVES] = before
 
 
+def _services_worker(tmp_path_factory, worker_id) -> None:
+    """Fails a service's start on a second pytest-xdist worker: the scheduler above sends every module that asks
+    for one to a single worker, and a scheduler xdist no longer calls would otherwise start each service twice."""
+    if worker_id == "master":
+        return
+    claim = tmp_path_factory.getbasetemp().parent / "services-worker"
+    with open(claim.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not claim.exists():
+            claim.write_text(worker_id)
+        owner = claim.read_text()
+    assert owner == worker_id, (f"{worker_id} starts a service that {owner} runs: the services' modules were "
+                                "split between workers (tests/conftest.py, pytest_xdist_make_scheduler)")
+
+
 @pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory):
+def kafka_broker(tmp_path_factory, worker_id):
     """A single-node KRaft broker on 127.0.0.1 (scripts/local_kafka.py), started by the first test that asks for
     it, once per run, and stopped at the end."""
+    _services_worker(tmp_path_factory, worker_id)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     import local_kafka
 
@@ -124,10 +140,11 @@ def kafka_broker(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def hadoop_cluster(tmp_path_factory):
+def hadoop_cluster(tmp_path_factory, worker_id):
     """HDFS and YARN on 127.0.0.1 (scripts/local_hadoop.py: a NameNode, a DataNode, a ResourceManager and a
     NodeManager in one JVM), started by the first test that asks for it, once per run, and stopped at the end.
     Jobs reach it with HADOOP_CONF_DIR=hadoop_cluster.conf_dir; its REST API is at hadoop_cluster.rm_web."""
+    _services_worker(tmp_path_factory, worker_id)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     import local_hadoop
 

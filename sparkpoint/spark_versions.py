@@ -119,6 +119,7 @@ class SparkMinor:
     renamed: dict[str, str]  # a pinned conf's older name it still reads from an offset log, and its name now
     jws_filter: bool  # org.apache.spark.ui.JWSFilter, the token check of the master's REST server and web UIs
     rest_with_secret_from: int | None  # the first patch whose master takes the RPC secret with REST (None: none)
+    state_data_source: bool  # spark.read.format("statestore"), from 4.0 (rescale and inspect --state use 4.3's)
     refusals: tuple[tuple[str, str], ...]  # (words of its refusal of a saved state, what that concerns)
 
 
@@ -127,24 +128,24 @@ KNOWN: dict[tuple[int, int], SparkMinor] = {
                        offset_log=1, operator_metadata=False,
                        transform_with_state=False, ansi_default=False, pinned=_PINNED_3_5,
                        renamed=_MISNAMED_BY_3_5_4, jws_filter=False, rest_with_secret_from=None,
-                       refusals=_REFUSED_BY_3_5),
+                       state_data_source=False, refusals=_REFUSED_BY_3_5),
     (4, 0): SparkMinor("4.0", StreamInternals(_BEFORE_4_1, "executeOneBatch"), commit_log=2,
                        offset_log=1, operator_metadata=True,
                        transform_with_state=True, ansi_default=True, pinned=_PINNED_4_0,
-                       renamed=_MISNAMED_BY_3_5_4, jws_filter=True, rest_with_secret_from=5,
+                       renamed=_MISNAMED_BY_3_5_4, jws_filter=True, rest_with_secret_from=5, state_data_source=True,
                        refusals=_REFUSED_FROM_4_0),
     (4, 1): SparkMinor("4.1", StreamInternals(_FROM_4_1, "executeOneBatch"), commit_log=2,
                        offset_log=1, operator_metadata=True,
                        transform_with_state=True, ansi_default=True, pinned=_PINNED_4_0, renamed={},
-                       jws_filter=True, rest_with_secret_from=4, refusals=_REFUSED_FROM_4_0),
+                       jws_filter=True, rest_with_secret_from=4, state_data_source=True, refusals=_REFUSED_FROM_4_0),
     (4, 2): SparkMinor("4.2", StreamInternals(_FROM_4_1, "executeOneBatch"), commit_log=3,
                        offset_log=2, operator_metadata=True,
                        transform_with_state=True, ansi_default=True, pinned=_PINNED_4_2, renamed={},
-                       jws_filter=True, rest_with_secret_from=0, refusals=_REFUSED_FROM_4_0),
+                       jws_filter=True, rest_with_secret_from=0, state_data_source=True, refusals=_REFUSED_FROM_4_0),
     (4, 3): SparkMinor("4.3", StreamInternals(_FROM_4_1, "executeOneBatch"), commit_log=3,
                        offset_log=2, operator_metadata=True,
                        transform_with_state=True, ansi_default=True, pinned=_PINNED_4_3, renamed={},
-                       jws_filter=True, rest_with_secret_from=0, refusals=_REFUSED_FROM_4_0),
+                       jws_filter=True, rest_with_secret_from=0, state_data_source=True, refusals=_REFUSED_FROM_4_0),
 }
 # Every supported Spark's refusal words, the first match naming the kind: a check reads the error whichever
 # Spark gave it.

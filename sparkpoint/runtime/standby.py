@@ -24,6 +24,7 @@ import time
 
 from sparkpoint.jobs.protocol import await_adoption, claim_standby, mark_standby_ready, remove_standby
 from sparkpoint.paths import spark_uri
+from sparkpoint.spark_versions import spark_minor
 
 PROVIDERS = ("org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
              "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
@@ -96,13 +97,15 @@ def warm_up(scratch: str) -> None:
 def train(scratch: str) -> int:
     """The training run of a class data sharing archive (jobs.class_archives): what a restored driver does first,
     so that its JVM loads those classes and dumps them as it exits. A session, the stateful batches of a standby's
-    warm-up, and a read of their state as `rescale` and `inspect --state` read it."""
+    warm-up, and a read of their state as `rescale` and `inspect --state` read it, on a Spark that has Spark's
+    state data source (3.5 has none: its archive goes without)."""
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.getOrCreate()
+    minor = spark_minor(spark.version)
     try:
         _stateful_batches(spark, scratch)
-        for index in range(len(PROVIDERS)):
+        for index in range(len(PROVIDERS)) if minor is None or minor.state_data_source else ():
             spark.read.format("statestore").load(_checkpoint(scratch, index)).count()
     finally:
         _stop(spark)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -11,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from clitools import FIRST_TIER_ONLY
+
+from sparkpoint.adapters.local_files import locked
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -78,6 +79,12 @@ def pytest_collection_modifyitems(config, items):
                                 "(tests/conftest.py), or each pytest-xdist worker starts the service again")
 
 
+def _run_directory(tmp_path_factory, worker_id) -> Path:
+    """The directory of the whole run: pytest-xdist's workers each have theirs inside it."""
+    base = tmp_path_factory.getbasetemp()
+    return base if worker_id == "master" else base.parent
+
+
 @pytest.fixture(scope="session")
 def class_archive(tmp_path_factory, worker_id):
     """One class archive for the run, built once (40-80 s) and mapped by every driver the CLI launches on the
@@ -87,14 +94,11 @@ def class_archive(tmp_path_factory, worker_id):
     tests/spark/test_class_archive.py checks this build's result."""
     from clitools import cli
 
-    run_directory = tmp_path_factory.getbasetemp()
-    if worker_id != "master":
-        run_directory = run_directory.parent  # the workers' base directories are in the run's
+    run_directory = _run_directory(tmp_path_factory, worker_id)
     directory = run_directory / "class-archives"
     env = {**os.environ, CLASS_ARCHIVES: str(directory)}
     home = tmp_path_factory.mktemp("archive-home")
-    with open(run_directory / "class-archives.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(run_directory / "class-archives.lock"):
         code, out, err = cli(home, "-o", "json", "class-archive", "list", env=env)
         assert code == 0, err[-3000:]
         built = json.loads(out)
@@ -114,11 +118,8 @@ def class_archive(tmp_path_factory, worker_id):
 def _services_worker(tmp_path_factory, worker_id) -> None:
     """Fails a service's start on a second pytest-xdist worker: the scheduler above sends every module that asks
     for one to a single worker, and a scheduler xdist no longer calls would otherwise start each service twice."""
-    if worker_id == "master":
-        return
-    claim = tmp_path_factory.getbasetemp().parent / "services-worker"
-    with open(claim.with_suffix(".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    claim = _run_directory(tmp_path_factory, worker_id) / "services-worker"
+    with locked(claim.with_suffix(".lock")):
         if not claim.exists():
             claim.write_text(worker_id)
         owner = claim.read_text()

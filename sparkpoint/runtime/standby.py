@@ -105,8 +105,9 @@ def train(scratch: str) -> int:
     minor = spark_minor(spark.version)
     try:
         _stateful_batches(spark, scratch)
-        for index in range(len(PROVIDERS)) if minor is None or minor.state_data_source else ():
-            spark.read.format("statestore").load(_checkpoint(scratch, index)).count()
+        if minor is None or minor.state_data_source:
+            for index in range(len(PROVIDERS)):
+                spark.read.format("statestore").load(_checkpoint(scratch, index)).count()
     finally:
         _stop(spark)
         shutil.rmtree(scratch, ignore_errors=True)

@@ -16,6 +16,8 @@ if ! NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$site/htm
   exit 1
 fi
 rm -rf "$site"
+# What CI shows of a run is its beginning: how long the set-up took (on a fresh machine, mostly the Sparks' builds).
+echo "Set up in ${SECONDS} s; the tests follow." >&2
 # Two tests at a time, on two pytest-xdist workers (tests/conftest.py says which tests share one): a Spark test
 # waits on triggers, YARN's heartbeats and brokers for much of its time, and the other test uses that CPU. A
 # later -n (-n 0: one at a time) wins.

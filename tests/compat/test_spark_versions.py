@@ -263,7 +263,10 @@ def test_check_probation_rollback_and_fork_on_each_spark(tmp_path, minor):
     assert code == 16, err
     assert [problem["kind"] for problem in json.loads(answer)["problems"]] == ["state_schema"], answer
 
-    with feeding(feed_posts, inputs, 3, every=1.0) as fed:
+    # A file every 3 s, not every second: the failing version's third batch still comes within seconds, and the
+    # roll-back and the fork each run every file fed meanwhile one batch at a time, so a slow hand-over (a busy
+    # machine) fed them three times the batches (4.2: 297 s beside another test, 116 s alone).
+    with feeding(feed_posts, inputs, 3, every=3.0) as fed:
         code, answer, err = cli(home, "run", "-o", "json", "--detach", "--replace", v1["id"], "--probation", "60",
                                 "--spark-home", spark_home("4.3"), POSTS, "fails-third", str(inputs), str(failing))
         assert code == 13 and "v2 cannot handle the input" in err, err

@@ -145,6 +145,23 @@ def last_lines(path: Path, lines: int = 5) -> str:
         return "(no output)"
 
 
+def raised_or_last_lines(path: Path, lines: int = 5) -> str:
+    """For an error message about a driver that ended: the exception its Python raised last (the line under the
+    log's last traceback, which the JVM's own warnings may follow as it exits), else the log's last ``lines``."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no output)"
+    traceback = text.rfind("Traceback (most recent call last):")
+    if traceback >= 0:
+        # The frames are indented; the first line after them that is not names the exception.
+        raised = next((line for line in text[traceback:].splitlines()[1:] if line.strip() and not line[0].isspace()),
+                      None)
+        if raised:
+            return raised.strip()
+    return " | ".join(text.strip().splitlines()[-lines:])
+
+
 def append_to(path: Path) -> IO[bytes] | None:
     """``path`` opened to append to (made, owner-only, when missing), or None when it is not a regular file of its
     own or cannot be opened: opening a FIFO to write blocks until a reader comes, and a link may lead anywhere."""

@@ -19,7 +19,7 @@ from sparkpoint.adapters import spark_submit
 from sparkpoint.adapters.class_archives import (ARCHIVE_SUFFIX, RECORD_SUFFIX, ClassArchive, archive_id, archives,
                                                 conf_dir_in_the_way, java_binary, jvm_path_option, partial_path,
                                                 remove_archive, stale_partials)
-from sparkpoint.adapters.local_files import last_lines, locked, write_json
+from sparkpoint.adapters.local_files import last_lines, locked, raised_or_last_lines, write_json
 from sparkpoint.adapters.transfer import NullProgress, Progress
 from sparkpoint.adapters.processes import process_start, terminate_group
 from sparkpoint.config import Settings
@@ -110,11 +110,14 @@ _NEEDS = {"Unrecognized VM option 'ArchiveClassesAtExit": "dynamic class data sh
 
 
 def _why(log: Path) -> str:
-    """The JVM's own words from the training driver's log, and what they mean, else its last lines."""
+    """The JVM's own errors from the training driver's log, and what they mean, else the training's Python error,
+    else the log's last lines. (Not CDS's warnings: a training that fails still dumps classes, warning of those it
+    skips, and those lines said nothing of why Spark 3.5's training had failed.)"""
     text = log.read_text(errors="replace") if log.is_file() else ""
-    said = [line.strip() for line in text.splitlines() if "[cds" in line or line.startswith(("Error", "Unrecognized"))]
+    said = [line.strip() for line in text.splitlines()
+            if "[error][cds" in line or line.startswith(("Error", "Unrecognized"))]
     meaning = [why for needle, why in _NEEDS.items() if needle in text]
-    return " | ".join([*said[-3:], *meaning]) or last_lines(log)
+    return " | ".join([*said[-3:], *meaning]) or raised_or_last_lines(log)
 
 
 def _java_version(java: str) -> str:

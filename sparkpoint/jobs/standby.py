@@ -23,7 +23,8 @@ from typing import Any
 
 from sparkpoint.adapters import spark_submit
 from sparkpoint.adapters.class_archives import built_archive
-from sparkpoint.adapters.local_files import MalformedRecord, last_lines, read_json_record, write_json
+from sparkpoint.adapters.local_files import (MalformedRecord, last_lines, raised_or_last_lines, read_json_record,
+                                             write_json)
 from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
 from sparkpoint.errors import BadArgumentError, JobFailedError
 from sparkpoint.jobs.protocol import (JOB_FILE, STANDBY_FILE, TOKEN_FILE, claim_standby, read_agent_file,
@@ -176,13 +177,15 @@ def start_standby(registry: Registry, reference: str, checkpoints_under: str, cl
         raise
     if standby_ready(directory) is not None:
         return standby
-    log = last_lines(directory / "driver.log")
+    log = directory / "driver.log"
     if process.poll() is None:
+        ended = last_lines(log)  # read before the standby's directory goes
         stop_standby(registry, standby.id)
         raise JobFailedError(f"standby {standby.id} did not warm up within {timeout:g} s; it is stopped "
-                             f"(its log ended: {log})")
+                             f"(its log ended: {ended})")
+    said = raised_or_last_lines(log)
     remove_standby(directory)
-    raise JobFailedError(f"standby {standby.id} ended as it started (status {process.returncode}): {log}")
+    raise JobFailedError(f"standby {standby.id} ended as it started (status {process.returncode}): {said}")
 
 
 def standbys(registry: Registry) -> list[Standby]:

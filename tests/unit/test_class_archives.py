@@ -128,6 +128,32 @@ def test_a_training_driver_that_fails_leaves_no_archive_and_says_why(tmp_path, m
     assert class_archives.archives(settings.class_archives_dir()) == []
 
 
+def test_a_training_that_fails_in_python_names_its_error_not_the_jvm_s_warnings(tmp_path, monkeypatch):
+    """As Spark 3.5's training failed (it lacks the state data source): the application raised, and the JVM still
+    dumped its classes as it exited, warning of those it skipped; the warnings came last in the log."""
+    spark_home = tmp_path / "spark"
+    (spark_home / "bin").mkdir(parents=True)
+    (spark_home / "jars").mkdir()
+    (spark_home / "jars" / "spark-core_2.12-3.5.9.jar").write_bytes(b"")
+    submit = spark_home / "bin" / "spark-submit"
+    submit.write_text("#!/bin/sh\n"
+                      "echo 'Traceback (most recent call last):'\n"
+                      "echo '  File \"bootstrap.py\", line 9, in <module>'\n"
+                      "echo '    train(directory)'\n"
+                      "echo 'pyspark.errors.exceptions.captured.AnalysisException: no such source: statestore'\n"
+                      "for i in 1 2 3 4 5 6; do\n"
+                      "  echo \"[3.1s][warning][cds] Skipping org/example/Gen$i: Hidden class\"\n"
+                      "done\n"
+                      "exit 1\n")
+    submit.chmod(submit.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("JAVA_HOME", fake_java(tmp_path)["JAVA_HOME"])
+    settings = Settings(home=str(tmp_path / "home"))
+    with pytest.raises(JobFailedError, match=r"status 1 and no archive") as failed:
+        jobs_archives.build_archive(settings, str(spark_home), timeout=30)
+    assert str(failed.value).endswith("AnalysisException: no such source: statestore")
+    assert "[cds]" not in str(failed.value)
+
+
 def test_a_build_is_refused_while_sparks_conf_directory_holds_files(tmp_path, monkeypatch):
     spark_home = tmp_path / "spark"
     (spark_home / "bin").mkdir(parents=True)

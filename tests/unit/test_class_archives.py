@@ -28,6 +28,19 @@ def fake_java(tmp_path: Path) -> dict[str, str]:
     return {"JAVA_HOME": str(java_home), "PATH": "/nonexistent"}
 
 
+def fake_spark(tmp_path: Path, core_jar: str, submit: str) -> Path:
+    """A Spark installation as far as a build looks at one: the core jar that names its version, and ``submit`` as
+    its spark-submit."""
+    spark_home = tmp_path / "spark"
+    (spark_home / "bin").mkdir(parents=True)
+    (spark_home / "jars").mkdir()
+    (spark_home / "jars" / core_jar).write_bytes(b"")
+    script = spark_home / "bin" / "spark-submit"
+    script.write_text(submit)
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return spark_home
+
+
 def test_a_driver_maps_the_archive_of_its_spark_and_java_only(tmp_path):
     home, environ = tmp_path / "jvm", fake_java(tmp_path)
     spark = Spark(str(tmp_path / "spark-a"), "4.3.0", "--spark-home")
@@ -102,18 +115,14 @@ def test_a_homes_archives_are_listed_with_their_records_and_removed_by_id(tmp_pa
 def test_a_training_driver_that_fails_leaves_no_archive_and_says_why(tmp_path, monkeypatch):
     """A Java without dynamic archives (11) refuses the option and ends at once: its words and the reason reach
     the operator, and nothing is left in the home."""
-    spark_home = tmp_path / "spark"
-    (spark_home / "bin").mkdir(parents=True)
-    (spark_home / "jars").mkdir()
-    (spark_home / "jars" / "spark-core_2.13-4.3.0.jar").write_bytes(b"")
-    submit = spark_home / "bin" / "spark-submit"
     # As a JVM that dumped part of an archive before it failed: the partial file is there, and must go.
-    submit.write_text("#!/bin/sh\n"
-                      "p=$(echo \"$SPARK_SUBMIT_OPTS\" | sed 's/.*ArchiveClassesAtExit=\"\\([^\"]*\\)\".*/\\1/')\n"
-                      "echo part > \"$p\"\n"
-                      "echo \"Unrecognized VM option 'ArchiveClassesAtExit=$p'\"\n"
-                      "echo 'Error: Could not create the Java Virtual Machine.'\nexit 1\n")
-    submit.chmod(submit.stat().st_mode | stat.S_IXUSR)
+    spark_home = fake_spark(tmp_path, "spark-core_2.13-4.3.0.jar",
+                            "#!/bin/sh\n"
+                            "p=$(echo \"$SPARK_SUBMIT_OPTS\" |"
+                            " sed 's/.*ArchiveClassesAtExit=\"\\([^\"]*\\)\".*/\\1/')\n"
+                            "echo part > \"$p\"\n"
+                            "echo \"Unrecognized VM option 'ArchiveClassesAtExit=$p'\"\n"
+                            "echo 'Error: Could not create the Java Virtual Machine.'\nexit 1\n")
     monkeypatch.setenv("JAVA_HOME", fake_java(tmp_path)["JAVA_HOME"])  # the fake Spark's scripts need PATH
     settings = Settings(home=str(tmp_path / "home"))
     os.makedirs(settings.class_archives_dir())
@@ -131,21 +140,16 @@ def test_a_training_driver_that_fails_leaves_no_archive_and_says_why(tmp_path, m
 def test_a_training_that_fails_in_python_names_its_error_not_the_jvm_s_warnings(tmp_path, monkeypatch):
     """As Spark 3.5's training failed (it lacks the state data source): the application raised, and the JVM still
     dumped its classes as it exited, warning of those it skipped; the warnings came last in the log."""
-    spark_home = tmp_path / "spark"
-    (spark_home / "bin").mkdir(parents=True)
-    (spark_home / "jars").mkdir()
-    (spark_home / "jars" / "spark-core_2.12-3.5.9.jar").write_bytes(b"")
-    submit = spark_home / "bin" / "spark-submit"
-    submit.write_text("#!/bin/sh\n"
-                      "echo 'Traceback (most recent call last):'\n"
-                      "echo '  File \"bootstrap.py\", line 9, in <module>'\n"
-                      "echo '    train(directory)'\n"
-                      "echo 'pyspark.errors.exceptions.captured.AnalysisException: no such source: statestore'\n"
-                      "for i in 1 2 3 4 5 6; do\n"
-                      "  echo \"[3.1s][warning][cds] Skipping org/example/Gen$i: Hidden class\"\n"
-                      "done\n"
-                      "exit 1\n")
-    submit.chmod(submit.stat().st_mode | stat.S_IXUSR)
+    spark_home = fake_spark(tmp_path, "spark-core_2.12-3.5.9.jar",
+                            "#!/bin/sh\n"
+                            "echo 'Traceback (most recent call last):'\n"
+                            "echo '  File \"bootstrap.py\", line 9, in <module>'\n"
+                            "echo '    train(directory)'\n"
+                            "echo 'pyspark.errors.exceptions.captured.AnalysisException: no such source: statestore'\n"
+                            "for i in 1 2 3 4 5 6; do\n"
+                            "  echo \"[3.1s][warning][cds] Skipping org/example/Gen$i: Hidden class\"\n"
+                            "done\n"
+                            "exit 1\n")
     monkeypatch.setenv("JAVA_HOME", fake_java(tmp_path)["JAVA_HOME"])
     settings = Settings(home=str(tmp_path / "home"))
     with pytest.raises(JobFailedError, match=r"status 1 and no archive") as failed:
@@ -155,11 +159,7 @@ def test_a_training_that_fails_in_python_names_its_error_not_the_jvm_s_warnings(
 
 
 def test_a_build_is_refused_while_sparks_conf_directory_holds_files(tmp_path, monkeypatch):
-    spark_home = tmp_path / "spark"
-    (spark_home / "bin").mkdir(parents=True)
-    (spark_home / "bin" / "spark-submit").write_text("#!/bin/sh\nexit 0\n")
-    (spark_home / "jars").mkdir()
-    (spark_home / "jars" / "spark-core_2.13-4.3.0.jar").write_bytes(b"")
+    spark_home = fake_spark(tmp_path, "spark-core_2.13-4.3.0.jar", "#!/bin/sh\nexit 0\n")
     (spark_home / "conf").mkdir()
     (spark_home / "conf" / "spark-defaults.conf").write_text("spark.master local\n")
     monkeypatch.setenv("JAVA_HOME", fake_java(tmp_path)["JAVA_HOME"])  # the fake Spark's scripts need PATH

@@ -341,11 +341,13 @@ def test_the_support_matrix_says_only_what_tests_compat_runs(name):
     claimed = {(older, newer.strip()) for older, cell in zip(minors, migrations[1:], strict=True) if cell != "-"
                for newer in cell.split(",")}
     assert claimed == pairs
-    clusters = ast.literal_eval(re.search(r'parametrize\(\("minor", "rest"\), (\[.*?\])\)', compat).group(1))
-    cluster_row = next(row for row in rows if row[0].startswith("cluster:"))
-    # 4.3's cluster runs in tests/spark/test_cluster.py.
-    assert {m for m, cell in zip(minors, cluster_row[1:], strict=True) if cell == "tested"} == {
-        m for m, _rest in clusters} | {"4.3"}
+    clusters = ast.literal_eval(re.search(r'parametrize\(\("minor", "rest", "submits"\), (\[.*?\])\)', compat,
+                                          re.S).group(1))
+    # 4.3's cluster and its jobs run in tests/spark/test_cluster.py.
+    for words, ran in (("cluster: `cluster start`", {m for m, _rest, _submits in clusters}),
+                       ("cluster: a client-mode job", {m for m, _rest, submits in clusters if submits})):
+        row = next(row for row in rows if row[0].startswith(words))
+        assert {m for m, cell in zip(minors, row[1:], strict=True) if cell == "tested"} == ran | {"4.3"}, words
     # The scenarios the suite runs on some minors only: the table says "tested" exactly where it runs them.
     upgrades = ast.literal_eval(re.search(r'parametrize\("minor", (\[.*?\])\)(?:  #.*)?\ndef test_check_probation',
                                           compat).group(1))

@@ -121,7 +121,8 @@ def test_pit_stop_on_a_cluster_with_savepoints_on_s3_then_migration_to_local(clu
     # cancelled, and v2's version runs again, in cluster mode, from the savepoint's cut, as v2's record says.
     code, out, err = cli(home, "run", "--output", "json", "--detach", "--master", master, "--deploy-mode", "cluster",
                          "--name", "alarms", "-s", live_v2["id"], "--rollback-to", live_v2["id"], "--no-check",
-                         "--probation", "5", "--healthy-when", "processing_rate>=1e9", APP, "v2", str(events),
+                         "--probation", "5", "--healthy-when", "processing_rate>=1e9", "--restore-grace", "180",
+                         APP, "v2", str(events),
                          str(tmp_path / "out-v4"))
     assert code == 13 and "failed on probation (unhealthy: processing_rate of alarms: " in err, err
     v4 = json.loads(out)

@@ -84,7 +84,8 @@ def test_v2_from_batch_3_with_rollback_sink_replaces_v1s_later_batches(tmp_path,
     # version, started again from the same savepoint, moves v2's batches aside and writes its own again.
     code, printed, err = cli(home, "run", "--output", "json", "--detach", "--name", "values", "-s", at_3["id"],
                              "--rollback-sink", "--rollback-to", at_3["id"], "--no-check", "--probation", "2",
-                             "--healthy-when", "processing_rate>=1e9", *SINK_LOG_CONFS, APP, "v2", str(inputs),
+                             "--healthy-when", "processing_rate>=1e9", "--restore-grace", "180", *SINK_LOG_CONFS,
+                             APP, "v2", str(inputs),
                              str(out))
     assert code == 13 and "failed on probation" in err, err
     again = json.loads(printed)["rolled_back"]

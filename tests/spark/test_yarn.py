@@ -133,7 +133,8 @@ def test_cluster_mode_on_yarn_pit_stop_replace_rolled_back_and_a_deaf_agent_canc
     feeder = threading.Thread(target=feed_the_new_version, daemon=True)
     feeder.start()
     code, replaced, err = cli(home, "run", "--output", "json", "--detach", "--replace", v2["id"], "--no-check",
-                              "--probation", "20", "--healthy-when", "processing_rate>=1e9", *launch, APP, source,
+                              "--probation", "20", "--healthy-when", "processing_rate>=1e9", "--restore-grace", "180",
+                              *launch, APP, source,
                               str(out))
     feeder.join(timeout=10)
     assert code == 13 and "failed on probation (unhealthy: processing_rate of counts: " in err, err

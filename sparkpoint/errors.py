@@ -176,3 +176,9 @@ class RecordedFailureError(SparkpointError):
     def __init__(self, message: str, exit_code: int | None):
         super().__init__(message)
         self.exit_code = exit_code or 1
+
+
+def raised_line(after_header: list[str]) -> str | None:
+    """The line that names a Python traceback's exception, from the lines after its header ("Traceback (most
+    recent call last):"): the frames are indented, and the first line that is not names it."""
+    return next((line.strip() for line in after_header if line.strip() and not line[0].isspace()), None)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from sparkpoint.errors import ConfigError
+from sparkpoint.errors import ConfigError, raised_line
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o666, exact_mode: bool = False) -> None:
@@ -153,13 +153,8 @@ def raised_or_last_lines(path: Path, lines: int = 5) -> str:
     except OSError:
         return "(no output)"
     traceback = text.rfind("Traceback (most recent call last):")
-    if traceback >= 0:
-        # The frames are indented; the first line after them that is not names the exception.
-        raised = next((line for line in text[traceback:].splitlines()[1:] if line.strip() and not line[0].isspace()),
-                      None)
-        if raised:
-            return raised.strip()
-    return " | ".join(text.strip().splitlines()[-lines:])
+    raised = raised_line(text[traceback:].splitlines()[1:]) if traceback >= 0 else None
+    return raised or last_lines(path, lines)
 
 
 def append_to(path: Path) -> IO[bytes] | None:

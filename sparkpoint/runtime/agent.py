@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable
 
 from sparkpoint.adapters.processes import process_start
+from sparkpoint.errors import raised_line
 from sparkpoint.jobs.protocol import real_time_stop_seconds, write_agent_file
 from sparkpoint.times import iso, poll_until
 from sparkpoint.runtime.boundary import (real_time_batch, real_time_seconds, stop_at_next_boundary, stop_when_idle,
@@ -158,10 +159,9 @@ def spark_error_line(text: str) -> str:
     if classes:
         return first[classes[-1].start():]
     if first.endswith("Traceback (most recent call last):"):
-        # The frames are indented; the first line after them that is not names the exception.
-        raised = next((line for line in lines[1:] if line.strip() and not line[0].isspace()), None)
+        raised = raised_line(lines[1:])
         if raised:
-            return raised.strip()
+            return raised
     return _TERMINATED.sub("", first) or first
 
 

@@ -23,12 +23,18 @@ for minor in "${minors[@]}"; do
 done
 
 install() {
-  local minor=$1 release=${RELEASES[$1]} target=".venv-spark/$1"
+  local minor=$1 release=${RELEASES[$1]} target=".venv-spark/$1" partial
   echo "Installing pyspark $release into $target (about 400 MB) ..." >&2
+  # Into a directory of its own, renamed into place once complete: bash leaves its background installs running
+  # when Ctrl-C ends the script, and one that outlived an interrupted run must not mix its files with the next's.
+  mkdir -p .venv-spark
+  partial=$(mktemp -d ".venv-spark/.$minor.XXXXXX")
+  chmod 755 "$partial"  # as mkdir made it: mktemp's is the owner's alone
+  trap 'rm -rf "$partial"' EXIT
+  .venv/bin/python -m pip install --quiet --no-deps --target "$partial" "pyspark==$release"
+  touch "$partial/.installed-$release"
   rm -rf "$target"
-  mkdir -p "$target"
-  .venv/bin/python -m pip install --quiet --no-deps --target "$target" "pyspark==$release"
-  touch "$target/.installed-$release"
+  mv -T "$partial" "$target"
 }
 
 # Two at a time: pip builds each from its source package on one core (about 50 s of CPU), so a fresh machine's

@@ -7,7 +7,8 @@ Two writers each record their own milestones (UTC times), and the phases are rea
   ``stopped`` (the old version's stop with its savepoint, which begins once the new driver waits);
 - the driver's agent, in agent.json's ``startup``: ``driver`` (its Python began: spark-submit and the JVM are
   behind it), ``session`` (the application has its SparkSession), and per query ``started`` and ``first_batch``
-  (its first batch's commit, with Spark's ``durationMs`` of it: planning, state loading within ``addBatch``).
+  (its first batch's commit, with Spark's ``durationMs`` of it: planning, state loading within ``addBatch``), at
+  the times Spark gives them (runtime.agent.spark_moment), not when the agent's listener hears of them.
 
 A phase is named by the milestone that ends it, and lasts from the milestone before it in time: ``restore``,
 ``spark_submit`` (``standby`` for a standby driver's: from the command to its adoption; runtime.standby),

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from sparkpoint.adapters.processes import process_start
 from sparkpoint.errors import raised_line
 from sparkpoint.jobs.protocol import real_time_stop_seconds, write_agent_file
-from sparkpoint.times import iso, poll_until
+from sparkpoint.times import iso, parse_iso, poll_until
 from sparkpoint.runtime.boundary import (real_time_batch, real_time_seconds, stop_at_next_boundary, stop_when_idle,
                                         stream_thread)
 from sparkpoint.runtime.batch_writes import seen_by
@@ -163,6 +163,23 @@ def spark_error_line(text: str) -> str:
         if raised:
             return raised
     return _TERMINATED.sub("", first) or first
+
+
+def spark_moment(timestamp: Any, after_ms: Any = None) -> str:
+    """When Spark says something happened: an event's ``timestamp`` (a query's start, a trigger's), plus
+    ``after_ms`` (a trigger's ``triggerExecution``: its batch committed by then), in sparkpoint's format; now when
+    Spark's is missing or malformed. Not when a listener hears of it: Python listeners hear of a batch through
+    a queue and Py4J, seconds after its commit while the JVM is busy (a restore's first batch)."""
+    moment = parse_iso(timestamp)
+    if moment is None:
+        return iso()
+    after = after_ms if isinstance(after_ms, int | float) and not isinstance(after_ms, bool) else 0
+    for candidate in (moment + (after / 1000.0 if math.isfinite(after) and after > 0 else 0.0), moment):
+        try:
+            return iso(candidate)
+        except (OverflowError, ValueError, OSError):  # past what a date holds: without the duration, else now
+            continue
+    return iso()
 
 
 def _checkpoint(query) -> str:
@@ -415,14 +432,15 @@ class Agent:
                     return
                 with agent._lock:
                     agent.started_queries[str(event.id)] = event.name
-                agent.note_milestone(event.name or str(event.id), "started", {"at": iso()})
+                agent.note_milestone(event.name or str(event.id), "started", {"at": spark_moment(event.timestamp)})
 
             def onQueryProgress(self, event):
                 if not _is_check(event.progress.name):
                     agent.record_progress(event.progress)
+                    durations = dict(event.progress.durationMs or {})
                     agent.note_milestone(event.progress.name or str(event.progress.id), "first_batch", {
-                        "at": iso(), "batch_id": event.progress.batchId,
-                        "duration_ms": dict(event.progress.durationMs or {})})
+                        "at": spark_moment(event.progress.timestamp, durations.get("triggerExecution")),
+                        "batch_id": event.progress.batchId, "duration_ms": durations})
 
             def onQueryIdle(self, event):
                 pass

@@ -18,8 +18,8 @@ from sparkpoint.adapters.agent_client import AgentClient
 from sparkpoint.jobs.registry import Registry
 from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.errors import JobNotRunningError, SparkpointError
-from sparkpoint.runtime.agent import Agent, Stop, spark_error_line
-from sparkpoint.times import poll_until
+from sparkpoint.runtime.agent import Agent, Stop, spark_error_line, spark_moment
+from sparkpoint.times import parse_iso, poll_until
 
 
 @pytest.fixture
@@ -420,3 +420,16 @@ def test_a_stop_that_would_cut_a_real_time_batch_short_is_refused_and_stops_noth
         assert poll_until(lambda: client.stop_report()["done"], 10, 0.02) and query.stops == 1
     finally:
         running.finish(0, None)
+
+
+def test_a_milestone_is_when_spark_says_it_happened_not_when_a_listener_heard_of_it():
+    # A restore's first batch: its trigger began at 10:00:01.250 and took 4,330 ms, its commit within.
+    assert spark_moment("2026-11-29T10:00:01.250Z", 4330) == "2026-11-29T10:00:05.580Z"
+    assert spark_moment("2026-11-29T10:00:01.250Z") == "2026-11-29T10:00:01.250Z"  # a query's start
+    assert spark_moment("2026-11-29T10:00:01.250Z", 0.5) == "2026-11-29T10:00:01.250Z"
+    for odd in (None, -5, True, "4330", float("nan"), float("inf"), 1e300):
+        assert spark_moment("2026-11-29T10:00:01.250Z", odd) == "2026-11-29T10:00:01.250Z"
+    # Spark's time missing or malformed: now, as before
+    before = time.time()
+    for odd in (None, "", "yesterday", 12, "2026-13-45T99:00:00Z"):
+        assert before - 1 <= parse_iso(spark_moment(odd, 10)) <= time.time() + 1

@@ -86,32 +86,6 @@ def signal_group(pid: int | None, start: str | None, sig: int) -> bool:
     return True
 
 
-def yield_group_cpu(pid: int | None, start: str | None, niceness: int) -> int:
-    """Lower to ``niceness`` the CPU priority of every thread in the process group that process ``pid`` (started
-    at ``start``) leads; the threads it renices. Linux gives each thread its own nice value, so each is set;
-    threads and processes the group starts later inherit it. A thread already lower is left as it is (raising
-    a priority again takes a privilege). Not when ``pid`` is now another process, as in signal_group."""
-    if not is_pid(pid) or start is None or process_start(pid) != start:
-        return 0
-    reniced = 0
-    for member in os.listdir("/proc"):
-        stat = _stat_fields(int(member)) if member.isdigit() else None
-        if stat is None or len(stat) < 3 or stat[2] != str(pid):
-            continue
-        try:
-            threads = os.listdir(f"/proc/{member}/task")
-        except OSError:
-            continue  # ended meanwhile
-        for thread in threads:
-            try:
-                if os.getpriority(os.PRIO_PROCESS, int(thread)) < niceness:
-                    os.setpriority(os.PRIO_PROCESS, int(thread), niceness)
-                    reniced += 1
-            except OSError:
-                continue  # ended meanwhile, or not ours to change
-    return reniced
-
-
 def terminate_group(pid: int, start: str | None, grace: float = 10.0, sleep: Callable[[float], None] = time.sleep,
                     clock: Callable[[], float] = time.monotonic) -> None:
     """SIGTERM a process group, then SIGKILL it once its leader is gone or ``grace`` is over (waiting with the

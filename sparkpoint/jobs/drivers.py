@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sparkpoint.adapters.local_files import append_to
-from sparkpoint.adapters.processes import pid_alive, signal_group, terminate_group, yield_group_cpu
+from sparkpoint.adapters.processes import pid_alive, signal_group, terminate_group
 from sparkpoint.adapters.cluster_managers import manager_for
 from sparkpoint.errors import JobFailedError
 from sparkpoint.jobs.protocol import read_agent_file
@@ -85,19 +85,6 @@ def end_interrupted(registry: Registry, job: Job, process: subprocess.Popen) -> 
     job = registry.load(job.id)
     job.end("cancelled", reason="interrupted")
     registry.save(job)
-
-
-# The nice value of a replaced driver's exit. Its queries have stopped; what is left (Spark's shutdown, the
-# application's own end) competes for the host's cores with the new version's first batch, the downtime.
-# Not 19: a host kept busy by the new version must still let the old one exit within end_driver's grace.
-EXITING_DRIVER_NICENESS = 10
-
-
-def yield_to_successor(job: Job) -> None:
-    """A replaced client-mode driver, its queries stopped, runs its exit at a lower CPU priority than the
-    version replacing it (a cluster-mode driver runs elsewhere)."""
-    if not job.submission_id:
-        yield_group_cpu(job.pid, driver_start(job), EXITING_DRIVER_NICENESS)
 
 
 class DriverExit:

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from sparkpoint.config import Settings
 from sparkpoint.errors import JobFailedError, SparkpointError
-from sparkpoint.jobs.drivers import await_end, cluster_driver_failure, driver_running, end_driver, yield_to_successor
+from sparkpoint.jobs.drivers import await_end, cluster_driver_failure, driver_running, end_driver
 from sparkpoint.jobs.protocol import answer_handover, handover_waiting
 from sparkpoint.jobs.job_view import describe_job
 from sparkpoint.jobs.registry import Job, Registry, state_of
@@ -41,7 +41,6 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
         stopped, exiting = stop_with_savepoint(settings, registry, replaced, savepoint_path,
                                                 stop_timeout, progress, sleep, clock)
         job.launch["stopped"] = iso()
-        yield_to_successor(replaced)
         saved = savepoint.load(stopped.path, settings.storage_options)
         # A stop cut short (a batch outlasting the timeout) may leave its batch in a Delta table, committed by the
         # old version's sink: the new version replays it and Delta skips it, which is the old version's own batch,

@@ -19,7 +19,6 @@ from sparkpoint.config import Settings
 from sparkpoint.jobs import cancel, drivers, rollback, run, stop
 from sparkpoint.jobs.registry import Registry, state_of
 from sparkpoint.jobs.protocol import answer_handover, await_handover, handover_waiting, write_agent_file
-from sparkpoint.adapters import processes
 from sparkpoint.adapters.processes import pid_alive, process_start, signal_group
 from sparkpoint.errors import (
     BadArgumentError,
@@ -151,47 +150,6 @@ def test_the_driver_of_an_earlier_sparkpoints_job_is_recognised_by_its_command_l
     assert registry.load(job.id).pid_start is None and state_of(registry.load(job.id)) == "starting"
     assert cancel.cancel_job(settings, job.id, sleep=lambda _: None).state == "cancelled"
     assert driver.wait(timeout=30) == -signal.SIGTERM
-
-
-def test_a_replaced_drivers_exit_yields_the_cpu_in_every_thread_of_its_group_and_nowhere_else(tmp_path):
-    settings = Settings(home=str(tmp_path))
-    registry = Registry(settings.home)
-    job = registry.new_job("old", app="app.py", app_args=[], master="local[2]", submit_args=[])
-    # A driver as spark-submit leaves it: a group leader with threads of its own and a child (the application)
-    app = ("import subprocess, sys, threading, time; threading.Thread(target=time.sleep, args=(600,), daemon=True)"
-           ".start(); subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
-           "print('up', flush=True); time.sleep(600)")
-    driver = subprocess.Popen([sys.executable, "-c", app], start_new_session=True, stdout=subprocess.PIPE, text=True)
-    outsider = sleeper()
-    try:
-        assert driver.stdout.readline() == "up\n"
-        job.pid, job.pid_start = driver.pid, process_start(driver.pid)
-        members = wait_for(lambda: _group_threads(driver.pid) if len(_group_threads(driver.pid)) >= 3 else None)
-        ours = os.getpriority(os.PRIO_PROCESS, 0)  # the tests' own (inherited by every process they start)
-        drivers.yield_to_successor(job)
-        assert {tid: os.getpriority(os.PRIO_PROCESS, tid) for tid in members} == {
-            tid: max(ours, drivers.EXITING_DRIVER_NICENESS) for tid in members}
-        assert os.getpriority(os.PRIO_PROCESS, outsider.pid) == ours == os.getpriority(os.PRIO_PROCESS, 0)
-        # the pid now another process's (another start time): nothing is touched
-        assert processes.yield_group_cpu(outsider.pid, "1", 19) == 0
-        assert os.getpriority(os.PRIO_PROCESS, outsider.pid) == ours
-    finally:
-        os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait()
-        outsider.kill()
-        outsider.wait()
-
-
-def _group_threads(group: int) -> list[int]:
-    """Every thread of every process in process group ``group``."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if open(f"/proc/{pid}/stat").read().rsplit(") ", 1)[1].split()[2] == str(group):
-                found += [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
-        except (OSError, IndexError):
-            continue
-    return found
 
 
 @pytest.mark.parametrize("pid", [-1, 0, 1, True, "x", 1.5])

@@ -173,7 +173,10 @@ def spark_moment(timestamp: Any, after_ms: Any = None) -> str:
     moment = parse_iso(timestamp)
     if moment is None:
         return iso()
-    after = after_ms if isinstance(after_ms, int | float) and not isinstance(after_ms, bool) else 0
+    try:
+        after = float(after_ms) if isinstance(after_ms, int | float) and not isinstance(after_ms, bool) else 0.0
+    except OverflowError:  # an int past what a float holds
+        after = 0.0
     for candidate in (moment + (after / 1000.0 if math.isfinite(after) and after > 0 else 0.0), moment):
         try:
             return iso(candidate)
@@ -361,11 +364,19 @@ class Agent:
 
     def note_milestone(self, query: str, milestone: str, detail: dict[str, Any]) -> None:
         """A query's first ``milestone`` (started, first_batch) into agent.json's startup record; later ones are
-        not startup's."""
+        not startup's. Its time is not before the session's nor the query's milestones already noted: a query
+        that ran before the listener was attached is noted started when it is found, and Spark's time of its
+        first batch may be earlier than that."""
         with self._lock:
             milestones = self.startup["queries"].setdefault(query, {})
             if milestone in milestones:
                 return
+            earlier = [parse_iso(self.startup.get("session")),
+                       *(parse_iso(m.get("at")) for m in milestones.values() if isinstance(m, dict))]
+            floor = max((moment for moment in earlier if moment is not None), default=None)
+            at = parse_iso(detail.get("at"))
+            if floor is not None and at is not None and at < floor:
+                detail = {**detail, "at": iso(floor)}
             milestones[milestone] = detail
             state = self._record.get("state", "starting")
         self._write_state(state, startup=self.startup)

@@ -19,7 +19,7 @@ from sparkpoint.jobs.registry import Registry
 from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.errors import JobNotRunningError, SparkpointError
 from sparkpoint.runtime.agent import Agent, Stop, spark_error_line, spark_moment
-from sparkpoint.times import parse_iso, poll_until
+from sparkpoint.times import iso, parse_iso, poll_until
 
 
 @pytest.fixture
@@ -427,9 +427,50 @@ def test_a_milestone_is_when_spark_says_it_happened_not_when_a_listener_heard_of
     assert spark_moment("2026-11-29T10:00:01.250Z", 4330) == "2026-11-29T10:00:05.580Z"
     assert spark_moment("2026-11-29T10:00:01.250Z") == "2026-11-29T10:00:01.250Z"  # a query's start
     assert spark_moment("2026-11-29T10:00:01.250Z", 0.5) == "2026-11-29T10:00:01.250Z"
-    for odd in (None, -5, True, "4330", float("nan"), float("inf"), 1e300):
+    for odd in (None, -5, True, "4330", float("nan"), float("inf"), 1e300, 10**400):
         assert spark_moment("2026-11-29T10:00:01.250Z", odd) == "2026-11-29T10:00:01.250Z"
     # Spark's time missing or malformed: now, as before
     before = time.time()
     for odd in (None, "", "yesterday", 12, "2026-13-45T99:00:00Z"):
         assert before - 1 <= parse_iso(spark_moment(odd, 10)) <= time.time() + 1
+
+
+def test_the_listener_notes_spark_s_times_never_before_what_came_before_them(tmp_path):
+    from types import SimpleNamespace
+
+    registry = Registry(str(tmp_path))
+    job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    listeners = []
+    session = SimpleNamespace(streams=SimpleNamespace(active=[], addListener=listeners.append),
+                              sparkContext=SimpleNamespace(applicationId="local-1"), version="4.3.0")
+    running = Agent(job.id, job.directory, registry.token(job), session_provider=lambda: session)
+    running.start()
+    try:
+        assert poll_until(lambda: listeners, 30, 0.02)
+        tracker = listeners[0]
+
+        def progress(name, batch, timestamp, took_ms):
+            return SimpleNamespace(progress=SimpleNamespace(
+                name=name, id=f"id-{name}", batchId=batch, timestamp=timestamp, numInputRows=10,
+                inputRowsPerSecond=1.0, processedRowsPerSecond=2.0, durationMs={"triggerExecution": took_ms}))
+
+        # Heard of late (a restore's first batch, the JVM busy): noted when Spark says it happened
+        later = float(int(time.time()) + 60)  # after the session's milestone, whatever this machine's speed
+        tracker.onQueryStarted(SimpleNamespace(name="counts", id="id-counts", runId="run-1", timestamp=iso(later)))
+        tracker.onQueryProgress(progress("counts", 5, iso(later + 0.25), 4330))
+        # A first batch whose Spark time is before its query was noted started (found running when the listener
+        # came): not noted before that start
+        running.note_milestone("totals", "started", {"at": iso(later + 10)})
+        tracker.onQueryProgress(progress("totals", 2, iso(later - 30), 100))
+
+        def startup():
+            record = read_agent_file(job.directory).get("startup") or {}
+            return record if "first_batch" in record.get("queries", {}).get("totals", {}) else None
+
+        noted = poll_until(startup, 30, 0.05)
+        assert noted["queries"]["counts"]["started"] == {"at": iso(later)}
+        assert abs(parse_iso(noted["queries"]["counts"]["first_batch"]["at"]) - (later + 0.25 + 4.33)) < 0.002
+        assert noted["queries"]["counts"]["first_batch"]["duration_ms"] == {"triggerExecution": 4330}
+        assert noted["queries"]["totals"]["first_batch"]["at"] == iso(later + 10)
+    finally:
+        running.finish(0, None)

@@ -4,6 +4,7 @@ checker, not in an operator's script at 3 a.m."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -37,3 +38,20 @@ def human_bytes(count: int | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} TiB"
+
+
+def json_number(value: Any) -> float | None:
+    """A number of JSON from another process (an agent's report), or None: a bool or a string is not one."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def finite_number(value: Any) -> float | None:
+    """A json_number as a finite float, or None: NaN, an infinity and an integer past a float's range are none."""
+    number = json_number(value)
+    if number is None:
+        return None
+    try:
+        number = float(number)
+    except OverflowError:  # an integer of hundreds of digits, from a record edited by hand
+        return None
+    return number if math.isfinite(number) else None

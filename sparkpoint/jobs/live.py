@@ -6,15 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from sparkpoint.results import Result
+from sparkpoint.results import Result, json_number
 from sparkpoint.spark.sources import MAX_OPTION_CHARS, topics_of
 
 MAX_SOURCES = 64  # per query; a report listing more is not an agent's
-
-
-def json_number(value: Any) -> float | None:
-    """A number of JSON from another process (an agent's report), or None: a bool or a string is not one."""
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _text(value: Any) -> str | None:

@@ -24,6 +24,7 @@ from sparkpoint.adapters.local_files import kind_of, write_atomic
 from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, SparkpointError, StorageError
 from sparkpoint.jobs.live import LiveQuery
+from sparkpoint.results import finite_number
 from sparkpoint.jobs.agents import reported_statuses
 from sparkpoint.jobs.job_view import JobView, describe_job
 from sparkpoint.jobs.registry import Job, Registry, state_of
@@ -123,7 +124,7 @@ class Scrape:
     def add(self, metric: Metric, labels: tuple, value: object) -> None:
         """A sample, unless ``value`` is not a finite number (unknown: no sample). Label values are text: the
         agent's report and sparkpoint's records are JSON another process wrote."""
-        number = _number(value)
+        number = finite_number(value)
         if number is not None:
             self.samples[metric].append((tuple(str(label) for label in labels), number))
 
@@ -214,16 +215,6 @@ def _one_job(job: Job, state: str, status: dict | None, result: Scrape) -> JobVi
     for query in view.queries:
         _query_metrics(job.id, query, result)
     return view
-
-
-def _number(value: object) -> float | None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:  # an integer of hundreds of digits, from a record edited by hand
-        return None
-    return number if math.isfinite(number) else None
 
 
 def _stop_metrics(job: Job, labels: tuple[str, str], result: Scrape) -> None:

@@ -18,7 +18,7 @@ from sparkpoint.adapters.storage import digest_of, storage_for
 from sparkpoint.config import Settings
 from sparkpoint.errors import (BadArgumentError, JobFailedError, NotFoundError, SavepointInvalidError,
                                SparkpointError)
-from sparkpoint.jobs.live import json_number
+from sparkpoint.results import json_number
 from sparkpoint.jobs.agents import client_for
 from sparkpoint.jobs.drivers import end_driver, end_interrupted
 from sparkpoint.jobs.job_view import JobView, describe_job

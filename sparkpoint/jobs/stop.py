@@ -16,7 +16,7 @@ from sparkpoint.config import Settings
 from sparkpoint.errors import (JobFailedError, JobNotRunningError, SparkpointError, StopInterruptedError,
                                StopRefusedError)
 from sparkpoint.jobs.drivers import DriverExit
-from sparkpoint.jobs.live import json_number
+from sparkpoint.results import json_number
 from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.jobs.agents import client_for
 from sparkpoint.jobs.job_view import JobView, describe_job

@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from sparkpoint.adapters.processes import process_start
 from sparkpoint.errors import raised_line
+from sparkpoint.results import finite_number
 from sparkpoint.jobs.protocol import real_time_stop_seconds, write_agent_file
 from sparkpoint.times import iso, parse_iso, poll_until
 from sparkpoint.runtime.boundary import (real_time_batch, real_time_seconds, stop_at_next_boundary, stop_when_idle,
@@ -173,11 +174,8 @@ def spark_moment(timestamp: Any, after_ms: Any = None) -> str:
     moment = parse_iso(timestamp)
     if moment is None:
         return iso()
-    try:
-        after = float(after_ms) if isinstance(after_ms, int | float) and not isinstance(after_ms, bool) else 0.0
-    except OverflowError:  # an int past what a float holds
-        after = 0.0
-    for candidate in (moment + (after / 1000.0 if math.isfinite(after) and after > 0 else 0.0), moment):
+    after = finite_number(after_ms) or 0.0
+    for candidate in (moment + max(after, 0.0) / 1000.0, moment):
         try:
             return iso(candidate)
         except (OverflowError, ValueError, OSError):  # past what a date holds: without the duration, else now

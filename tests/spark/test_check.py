@@ -34,6 +34,12 @@ def saved(tmp_path_factory):
             "job": job}
 
 
+def check_drivers(saved) -> list[int]:
+    """This module's check drivers still alive: by their sandbox's directory in this home, since the other
+    pytest-xdist worker may be running checks of its own at the same time."""
+    return processes_mentioning(str(saved["home"] / "tmp" / "sparkpoint-check-"))
+
+
 def check(saved, version, *options):
     """(exit status, the JSON answer, stderr, the directory the version would have written to)."""
     out = saved["root"] / f"out-{version}"
@@ -51,7 +57,7 @@ def test_a_compatible_change_passes_and_nothing_is_written_or_processed(saved, v
     assert [(q["name"], q["started"], q["operators"], q["sources"]) for q in answer["queries"]] == [
         ("posts", True, ["stateStoreSave"], 1)]
     assert batches(out) == []  # its foreachBatch sink never ran: the backlog of 4 files was not processed
-    assert processes_mentioning("sparkpoint-check-") == [] and processes_mentioning(str(out)) == []
+    assert check_drivers(saved) == [] and processes_mentioning(str(out)) == []
     assert list((saved["home"] / "tmp").iterdir()) == []  # the sandbox is gone
     assert cli(saved["home"], "verify", saved["savepoint"])[0] == 0
     print(f"check of {version}: {time.monotonic() - started:.1f} s (the driver: {answer['seconds']} s)")
@@ -79,7 +85,7 @@ def test_an_incompatible_change_fails_with_a_line_of_its_own(saved, version, kin
     assert answer["problems"][0]["message"].startswith(words), answer["problems"][0]["message"]
     assert stderr.strip().splitlines()[-1] == (f"sparkpoint: error: {APP} will not restore from {saved['savepoint']}: "
                                                "1 problem(s)")
-    assert batches(out) == [] and processes_mentioning("sparkpoint-check-") == []
+    assert batches(out) == [] and check_drivers(saved) == []
     assert not Path(f"{out}-checkpoint").exists()  # own-checkpoint's location: the sandbox was used instead
     assert cli(saved["home"], "verify", saved["savepoint"])[0] == 0
 
@@ -215,4 +221,4 @@ def test_a_check_ended_by_sigterm_leaves_no_sandbox_and_no_driver(saved):
     _, err = process.communicate(timeout=60)
     assert process.returncode == 143 and err.strip().splitlines()[-1] == "sparkpoint: terminated", err
     assert not any(path.exists() for path in sandbox)
-    assert wait_for(lambda: not processes_mentioning("sparkpoint-check-"), timeout=15, what="no check driver")
+    assert wait_for(lambda: not check_drivers(saved), timeout=15, what="no check driver")

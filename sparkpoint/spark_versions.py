@@ -27,6 +27,10 @@ What changes:
 - Operator metadata (``state/<op>/_metadata``) from 4.0; transformWithState (its v2 metadata) from 4.0.
 - The confs an offset log pins, and what a version assumes for one its log lacks (10 keys in 3.5, 17 in 4.3).
 - ANSI SQL mode: pinned in no version's offset log; off by default in 3.5, on from 4.0.
+- Where a saved state is held against a new plan: from 4.0 in the driver, as a run's first batch is planned
+  (schemas against the schema files, operators against the operator metadata), before any task runs; in 3.5 by
+  each task as it opens its store. So from 4.0 a check batch that is planned and runs no task has had Spark's
+  checks (runtime.writers), and in 3.5 it must run.
 - How a refusal of the saved state reads: error classes from 4.0 (STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE, ...);
   3.5 throws StateSchemaNotCompatible, an exception class of its own, for the same schema check.
 - A standalone master's security: the JWSFilter (the REST server's and the web UIs' token check) from 4.0; a
@@ -120,6 +124,7 @@ class SparkMinor:
     jws_filter: bool  # org.apache.spark.ui.JWSFilter, the token check of the master's REST server and web UIs
     rest_with_secret_from: int | None  # the first patch whose master takes the RPC secret with REST (None: none)
     state_data_source: bool  # spark.read.format("statestore"), from 4.0 (rescale and inspect --state use 4.3's)
+    checks_state_in_planning: bool  # the saved state held against a new plan in the driver's planning (4.0+)
     refusals: tuple[tuple[str, str], ...]  # (words of its refusal of a saved state, what that concerns)
 
 
@@ -128,24 +133,28 @@ KNOWN: dict[tuple[int, int], SparkMinor] = {
                        offset_log=1, operator_metadata=False,
                        transform_with_state=False, ansi_default=False, pinned=_PINNED_3_5,
                        renamed=_MISNAMED_BY_3_5_4, jws_filter=False, rest_with_secret_from=None,
-                       state_data_source=False, refusals=_REFUSED_BY_3_5),
+                       state_data_source=False, checks_state_in_planning=False,
+                       refusals=_REFUSED_BY_3_5),
     (4, 0): SparkMinor("4.0", StreamInternals(_BEFORE_4_1, "executeOneBatch"), commit_log=2,
                        offset_log=1, operator_metadata=True,
                        transform_with_state=True, ansi_default=True, pinned=_PINNED_4_0,
                        renamed=_MISNAMED_BY_3_5_4, jws_filter=True, rest_with_secret_from=5, state_data_source=True,
-                       refusals=_REFUSED_FROM_4_0),
+                       checks_state_in_planning=True, refusals=_REFUSED_FROM_4_0),
     (4, 1): SparkMinor("4.1", StreamInternals(_FROM_4_1, "executeOneBatch"), commit_log=2,
                        offset_log=1, operator_metadata=True,
                        transform_with_state=True, ansi_default=True, pinned=_PINNED_4_0, renamed={},
-                       jws_filter=True, rest_with_secret_from=4, state_data_source=True, refusals=_REFUSED_FROM_4_0),
+                       jws_filter=True, rest_with_secret_from=4, state_data_source=True,
+                       checks_state_in_planning=True, refusals=_REFUSED_FROM_4_0),
     (4, 2): SparkMinor("4.2", StreamInternals(_FROM_4_1, "executeOneBatch"), commit_log=3,
                        offset_log=2, operator_metadata=True,
                        transform_with_state=True, ansi_default=True, pinned=_PINNED_4_2, renamed={},
-                       jws_filter=True, rest_with_secret_from=0, state_data_source=True, refusals=_REFUSED_FROM_4_0),
+                       jws_filter=True, rest_with_secret_from=0, state_data_source=True,
+                       checks_state_in_planning=True, refusals=_REFUSED_FROM_4_0),
     (4, 3): SparkMinor("4.3", StreamInternals(_FROM_4_1, "executeOneBatch"), commit_log=3,
                        offset_log=2, operator_metadata=True,
                        transform_with_state=True, ansi_default=True, pinned=_PINNED_4_3, renamed={},
-                       jws_filter=True, rest_with_secret_from=0, state_data_source=True, refusals=_REFUSED_FROM_4_0),
+                       jws_filter=True, rest_with_secret_from=0, state_data_source=True,
+                       checks_state_in_planning=True, refusals=_REFUSED_FROM_4_0),
 }
 # Every supported Spark's refusal words, the first match naming the kind: a check reads the error whichever
 # Spark gave it.

@@ -225,9 +225,10 @@ def check_cmd(app, saved, allow_non_restored_state, allow_data_loss, keep_sink_o
     """Will this application restore from this savepoint? Answered before any downtime.
 
     The application runs against a throwaway restore of the savepoint, with every sink replaced by
-    Spark's no-op sink: each saved query plans one empty batch, where Spark checks the saved state
-    (operators, key and value schemas, sources) against the new plan, and stops. No input is read,
-    no streaming sink of the application is written, the savepoint is only read. The driver runs here
+    sparkpoint's: each saved query plans one empty batch, where Spark checks the saved state
+    (operators, key and value schemas, sources) against the new plan, and stops (from Spark 4.0 without
+    running the batch's tasks: its state is not loaded). No input is read, no streaming sink of the
+    application is written, the savepoint is only read. The driver runs here
     in local mode (one empty batch needs no cluster). Exits 16, one line per problem, when it will not
     restore; 11 when the check cannot decide (Spark failed for another reason, or too slowly). Before any
     Spark starts: exit 20 when the savepoint's Kafka input is gone, 22 when a Delta table its query writes

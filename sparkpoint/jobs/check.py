@@ -107,12 +107,12 @@ def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, p
     log = os.path.join(sandbox, "driver.log")
     process, start, checked, kept = None, None, None, None
     try:
-        compat.prepare_sandbox(saved, checkpoints, settings.transfer_workers, progress)
+        planned = compat.prepare_sandbox(saved, checkpoints, settings.transfer_workers, progress)
         first_start = max(30.0, request.timeout - request.restore_grace - MARGIN)
         # Due before this process gives up on the driver (same machine, same clock), whatever its start-up took.
         answer_by = time.time() + request.timeout - ANSWER_MARGIN
         write_json(Path(sandbox) / CHECK_REQUEST,
-                   {**compat.request(saved, request.restore_grace, first_start), "answer_by": answer_by})
+                   {**compat.request(saved, request.restore_grace, first_start, planned), "answer_by": answer_by})
         argv = [spark.submit, "--master", CHECK_MASTER, "--name", "sparkpoint-check",
                 "--conf", f"spark.sql.streaming.checkpointLocation={checkpoints}", *conf_args,
                 *spark_submit.conf_arguments(moved.launch_confs), *request.submit_args,
@@ -160,9 +160,10 @@ def prepare_in_driver(settings: Settings, saved: Savepoint, job_directory: str, 
     prepared in the job's directory (on the device of its checkpoints: linked, not copied); the driver's
     environment that asks for it. ``controller``: the pid of this `run`, when the driver runs on this machine."""
     directory = os.path.join(job_directory, START_CHECK_DIR)
-    compat.prepare_sandbox(saved, os.path.join(directory, "checkpoints"), settings.transfer_workers, progress)
+    planned = compat.prepare_sandbox(saved, os.path.join(directory, "checkpoints"), settings.transfer_workers,
+                                     progress)
     write_json(Path(directory) / CHECK_REQUEST,
-               {**compat.request(saved, request.restore_grace, request.timeout), "timeout": request.timeout})
+               {**compat.request(saved, request.restore_grace, request.timeout, planned), "timeout": request.timeout})
     return {"SPARKPOINT_CHECK_DIR": directory, **({"SPARKPOINT_CONTROLLER": str(controller)} if controller else {})}
 
 

@@ -42,7 +42,8 @@ def check_said(upgrade_check: dict[str, Any]) -> str:
     where = " in its own driver" if upgrade_check.get("in_driver") else ""
     if not upgrade_check.get("compatible", True):
         return f"it does not restore (checked{where}): " + "; ".join(upgrade_check.get("problems") or [])
-    return f"it restores (checked{where} in {upgrade_check['seconds']:.1f} s)"
+    planned = ", by Spark's planning alone" if upgrade_check.get("state_loaded") is False else ""
+    return f"it restores (checked{where} in {upgrade_check['seconds']:.1f} s{planned})"
 
 
 def savepoint_to_check(settings: Settings, replaced: Job, progress: Progress | None) -> tuple[Savepoint, str]:
@@ -151,6 +152,7 @@ def check_in_driver(registry: Registry, job: Job, process: subprocess.Popen | No
         return
     latest.upgrade_check = {"compatible": not found_problems, "savepoint": None if replaced else saved.path,
                             "seconds": checked.seconds,
+                            "state_loaded": any(query.state_loaded for query in checked.queries),
                             "notes": moved.notes + checked.notes, "at": iso(), "in_driver": True,
                             **({"problems": found_problems} if found_problems else {})}
     latest.note("check", check_said(latest.upgrade_check))

@@ -1,16 +1,19 @@
 """`run -s`'s check inside the restored job's own driver: before a saved query starts for real, the same
-query (the application's DataFrame and output mode) runs one batch into Spark's no-op sink on a sandbox restore
-of the savepoint whose next batch is planned empty (see savepoints.compat), in this driver's JVM. Its planning
-is where Spark checks the saved state against the new plan. The outcome goes to the CLI, which words the
-verdict (savepoints.compat, as for `sparkpoint check`) and answers: the query then starts as the application
-asked, or its start() raises and nothing of it runs.
+query (the application's DataFrame and output mode) runs one check batch (runtime.writers.check_batch) on a
+sandbox restore of the savepoint whose next batch is planned empty (see savepoints.compat), in this driver's
+JVM. Its planning is where Spark checks the saved state against the new plan; from Spark 4.0 that is all of
+it, and the batch runs no task where the savepoint allows (compat.planning_checks). The outcome goes to the
+CLI, which words the verdict (savepoints.compat, as for `sparkpoint check`) and answers: the query then starts
+as the application asked, or its start() raises and nothing of it runs.
 
 Trying the query here instead of in a driver of its own spares the upgrade's downtime a second Spark start-up:
-what the check costs is the empty batch. The sandbox query is named ``<name>`` + CHECK_QUERY_SUFFIX: the agent
-leaves it out of what it reports and stops, and its end is kept from the application's awaitAnyTermination()
-(reset, unless a query of the application had ended before). A refused query's start() ends the application
-as sys.exit(reason) would. Each saved query is tried at its own first start: a query the application starts
-before a later, refused, one has run by then.
+what the check costs is the check batch. The sandbox query is named ``<name>`` + CHECK_QUERY_SUFFIX and runs
+on a clone of the application's session: the application's listeners and awaitAnyTermination() never hear of
+it, nor does the agent's listener. (With Spark Connect it runs in the application's session: the agent leaves
+it out by its name, and its end is kept from awaitAnyTermination() by a reset, unless a query of the
+application had ended before.) A refused query's start() ends the application as sys.exit(reason) would. Each
+saved query is tried at its own first start: a query the application starts before a later, refused, one has
+run by then.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from pathlib import Path
 
 from sparkpoint.jobs.protocol import CHECK_REQUEST, await_answer, write_outcome
 from sparkpoint.runtime.agent import CHECK_QUERY_SUFFIX
-from sparkpoint.runtime.writers import StartCall, intercept_starts, outcome, refuse_start, session_confs, session_of
+from sparkpoint.runtime.writers import (StartCall, check_batch, intercept_starts, outcome, refuse_start, session_confs,
+                                       session_of)
 
 
 class Gate:
@@ -31,6 +35,7 @@ class Gate:
         self.directory = directory
         request = json.loads((Path(directory) / CHECK_REQUEST).read_text())
         self.saved: list[str] = request["saved"]
+        self.planned: list[str] = request.get("planned", [])
         self.conf_keys: list[str] = request["confs"]
         self.effective_keys: list[str] = request.get("effective", [])
         self.timeout = float(request["timeout"])  # for the sandbox's batch, and again for the CLI's answer
@@ -55,17 +60,21 @@ class Gate:
         index = self.saved.index(name)
         began = time.monotonic()
         streams = session_of(writer).streams
-        unseen = not _ended_since_reset(streams)
-        query, failure, unfinished = None, None, None
+        query, failure, unfinished, reset = None, None, None, False
         try:
-            query = self._sandbox_writer(writer, name).start()
+            check = check_batch(writer, name + CHECK_QUERY_SUFFIX, os.path.join(self.directory, "checkpoints", name),
+                                name in self.planned)
+            # In the application's session (Spark Connect), the check query's end must not end its
+            # awaitAnyTermination(): reset, unless a query of the application had ended before.
+            reset = not check.own_session and not _ended_since_reset(streams)
+            query = check.writer.start()
             query.awaitTermination(self.timeout)
             if query.isActive:
                 query.stop()
                 unfinished = self.timeout
         except Exception as exc:  # noqa: BLE001 - py4j: Spark's refusal, however it surfaces, is the answer
             failure = exc
-        if unseen:  # the sandbox query's end must not end the application's awaitAnyTermination()
+        if reset:
             streams.resetTerminated()
         report = outcome(name, True, session_confs(writer, self.conf_keys, self.effective_keys),
                          getattr(writer, "_sparkpoint_checkpoint", None), query, failure, unfinished)
@@ -75,15 +84,6 @@ class Gate:
             return call.as_called()
         # The application ends here, as by sys.exit(message): the bootstrap records the message as its error.
         return refuse_start(f"sparkpoint: query {name} is not started: {answer.get('abort')}")
-
-    def _sandbox_writer(self, writer, name: str):
-        """The application's query as a writer of its own: the application's writer is left as it set it, for
-        the real start. The no-op sink stands for its sink (format, path, foreachBatch, table)."""
-        sandbox = (writer._df.writeStream.queryName(name + CHECK_QUERY_SUFFIX).format("noop")
-                   .option("checkpointLocation", os.path.join(self.directory, "checkpoints", name))
-                   .trigger(once=True))
-        mode = getattr(writer, "_sparkpoint_output_mode", None)
-        return sandbox.outputMode(mode) if mode else sandbox
 
 
 def _ended_since_reset(streams) -> bool:

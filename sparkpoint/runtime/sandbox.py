@@ -7,15 +7,16 @@ empty: offsets equal to the cut's, so it reads no input) and the request (jobs.p
 ``saved``, the saved query names; ``confs``, the conf keys Spark pins in their offset logs; ``grace``,
 seconds from the first query start for the saved ones to start, as `run` counts it; ``first_start``,
 seconds to wait for that first start; ``answer_by``, the wall clock's time by which the answer is due, the
-check batches' own time: a grace bounds when queries start, not how long a large state takes to load). The
-answer goes to CHECK_REPORT in SANDBOX.
+check batches' own time: a grace bounds when queries start, not how long a large state takes to load;
+``planned``, the saved queries whose check batch need only be planned). The answer goes to CHECK_REPORT in
+SANDBOX.
 
-Every query the application starts writes to Spark's no-op sink, checkpoints in the sandbox and runs
-once: that one run is the empty batch, whose planning is where Spark checks the saved state against the
-new plan (operators, key and value schemas, sources). No streaming sink of the application is written
-and a saved query reads no input; a query with no saved state is stopped as soon as it has started. What
-the application does outside its streaming queries (a batch write at start-up, a call to a service) it
-does here too.
+Every query the application starts becomes its check batch (runtime.writers.check_batch): checkpointed in the
+sandbox, run once, its sink not the application's. That one run is the empty batch, whose planning is where
+Spark checks the saved state against the new plan (operators, key and value schemas, sources); from Spark 4.0
+a ``planned`` query's batch runs no task. No streaming sink of the application is written and a saved query
+reads no input; a query with no saved state is stopped as soon as it has started. What the application does
+outside its streaming queries (a batch write at start-up, a call to a service) it does here too.
 """
 
 from __future__ import annotations
@@ -33,16 +34,18 @@ from typing import Any
 from sparkpoint.adapters.local_files import write_json
 from sparkpoint.jobs.protocol import CHECK_REPORT, CHECK_REQUEST
 from sparkpoint.runtime.agent import spark_error_line
-from sparkpoint.runtime.writers import StartCall, intercept_starts, outcome, session_confs
+from sparkpoint.runtime.writers import StartCall, check_batch, intercept_starts, is_check_batch, outcome, session_confs
 from sparkpoint.times import poll_until
 
 
 class Sandbox:
     """The application's streaming queries, redirected into the sandbox, and what became of them."""
 
-    def __init__(self, directory: str, saved: list[str], confs: list[str], effective: list[str]):
+    def __init__(self, directory: str, saved: list[str], confs: list[str], effective: list[str],
+                 planned: list[str]):
         self.directory = directory
         self.saved = set(saved)
+        self.planned = set(planned)
         self.conf_keys = confs
         self.effective_keys = effective
         self.queries: list[dict[str, Any]] = []  # in start order: name, the StreamingQuery, the session's confs
@@ -65,16 +68,18 @@ class Sandbox:
         SparkSession.stop = lambda session: None
 
     def start(self, writer, call: StartCall):
+        if is_check_batch(writer):
+            return call.as_called()
         name = getattr(writer, "_sparkpoint_name", None)
         own_checkpoint = getattr(writer, "_sparkpoint_checkpoint", None)
         with self.lock:
             index = len(self.queries)
             self.first_start = self.first_start or time.monotonic()
         location = os.path.join(self.directory, "checkpoints", name if name else f"unnamed-{index}")
-        # The no-op sink replaces whatever sink (format, path, foreachBatch, table) the application chose.
-        call.option(writer.format("noop"), "checkpointLocation", location).trigger(once=True)
+        # Its check batch's sink replaces whatever sink (format, path, foreachBatch, table) the application chose.
+        check = check_batch(writer, name, location, name in self.planned)
         confs = session_confs(writer, self.conf_keys, self.effective_keys)
-        query = call.bare()
+        query = check.writer.start()
         if name not in self.saved:
             query.stop()  # no saved state to check: its first batch would read input
         with self.lock:
@@ -117,7 +122,8 @@ def main(argv: list[str]) -> None:
     directory, app, *app_args = argv
     with open(os.path.join(directory, CHECK_REQUEST)) as handle:
         request = json.load(handle)
-    sandbox = Sandbox(directory, request["saved"], request["confs"], request.get("effective", []))
+    sandbox = Sandbox(directory, request["saved"], request["confs"], request.get("effective", []),
+                      request.get("planned", []))
     sandbox.install()
     ended = threading.Event()
     app_error: list[str] = []

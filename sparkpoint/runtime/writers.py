@@ -1,6 +1,6 @@
 """The application's streaming writers, as the checks see them: each ``start()`` handed to a callback, with
 what the application set that the check needs (the query's name, its own checkpointLocation, its output
-mode), and what a query that ran its check batch tells of itself.
+mode); the writer of a query's check batch; and what a query that ran its check batch tells of itself.
 
 Used by the check's sandbox driver (runtime.sandbox: every query redirected into the sandbox) and by the
 check inside a restored job's own driver (runtime.gate: each saved query tried in the sandbox before it
@@ -17,6 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkpoint.runtime.agent import spark_error_line
+from sparkpoint.spark_versions import spark_minor
+
+# Spark 4.1+ fails a foreachBatch batch whose state stores did not all commit (a function that did not run the
+# whole batch): a check batch that runs no task is one. Set on the check's own session only.
+COMMIT_VALIDATION_CONF = "spark.sql.streaming.stateStore.commitValidation.enabled"
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,68 @@ def _intercept(writer_class, on_start: OnStart) -> None:
     writer_class.toTable = to_table
 
 
+@dataclass(frozen=True)
+class CheckBatch:
+    writer: Any
+    own_session: bool  # on a clone of the application's session
+
+
+def check_batch(writer, name: str | None, location: str, planned: bool) -> CheckBatch:
+    """The writer of the check batch of the application's query ``writer`` (left as the application set it): its
+    DataFrame and output mode, named ``name``, one batch (trigger once) checkpointed at ``location``.
+
+    With the classic API the batch runs on a clone of the application's session (its confs as they are now), so
+    the application's listeners and awaitAnyTermination() never hear of it. Spark Connect's DataFrame lives in
+    the server: there it runs in the application's session. ``planned`` (the request's, from
+    compat.planning_checks), on a Spark that checks saved state as it plans (spark_versions), with the classic
+    API: the sink is a foreachBatch that does nothing. Spark plans the batch before it calls the sink, and
+    nothing executes the plan, so no task loads the state. Otherwise Spark's no-op sink runs the batch."""
+    import pyspark
+
+    frame = writer._df
+    application_plan = getattr(frame, "_jdf", None)
+    own_session = application_plan is not None
+    known = spark_minor(pyspark.__version__)
+    plan_only = planned and own_session and known is not None and known.checks_state_in_planning
+    if own_session:
+        session = type(frame.sparkSession)(frame.sparkSession.sparkContext,
+                                           frame.sparkSession._jsparkSession.cloneSession())
+        if plan_only:
+            session.conf.set(COMMIT_VALIDATION_CONF, "false")
+        frame = type(frame)(_dataset(session, application_plan.queryExecution().analyzed()), session)
+    check = frame.writeStream.queryName(name) if name else frame.writeStream
+    check = check.option("checkpointLocation", location).trigger(once=True)
+    check = check.foreachBatch(_execute_nothing) if plan_only else check.format("noop")
+    mode = getattr(writer, "_sparkpoint_output_mode", None)
+    check = check.outputMode(mode) if mode else check
+    check._sparkpoint_check = True
+    return CheckBatch(check, own_session)
+
+
+def is_check_batch(writer) -> bool:
+    """Whether ``writer`` is check_batch's, not the application's."""
+    return getattr(writer, "_sparkpoint_check", False)
+
+
+def _dataset(session, plan):
+    """``plan`` as a classic Dataset of ``session``: its class is org.apache.spark.sql.classic's from 4.0 (the
+    sql package's Dataset is then the API's, with no ofRows), the sql package's in 3.5."""
+    from py4j.java_gateway import JavaClass
+
+    for name in ("org.apache.spark.sql.classic.Dataset", "org.apache.spark.sql.Dataset"):
+        found = session._jvm
+        for part in name.split("."):
+            found = getattr(found, part)
+        if isinstance(found, JavaClass):
+            return found.ofRows(session._jsparkSession, plan)
+    raise RuntimeError("sparkpoint: no classic Dataset class in this Spark")
+
+
+def _execute_nothing(batch, batch_id) -> None:
+    """A planned check batch's sink: called once Spark has planned the batch (MicroBatchExecution forces the
+    executed plan before the sink's addBatch), it leaves the batch unexecuted."""
+
+
 def refuse_start(reason: str):
     """End the application as ``sys.exit(reason)`` would, from inside a start() it must not make. On the main
     thread that is SystemExit; on another (an application that starts its queries from a thread), SystemExit
@@ -139,17 +206,22 @@ def session_of(writer):
 def outcome(name: str | None, saved: bool, confs: dict[str, dict[str, str | None]], own_checkpoint: str | None,
             query=None, failure: BaseException | None = None, unfinished: float | None = None) -> dict[str, Any]:
     """A query's account for the verdict (savepoints.compat): its session's confs (session_confs), Spark's
-    refusal, one line, and for a check batch that ran, its batch, the stateful operators of the new plan and its
-    sources; ``unfinished``: the seconds its check batch was given, when it was still running at their end."""
+    refusal, one line, and for a check batch that ran, its batch, the stateful operators of the new plan, its
+    sources and whether it opened their state stores (Spark's count of the batch's store instances: none when
+    the batch was only planned); ``unfinished``: the seconds its check batch was given, when it was still running
+    at their end."""
     result: dict[str, Any] = {"name": name, "saved": saved, **confs, "error": None, "batch_id": None,
                               "input_rows": None, "operators": [], "sources": [], "own_checkpoint": own_checkpoint,
-                              "unfinished": unfinished}
+                              "unfinished": unfinished, "state_loaded": None}
     if failure is not None:
         result["error"] = spark_error_line(str(failure))
     if query is not None:
         progress = query.lastProgress or {}
+        operators = progress.get("stateOperators") or []
         result.update(batch_id=progress.get("batchId"), input_rows=progress.get("numInputRows"),
                       operators=[{"name": op.get("operatorName"), "partitions": op.get("numShufflePartitions")}
-                                 for op in progress.get("stateOperators") or []],
-                      sources=[source.get("description") for source in progress.get("sources") or []])
+                                 for op in operators],
+                      sources=[source.get("description") for source in progress.get("sources") or []],
+                      state_loaded=any((op.get("numStateStoreInstances") or 0) > 0 for op in operators)
+                      if progress else None)
     return result

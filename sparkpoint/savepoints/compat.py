@@ -52,6 +52,9 @@ class CheckedQuery(Result):
     error: str | None  # Spark's refusal, one line
     operators: list[str]  # the stateful operators of the new plan, as Spark names them
     sources: int | None
+    # Whether its check batch opened the saved state (Spark 3.5; state without schema files; format v2); false
+    # when Spark's planning was the whole check (planning_checks); None when no batch completed
+    state_loaded: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -68,11 +71,13 @@ class Checked(Result):
 
 
 def prepare_sandbox(savepoint: Savepoint, directory: str, workers: int = 4,
-                    progress: transfer.Progress | None = None) -> None:
+                    progress: transfer.Progress | None = None) -> list[str]:
     """Restore the savepoint below ``directory`` (hard links where it can), plan each query's next batch
     empty, and empty its HDFS-backed state where Spark checks the state against its schema files. Files are
-    replaced, never written through: a link into the savepoint stays as it was."""
+    replaced, never written through: a link into the savepoint stays as it was. Returns the saved queries
+    whose check batch need only be planned, on a Spark that checks state there (see planning_checks)."""
     restored = restore(savepoint, directory, workers=workers, progress=progress)
+    planned = []
     for query, placed in zip(savepoint.queries, restored.queries, strict=True):
         checkpoint = Path(placed.checkpoint)
         for source, target in empty_batch(query["batch_id"]):
@@ -82,6 +87,25 @@ def prepare_sandbox(savepoint: Savepoint, directory: str, workers: int = 4,
                 write_atomic(checkpoint / target, (checkpoint / source).read_bytes())
         if hdfs_refusal(query["confs"], query["checkpoint_format_version"]) is None:
             _empty_hdfs_state(checkpoint, query["batch_id"] + 1)
+        if planning_checks(query, checkpoint):
+            planned.append(query["name"])
+    return planned
+
+
+def planning_checks(query: dict[str, Any], checkpoint: Path) -> bool:
+    """Whether planning the query's check batch is the whole of Spark's check, where Spark checks saved state
+    as it plans (4.0+: spark_versions.checks_state_in_planning): every stateful operator has schema files, the
+    files that planning holds the new plan against, and the state is of checkpoint format v1. Then the batch
+    runs no task (runtime.writers) and loads none of the state: in a `run -s` that load came before the job's
+    own (RocksDB's, whole). An operator without schema files is checked only by reading its rows; format v2's
+    commit needs each store's new id, which only the batch's tasks give."""
+    return query["checkpoint_format_version"] == 1 and all(
+        _schema_files(operator) for operator in (checkpoint / "state").glob("[0-9]*"))
+
+
+def _schema_files(operator: Path) -> list[Path]:
+    return [*operator.glob("_stateSchema/*/*"), *operator.glob("*/_metadata/schema"),
+            *operator.glob("*/*/_metadata/schema")]
 
 
 def _empty_hdfs_state(checkpoint: Path, version: int) -> None:
@@ -94,9 +118,7 @@ def _empty_hdfs_state(checkpoint: Path, version: int) -> None:
     theirs (their files name each other: an empty one is not a file to write by hand), and so does state that
     sparkpoint does not write as Spark would read it (another codec than lz4, row checksums: hdfs_refusal)."""
     for operator in sorted((checkpoint / "state").glob("[0-9]*")):
-        schema_files = [*operator.glob("_stateSchema/*/*"), *operator.glob("*/_metadata/schema"),
-                        *operator.glob("*/*/_metadata/schema")]
-        if not schema_files:
+        if not _schema_files(operator):
             continue
         for partition in sorted(operator.glob("[0-9]*")):
             for store in [partition, *(d for d in partition.iterdir() if d.is_dir() and d.name not in _NOT_STORES)]:
@@ -113,12 +135,13 @@ _NOT_STORES = ("_metadata", "SSTs", "logs")
 _HDFS_FILES = ((None, "delta"), (None, "snapshot"))
 
 
-def request(savepoint: Savepoint, grace: float, first_start: float) -> dict[str, Any]:
+def request(savepoint: Savepoint, grace: float, first_start: float, planned: list[str]) -> dict[str, Any]:
     """What the runtime half needs: the saved queries, the confs Spark pins for them, how long to wait for
-    the first query to start and, from then, for the saved ones."""
+    the first query to start and, from then, for the saved ones; ``planned``: the saved queries whose check
+    batch need only be planned (prepare_sandbox's answer)."""
     keys = sorted({key for q in savepoint.queries for key in q["confs"]} | {SHUFFLE_PARTITIONS})
     return {"saved": [q["name"] for q in savepoint.queries], "confs": keys, "effective": [ANSI_CONF],
-            "grace": grace, "first_start": first_start}
+            "grace": grace, "first_start": first_start, "planned": planned}
 
 
 def verdict(savepoint: Savepoint, app: str, report: dict[str, Any], allow_non_restored: bool) -> Checked:
@@ -167,7 +190,8 @@ def query_verdict(savepoint: Savepoint, saved: dict[str, Any],
     name = saved["name"]
     operators = [op.get("name") or "?" for op in outcome.get("operators") or []]
     checked = CheckedQuery(name=name, started=True, error=outcome.get("error"), operators=operators,
-                           sources=len(outcome["sources"]) if outcome.get("sources") else None)
+                           sources=len(outcome["sources"]) if outcome.get("sources") else None,
+                           state_loaded=outcome.get("state_loaded"))
     found = _query_problems(saved, outcome, operators)
     notes = []
     if name in _rescaled_queries(savepoint):  # its partition count was chosen: the application's is moot

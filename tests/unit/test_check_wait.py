@@ -30,7 +30,7 @@ class CheckBatch:
 
 def sandbox(tmp_path, saved: list[str], started: dict[str, float]) -> Sandbox:
     """The saved queries ``saved``, of which ``started`` (name: its batch's seconds) started just now."""
-    box = Sandbox(str(tmp_path), saved, [], [])
+    box = Sandbox(str(tmp_path), saved, [], [], [])
     box._await_termination = lambda query, seconds: time.sleep(max(0.0, min(seconds, query.ends - time.monotonic())))
     box.first_start = time.monotonic()
     box.queries = [{"name": name, "query": CheckBatch(seconds), "confs": {}, "own_checkpoint": None}

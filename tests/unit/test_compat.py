@@ -58,10 +58,19 @@ def test_the_sandbox_s_hdfs_state_is_one_empty_snapshot_where_spark_checks_its_s
     (unchecked / "state" / "0" / "0" / "_metadata" / "schema").unlink()
     storage, target = storage_for(str(tmp_path / "savepoints2"))
     kept = load(create([QuerySource("alarms", str(unchecked))], storage, target, storage, job="alarms")["path"])
-    compat.prepare_sandbox(kept, str(tmp_path / "sandbox2"))
+    assert compat.prepare_sandbox(kept, str(tmp_path / "sandbox2")) == []  # its check batch must run
     store = tmp_path / "sandbox2" / "alarms" / "state" / "0" / "0"
     rows = sorted(n for n in os.listdir(store) if n.endswith((".delta", ".snapshot")))
     assert rows == ["1.delta", "2.delta", "3.delta", "4.delta"] and (store / "4.delta").stat().st_size > 0
+
+
+def test_a_query_whose_operators_all_have_schema_files_is_checked_by_planning_its_batch(saved, tmp_path):
+    """From Spark 4.0 the planning of a run's first batch holds the new plan against the schema files (and the
+    operator metadata): a check batch that runs no task has had all of Spark's checks, and loads no state."""
+    assert compat.prepare_sandbox(saved, str(tmp_path / "sandbox")) == ["alarms"]
+    # Checkpoint format v2: the batch's commit needs each store's new id, which only its tasks give.
+    saved.query("alarms")["checkpoint_format_version"] = 2
+    assert compat.prepare_sandbox(saved, str(tmp_path / "sandbox-v2")) == []
 
 
 @pytest.mark.parametrize("conf", [{"spark.sql.streaming.stateStore.compression.codec": "zstd"},
@@ -87,10 +96,32 @@ def kinds(checked: compat.Checked) -> list[tuple[str | None, int | None, str]]:
 
 
 def test_an_application_that_runs_the_empty_batch_with_the_same_operators_restores(saved):
-    checked = compat.verdict(saved, "app.py", report(), allow_non_restored=False)
+    checked = compat.verdict(saved, "app.py", report(state_loaded=False), allow_non_restored=False)
     assert checked.compatible and checked.problems == [] and checked.notes == []
-    assert [(q.name, q.started, q.operators, q.sources) for q in checked.queries] == [
-        ("alarms", True, ["stateStoreSave"], 1)]
+    assert [(q.name, q.started, q.operators, q.sources, q.state_loaded) for q in checked.queries] == [
+        ("alarms", True, ["stateStoreSave"], 1, False)]
+
+
+class FinishedQuery:
+    """What runtime.writers.outcome reads of a StreamingQuery whose check batch completed."""
+
+    isActive = False
+
+    def __init__(self, progress):
+        self.lastProgress = progress
+
+
+@pytest.mark.parametrize(("instances", "loaded"), [([0], False), ([2], True), ([0, 2], True), ([], False)])
+def test_a_check_batch_loaded_state_when_spark_counts_store_instances_in_it(instances, loaded):
+    """Spark's own count of the state store instances the batch opened: none when it was only planned."""
+    from sparkpoint.runtime.writers import outcome
+
+    progress = {"batchId": 4, "numInputRows": 0, "sources": [{"description": "s"}],
+                "stateOperators": [{"operatorName": "stateStoreSave", "numShufflePartitions": 2,
+                                    "numStateStoreInstances": count} for count in instances]}
+    said = outcome("alarms", True, {"confs": {}, "effective": {}}, None, FinishedQuery(progress))
+    assert (said["batch_id"], said["state_loaded"]) == (4, loaded)
+    assert outcome("alarms", True, {"confs": {}, "effective": {}}, None, FinishedQuery(None))["state_loaded"] is None
 
 
 @pytest.mark.parametrize(("change", "expected"), [

@@ -121,7 +121,7 @@ def test_the_verdict_says_the_ansi_change_the_driver_reported(tmp_path):
     checked = compat.verdict(saved, "app.py", {"queries": [ran]}, allow_non_restored=False)
     assert checked.compatible and [note[:48] for note in checked.notes] == [
         "query alarms: ANSI SQL mode changes from off (Sp"]
-    assert compat.request(saved, 60.0, 30.0)["effective"] == ["spark.sql.ansi.enabled"]
+    assert compat.request(saved, 60.0, 30.0, [])["effective"] == ["spark.sql.ansi.enabled"]
 
 
 @pytest.mark.parametrize("command", [["check"], ["run", "--detach"]])

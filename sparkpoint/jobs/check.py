@@ -155,15 +155,20 @@ def migration_to(saved: Savepoint, spark: spark_submit.Spark, confs: list[str]) 
 
 
 def prepare_in_driver(settings: Settings, saved: Savepoint, job_directory: str, request: CheckRequest,
-                      controller: int | None, progress: Progress | None = None) -> dict[str, str]:
+                      controller: int | None, before_handover: bool,
+                      progress: Progress | None = None) -> dict[str, str]:
     """`run -s`'s check in the new job's own driver (runtime.gate): the sandbox it tries each saved query in,
     prepared in the job's directory (on the device of its checkpoints: linked, not copied); the driver's
-    environment that asks for it. ``controller``: the pid of this `run`, when the driver runs on this machine."""
+    environment that asks for it. ``controller``: the pid of this `run`, when the driver runs on this machine.
+    ``before_handover`` (`run --replace`): the check runs while the old version still serves, so its batches
+    run whole (none is only planned: compat.planning_checks), loading the state in the JVM that loads it again
+    after the hand-over, inside the downtime, warmer for it; in `run -s` they are inside the downtime."""
     directory = os.path.join(job_directory, START_CHECK_DIR)
     planned = compat.prepare_sandbox(saved, os.path.join(directory, "checkpoints"), settings.transfer_workers,
                                      progress)
     write_json(Path(directory) / CHECK_REQUEST,
-               {**compat.request(saved, request.restore_grace, request.timeout, planned), "timeout": request.timeout})
+               {**compat.request(saved, request.restore_grace, request.timeout, [] if before_handover else planned),
+                "timeout": request.timeout})
     return {"SPARKPOINT_CHECK_DIR": directory, **({"SPARKPOINT_CONTROLLER": str(controller)} if controller else {})}
 
 

@@ -434,7 +434,7 @@ def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_ar
     check_settings = {}
     if checked_against is not None:
         check_settings = prepare_in_driver(settings, checked_against, job.directory, check_request(request),
-                                           None if cluster else os.getpid(), progress)
+                                           None if cluster else os.getpid(), replacing, progress)
     driver_settings = {
         **check_settings,
         "SPARKPOINT_RESTORE_GRACE": str(request.restore_grace),

@@ -143,7 +143,9 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
 
     upgraded = cli_json(home, "run", "--detach", "--name", "counts", "--replace", resumed["id"], "--no-rollback",
                         APP, str(inputs), str(tmp_path / "out3"))
-    assert upgraded["upgrade_check"]["compatible"] is True
+    # Checked in the new driver before the hand-over, while the old version serves: its batch runs whole.
+    assert upgraded["upgrade_check"]["compatible"] is True and upgraded["upgrade_check"]["in_driver"] is True
+    assert upgraded["upgrade_check"]["state_loaded"] is True
     handover = upgraded["replaced"]
     assert handover["job"]["id"] == resumed["id"] and handover["job"]["state"] == "finished"
     assert handover["queries"][0]["batch_id"] == 6 and upgraded["restored_from"] == handover["path"]

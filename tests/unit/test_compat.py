@@ -3,6 +3,7 @@ and Spark's own refusals, run in tests/spark/test_check.py."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -10,6 +11,10 @@ import pytest
 from checkpoints import hdfs_checkpoint
 
 from sparkpoint.adapters.storage import storage_for
+from sparkpoint.config import Settings
+from sparkpoint.jobs.check import CheckRequest, prepare_in_driver
+from sparkpoint.jobs.protocol import CHECK_REQUEST, START_CHECK_DIR
+from sparkpoint.runtime.writers import outcome
 from sparkpoint.savepoints import compat
 from sparkpoint.savepoints.create import QuerySource, create
 from sparkpoint.savepoints.savepoint import load, verify
@@ -73,6 +78,17 @@ def test_a_query_whose_operators_all_have_schema_files_is_checked_by_planning_it
     assert compat.prepare_sandbox(saved, str(tmp_path / "sandbox-v2")) == []
 
 
+@pytest.mark.parametrize(("before_handover", "planned"), [(False, ["alarms"]), (True, [])])
+def test_only_run_s_has_its_driver_plan_a_check_batch_alone(saved, tmp_path, before_handover, planned):
+    """run -s checks inside the downtime; run --replace before the hand-over, where the whole batch costs none and
+    warms the JVM that loads the state after it."""
+    job_directory = tmp_path / "job"
+    environment = prepare_in_driver(Settings(home=str(tmp_path / "home")), saved, str(job_directory),
+                                    CheckRequest(app="app.py"), None, before_handover)
+    assert environment == {"SPARKPOINT_CHECK_DIR": str(job_directory / START_CHECK_DIR)}
+    assert json.loads((job_directory / START_CHECK_DIR / CHECK_REQUEST).read_text())["planned"] == planned
+
+
 @pytest.mark.parametrize("conf", [{"spark.sql.streaming.stateStore.compression.codec": "zstd"},
                                   {"spark.sql.streaming.stateStore.rowChecksum.enabled": "true"}])
 def test_state_sparkpoint_cannot_write_as_spark_reads_it_keeps_its_rows_in_the_sandbox(saved, tmp_path, conf):
@@ -114,8 +130,6 @@ class FinishedQuery:
 @pytest.mark.parametrize(("instances", "loaded"), [([0], False), ([2], True), ([0, 2], True), ([], False)])
 def test_a_check_batch_loaded_state_when_spark_counts_store_instances_in_it(instances, loaded):
     """Spark's own count of the state store instances the batch opened: none when it was only planned."""
-    from sparkpoint.runtime.writers import outcome
-
     progress = {"batchId": 4, "numInputRows": 0, "sources": [{"description": "s"}],
                 "stateOperators": [{"operatorName": "stateStoreSave", "numShufflePartitions": 2,
                                     "numStateStoreInstances": count} for count in instances]}

@@ -134,18 +134,40 @@ def check_batch(writer, name: str | None, location: str, planned: bool) -> Check
     known = spark_minor(pyspark.__version__)
     plan_only = planned and own_session and known is not None and known.checks_state_in_planning
     if own_session:
-        session = type(frame.sparkSession)(frame.sparkSession.sparkContext,
-                                           frame.sparkSession._jsparkSession.cloneSession())
+        session = _clone(frame.sparkSession)
         if plan_only:
             session.conf.set(COMMIT_VALIDATION_CONF, "false")
         frame = type(frame)(_dataset(session, application_plan.queryExecution().analyzed()), session)
     check = frame.writeStream.queryName(name) if name else frame.writeStream
     check = check.option("checkpointLocation", location).trigger(once=True)
-    check = check.foreachBatch(_execute_nothing) if plan_only else check.format("noop")
+    check = check.foreachBatch(_executing_nothing(_rdd_to_df())) if plan_only else check.format("noop")
     mode = getattr(writer, "_sparkpoint_output_mode", None)
     check = check.outputMode(mode) if mode else check
     check._sparkpoint_check = True
     return CheckBatch(check, own_session)
+
+
+def _clone(session):
+    """A clone of ``session`` (its confs as they are now) as a PySpark session. PySpark's constructor points
+    RDD.toDF at the session it builds: the application's is put back, so its ``rdd.toDF()`` keeps making
+    DataFrames of its own session."""
+    to_df = _rdd_to_df()
+    clone = type(session)(session.sparkContext, session._jsparkSession.cloneSession())
+    _put_back(to_df)
+    return clone
+
+
+def _rdd_to_df():
+    from pyspark.rdd import RDD
+
+    return RDD.__dict__.get("toDF")
+
+
+def _put_back(to_df) -> None:
+    from pyspark.rdd import RDD
+
+    if to_df is not None:
+        RDD.toDF = to_df
 
 
 def is_check_batch(writer) -> bool:
@@ -167,9 +189,14 @@ def _dataset(session, plan):
     raise RuntimeError("sparkpoint: no classic Dataset class in this Spark")
 
 
-def _execute_nothing(batch, batch_id) -> None:
+def _executing_nothing(to_df):
     """A planned check batch's sink: called once Spark has planned the batch (MicroBatchExecution forces the
-    executed plan before the sink's addBatch), it leaves the batch unexecuted."""
+    executed plan before the sink's addBatch), it leaves the batch unexecuted. PySpark builds a session for the
+    batch before the call, which points RDD.toDF at it: ``to_df``, the application's, is put back."""
+    def execute_nothing(batch, batch_id) -> None:
+        _put_back(to_df)
+
+    return execute_nothing
 
 
 def refuse_start(reason: str):

@@ -42,8 +42,8 @@ def check_said(upgrade_check: dict[str, Any]) -> str:
     where = " in its own driver" if upgrade_check.get("in_driver") else ""
     if not upgrade_check.get("compatible", True):
         return f"it does not restore (checked{where}): " + "; ".join(upgrade_check.get("problems") or [])
-    planned = ", by Spark's planning alone" if upgrade_check.get("state_loaded") is False else ""
-    return f"it restores (checked{where} in {upgrade_check['seconds']:.1f} s{planned})"
+    unloaded = ", without loading the saved state" if upgrade_check.get("state_loaded") is False else ""
+    return f"it restores (checked{where} in {upgrade_check['seconds']:.1f} s{unloaded})"
 
 
 def savepoint_to_check(settings: Settings, replaced: Job, progress: Progress | None) -> tuple[Savepoint, str]:

@@ -26,13 +26,9 @@ COMMIT_VALIDATION_CONF = "spark.sql.streaming.stateStore.commitValidation.enable
 
 @dataclass(frozen=True)
 class StartCall:
-    """A start() the application made: ``as_called()`` starts the query as it asked; ``bare()`` starts the
-    writer as it now stands, without start()'s own arguments (a writer redirected to the sandbox);
-    ``option(writer, key, value)`` is the writer's own option(), not the interception's."""
+    """A start() the application made: ``as_called()`` starts the query as it asked."""
 
     as_called: Callable[[], Any]
-    bare: Callable[[], Any]
-    option: Callable[[Any, str, Any], Any]
 
 
 # on_start(writer, call): what start() returns instead.
@@ -92,15 +88,13 @@ def _intercept(writer_class, on_start: OnStart) -> None:
     def start(writer, path=None, format=None, outputMode=None, partitionBy=None, queryName=None, **given):
         arguments(writer, outputMode, queryName, given)
         return on_start(writer, StartCall(
-            as_called=lambda: original_start(writer, path, format, outputMode, partitionBy, queryName, **given),
-            bare=lambda: original_start(writer), option=original_option))
+            as_called=lambda: original_start(writer, path, format, outputMode, partitionBy, queryName, **given)))
 
     def to_table(writer, tableName, format=None, outputMode=None, partitionBy=None, queryName=None, **given):
         arguments(writer, outputMode, queryName, given)
         return on_start(writer, StartCall(
             as_called=lambda: original_to_table(writer, tableName, format, outputMode, partitionBy, queryName,
-                                                **given),
-            bare=lambda: original_start(writer), option=original_option))
+                                                **given)))
 
     writer_class.queryName = query_name
     writer_class.outputMode = output_mode
@@ -133,25 +127,25 @@ def check_batch(writer, name: str | None, location: str, planned: bool) -> Check
     own_session = application_plan is not None
     known = spark_minor(pyspark.__version__)
     plan_only = planned and own_session and known is not None and known.checks_state_in_planning
+    to_df = _rdd_to_df()  # the application's, before PySpark points it at a session of the check's
     if own_session:
-        session = _clone(frame.sparkSession)
+        session = _clone(frame.sparkSession, to_df)
         if plan_only:
             session.conf.set(COMMIT_VALIDATION_CONF, "false")
         frame = type(frame)(_dataset(session, application_plan.queryExecution().analyzed()), session)
     check = frame.writeStream.queryName(name) if name else frame.writeStream
     check = check.option("checkpointLocation", location).trigger(once=True)
-    check = check.foreachBatch(_executing_nothing(_rdd_to_df())) if plan_only else check.format("noop")
+    check = check.foreachBatch(_executing_nothing(to_df)) if plan_only else check.format("noop")
     mode = getattr(writer, "_sparkpoint_output_mode", None)
     check = check.outputMode(mode) if mode else check
     check._sparkpoint_check = True
     return CheckBatch(check, own_session)
 
 
-def _clone(session):
+def _clone(session, to_df):
     """A clone of ``session`` (its confs as they are now) as a PySpark session. PySpark's constructor points
-    RDD.toDF at the session it builds: the application's is put back, so its ``rdd.toDF()`` keeps making
-    DataFrames of its own session."""
-    to_df = _rdd_to_df()
+    RDD.toDF at the session it builds: ``to_df``, the application's, is put back, so its ``rdd.toDF()`` keeps
+    making DataFrames of its own session."""
     clone = type(session)(session.sparkContext, session._jsparkSession.cloneSession())
     _put_back(to_df)
     return clone

@@ -46,18 +46,21 @@ class BoundedServer(ThreadingHTTPServer):
             if not self._slots.acquire(timeout=SLOT_SECONDS):
                 self.shutdown_request(request)
                 return
-        # The connection's thread is started with SIGINT and SIGTERM blocked (a thread inherits its creator's
-        # mask), so that the kernel delivers them to the main thread. One taken by another thread could be left
-        # pending, unhandled, while the main thread polled on: 1 SIGTERM in 10 sent just after a reply was ignored
-        # by `metrics --serve` here (CPython 3.11), which went on serving.
-        unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING_SIGNALS)
         try:
-            super().process_request(request, client_address)
+            with _ending_signals_blocked():
+                super().process_request(request, client_address)
         except BaseException:
             self._slots.release()
             raise
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
+
+    def serve_in_background(self, name: str, poll_interval: float) -> threading.Thread:
+        """serve_forever on a daemon thread of its own (as the agent serves in a driver whose main thread runs
+        the application), which leaves SIGINT and SIGTERM to the main thread as the connections' threads do."""
+        thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": poll_interval}, name=name,
+                                  daemon=True)
+        with _ending_signals_blocked():
+            thread.start()
+        return thread
 
     def handle_error(self, request, client_address) -> None:
         pass  # a client gone mid-reply: nothing to tell
@@ -92,6 +95,19 @@ class BoundedServer(ThreadingHTTPServer):
     def drain(self, seconds: float) -> None:
         """Until no request is in flight, for at most ``seconds``."""
         poll_until(lambda: not self._in_flight, seconds, 0.01)
+
+
+@contextlib.contextmanager
+def _ending_signals_blocked():
+    """Threads started inside it have SIGINT and SIGTERM blocked (a thread inherits its creator's mask), so that
+    the kernel delivers them to the main thread. One taken by another thread could be left pending, unhandled,
+    while the main thread polled on: 1 SIGTERM in 10 sent just after a reply was ignored by `metrics --serve`
+    here (CPython 3.11), which went on serving."""
+    unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
 
 
 class QuietHandler(BaseHTTPRequestHandler):

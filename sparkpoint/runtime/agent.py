@@ -503,8 +503,7 @@ class Agent:
 
         self._server = ControlServer((self.host, 0), self)
         # A short poll: shutdown() waits for it, and the driver exits only after shutdown() returns.
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="sparkpoint-agent",
-                         daemon=True).start()
+        self._server.serve_in_background("sparkpoint-agent", poll_interval=0.05)
         self._write_state("starting")
         threading.Thread(target=self._watch, name="sparkpoint-watch", daemon=True).start()
 

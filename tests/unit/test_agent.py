@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import contextlib
+import signal
 import socket
 import threading
 import time
@@ -43,6 +44,19 @@ def test_token_file_is_private_and_agent_binds_loopback(agent):
     assert mode == 0o600
     assert running.address[0] == "127.0.0.1"
     assert read_agent_file(job.directory)["port"] == running.address[1]
+
+
+def blocked_signals(thread_id: int) -> set[signal.Signals]:
+    """The signals a thread of this process blocks, as the kernel has them."""
+    with open(f"/proc/self/task/{thread_id}/status") as status:
+        mask = int(next(line.split()[1] for line in status if line.startswith("SigBlk:")), 16)
+    return {number for number in signal.Signals if mask >> (number - 1) & 1}
+
+
+def test_the_agent_leaves_sigint_and_sigterm_to_the_drivers_main_thread(agent):
+    serving = next(thread for thread in threading.enumerate() if thread.name == "sparkpoint-agent")
+    assert {signal.SIGINT, signal.SIGTERM} <= blocked_signals(serving.native_id)
+    assert not {signal.SIGINT, signal.SIGTERM} & blocked_signals(threading.get_native_id())
 
 
 def test_the_right_job_and_token_are_answered(agent):

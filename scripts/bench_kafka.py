@@ -103,8 +103,8 @@ def stop_and_restore(work: Path, bootstrap: str, rounds: int, rate: int) -> None
             restored = Path(job["checkpoint_root"]) / "keyed"
             restores.append(commit_time(restored, wait_for_commit_after(restored, cut["batch_id"])) - began)
             print(f"  round {round_ + 1}, {rows:,} keys of state: stop {stops[-1]:.2f} s (boundary "
-                  f"{phases['boundary']:.2f}, savepoint {phases['savepoint']:.2f}, driver exit "
-                  f"{phases['driver_exit']:.2f}; at boundary "
+                  f"{phases['boundary']:.2f}, savepoint {phases['savepoint']:.2f}, application end "
+                  f"{phases['application_end']:.2f}; at boundary "
                   f"{cut['at_boundary']}, {stopped['bytes'] / 1e6:.0f} MB), run -s to its first commit "
                   f"{restores[-1]:.2f} s", flush=True)
     finally:

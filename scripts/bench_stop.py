@@ -84,7 +84,7 @@ def app_args(workload: str, work: Path, trigger: str) -> list[str]:
 
 def variant(work: Path, trigger: str, rounds: int, spark: list[str], workload: str) -> None:
     home, previous = work / "home", None
-    stops, boundaries, savepoints, exits, lives, batches = [], [], [], [], [], []
+    stops, boundaries, savepoints, ends, lives, batches = [], [], [], [], [], []
     for round_ in range(rounds + 1):  # round 0 seeds the state and warms the page cache: not counted
         job = sparkpoint(home, "run", "--detach", "--name", f"{workload}-{trigger}", *spark,
                          *(["-s", previous] if previous else []), *app_args(workload, work, trigger))
@@ -97,7 +97,7 @@ def variant(work: Path, trigger: str, rounds: int, spark: list[str], workload: s
         cut = stopped["queries"][0]
         phases = stopped["phases"]
         print(f"  trigger {trigger} s, round {round_}: stop {stop_seconds:.2f} s (boundary {phases['boundary']:.2f}, "
-              f"savepoint {phases['savepoint']:.2f}, driver exit {phases['driver_exit']:.2f}), at boundary "
+              f"savepoint {phases['savepoint']:.2f}, application end {phases['application_end']:.2f}), at boundary "
               f"{cut['at_boundary']} ({cut.get('how')}), replayed {cut['replayed_batch_id']}; live savepoint "
               f"{live_seconds:.2f} s ({live['bytes'] / 1e6:.2f} MB); batches "
               f"{statistics.median(durations):.2f} s median", flush=True)
@@ -105,7 +105,7 @@ def variant(work: Path, trigger: str, rounds: int, spark: list[str], workload: s
             stops.append(stop_seconds)
             boundaries.append(phases["boundary"])
             savepoints.append(phases["savepoint"])
-            exits.append(phases["driver_exit"])
+            ends.append(phases["application_end"])
             lives.append(live_seconds)
             batches += durations
         sparkpoint(home, "savepoint", "--dispose", live["path"])
@@ -118,7 +118,7 @@ def variant(work: Path, trigger: str, rounds: int, spark: list[str], workload: s
     target = statistics.median(lives) + 2 * statistics.median(batches) + 1.5
     print(f"trigger {trigger} s, {len(stops)} rounds           min    med    max  (seconds)")
     for name, values in (("stop (command)", stops), ("  boundary", boundaries), ("  savepoint", savepoints),
-                         ("  driver exit", exits), ("live savepoint", lives), ("batch duration", batches)):
+                         ("  application end", ends), ("live savepoint", lives), ("batch duration", batches)):
         print(f"  {name:<28} {spread(values)}")
     print(f"  target live savepoint + 2 batches + 1.5 s = {target:.2f} s: {sum(s <= target for s in stops)} of "
           f"{len(stops)} rounds within it")

@@ -352,7 +352,8 @@ def stop_cmd(app, job_ref, savepoint_path, timeout, output):
     """Stop a job at its next micro-batch boundary and take a savepoint.
 
     Each query finishes the batch it is running (or, if idle, starts none), commits it, and starts no
-    other; the savepoint is cut at that commit while the driver exits.
+    other; the savepoint is cut at that commit while the application ends. It returns once both are
+    done; the driver's JVM may still be shutting Spark down.
     """
     from sparkpoint.jobs import stop
 

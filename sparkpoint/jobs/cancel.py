@@ -8,15 +8,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from sparkpoint.adapters.processes import pid_alive
 from sparkpoint.config import Settings
 from sparkpoint.errors import JobNotRunningError, SparkpointError
 from sparkpoint.jobs.agents import client_for
-from sparkpoint.jobs.drivers import end_driver, end_driver_apart
+from sparkpoint.jobs.drivers import end_driver, end_once_application_ended
 from sparkpoint.jobs.job_view import JobView, describe_job
-from sparkpoint.jobs.protocol import read_agent_file
-from sparkpoint.jobs.registry import Job, Registry, driver_start, state_of
-from sparkpoint.times import poll_until
+from sparkpoint.jobs.registry import Registry, state_of
 
 # A cancelled application's time to end by itself once its queries are being stopped, and then its JVM's to exit
 # (each), before the driver is ended.
@@ -38,21 +35,9 @@ def cancel_job(settings: Settings, reference: str, sleep: Callable[[float], None
     except SparkpointError:  # an agent gone, wedged or not up yet: nobody else will end the driver
         end_driver(job, grace=0.0, sleep=sleep, clock=clock)
     else:
-        if job.submission_id:  # its manager says when it has ended
-            end_driver(job, grace=CANCEL_GRACE, sleep=sleep, clock=clock)
-        elif _application_ended(job, sleep, clock):
-            end_driver_apart(registry, job, grace=CANCEL_GRACE)
-        else:
-            end_driver(job, grace=0.0, sleep=sleep, clock=clock)
+        end_once_application_ended(registry, job, CANCEL_GRACE, sleep, clock)
     job = registry.load(job.id)  # as it is now: what others wrote meanwhile (a rollback's record) stays
     job.end("cancelled", reason="cancel", previous_state=state)
     registry.save(job)
     return describe_job(registry.load(job.id))
 
-
-def _application_ended(job: Job, sleep: Callable[[float], None], clock: Callable[[], float]) -> bool:
-    """Whether the cancelled application ends within CANCEL_GRACE: its agent's record final, or its driver gone.
-    A short poll: the cancel's reply waits on it (the record is a small local file)."""
-    start = driver_start(job)
-    return bool(poll_until(lambda: "ended_at" in read_agent_file(job.directory) or not pid_alive(job.pid, start),
-                           CANCEL_GRACE, 0.02, clock=clock, sleep=sleep))

@@ -20,6 +20,10 @@ from sparkpoint.jobs.job_view import JobView, describe_job
 from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, driver_start, state_of
 from sparkpoint.times import poll_until
 
+# A stopped job's application's time to end once its queries have ended at the boundary, and then its JVM's to
+# exit (each), before the driver is ended.
+STOPPED_GRACE = 30.0
+
 
 def await_cluster_driver(registry: Registry, job: Job, detach: bool, sleep, clock, timeout: float) -> JobView:
     """Until the agent runs (detached) or the driver ended (foreground), as its manager and the agent tell."""
@@ -87,31 +91,53 @@ def end_interrupted(registry: Registry, job: Job, process: subprocess.Popen) -> 
     registry.save(job)
 
 
-class DriverExit:
-    """Waits, on a thread of its own, for a stopped driver to exit (ending it after a grace period)."""
+class ApplicationEnd:
+    """Waits, on a thread of its own, for a stopped job's application to end (end_once_application_ended)."""
 
-    def __init__(self, job: Job, sleep, clock):
+    def __init__(self, registry: Registry, job: Job, sleep, clock):
         self._clock = clock
         self._started = clock()
         self._seconds: float | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(job, sleep, clock), name="sparkpoint-driver-exit",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(registry, job, sleep, clock),
+                                        name="sparkpoint-application-end", daemon=True)
         self._thread.start()
 
-    def _run(self, job: Job, sleep, clock) -> None:
+    def _run(self, registry: Registry, job: Job, sleep, clock) -> None:
         try:
-            end_driver(job, grace=30.0, sleep=sleep, clock=clock)
+            end_once_application_ended(registry, job, STOPPED_GRACE, sleep, clock)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller by wait()
             self._error = exc
         self._seconds = self._clock() - self._started
 
     def wait(self) -> float:
-        """Seconds from the boundary to the driver's exit; what ending it raised, if anything did."""
+        """Seconds from the boundary to the application's end; what ending the driver raised, if anything did."""
         self._thread.join()
         if self._error is not None:
             raise self._error
         return round(self._seconds or 0.0, 3)
+
+
+def end_once_application_ended(registry: Registry, job: Job, grace: float, sleep: Callable[[float], None],
+                               clock: Callable[[], float]) -> None:
+    """Return once a stopped or cancelled driver's application has ended (every query stopped: nothing more is
+    read or written), while its JVM still shuts Spark down (about half a second here): a process of its own
+    then ends the driver if that shutdown hangs (end_driver_apart). A cluster-mode driver: once its manager
+    says it ended. An application that has not ended within ``grace``: its driver is ended now."""
+    if job.submission_id:
+        end_driver(job, grace=grace, sleep=sleep, clock=clock)
+    elif _application_ended(job, grace, sleep, clock):
+        end_driver_apart(registry, job, grace=grace)
+    else:
+        end_driver(job, grace=0.0, sleep=sleep, clock=clock)
+
+
+def _application_ended(job: Job, grace: float, sleep: Callable[[float], None], clock: Callable[[], float]) -> bool:
+    """Whether the application ends within ``grace``: its agent's record final, or its driver gone. A short poll:
+    a stop's and a cancel's reply wait on it (the record is a small local file)."""
+    start = driver_start(job)
+    return bool(poll_until(lambda: "ended_at" in read_agent_file(job.directory) or not pid_alive(job.pid, start),
+                           grace, 0.02, clock=clock, sleep=sleep))
 
 
 def end_driver(job: Job, grace: float, sleep: Callable[[float], None] = time.sleep,
@@ -129,10 +155,10 @@ def end_driver(job: Job, grace: float, sleep: Callable[[float], None] = time.sle
 
 
 def end_driver_apart(registry: Registry, job: Job, grace: float) -> None:
-    """end_driver(job, grace) in a process of its own, which outlives the caller: a cancel returns once the
-    application has ended, while its JVM still shuts Spark down (about 0.4 s), and this process ends the driver if
-    that shutdown hangs. What it cannot do it says in the job's log, when that is a file of its own (a FIFO or a
-    link in its place is left alone: the cancel must neither block on it nor write through it)."""
+    """end_driver(job, grace) in a process of its own, which outlives the caller: a cancel or a stop returns once
+    the application has ended, while its JVM still shuts Spark down (about 0.4 s), and this process ends the
+    driver if that shutdown hangs. What it cannot do it says in the job's log, when that is a file of its own (a
+    FIFO or a link in its place is left alone: the caller must neither block on it nor write through it)."""
     log = append_to(Path(job.log_path))
     output = log or subprocess.DEVNULL
     try:

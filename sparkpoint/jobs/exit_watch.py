@@ -1,6 +1,6 @@
-"""The end of a cancelled driver, watched by a process of its own (drivers.end_driver_apart): `cancel` returns
-once the application has ended, and this process, which outlives it, ends the driver if its JVM has not exited
-within the grace.
+"""The end of a cancelled or stopped driver, watched by a process of its own (drivers.end_driver_apart): `cancel`
+and `stop` return once the application has ended, and this process, which outlives them, ends the driver if its
+JVM has not exited within the grace.
 
     python -m sparkpoint.jobs.exit_watch HOME JOB_ID GRACE
 """

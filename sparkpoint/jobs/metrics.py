@@ -35,7 +35,7 @@ from sparkpoint.times import parse_iso
 AGENT_SECONDS = 0.5  # per agent, all asked at once: a scrape of any number of jobs takes about this long
 INPUT_SECONDS = 1.0  # for the Kafka broker to say whether the newest savepoints' input is still in the log
 JOB_STATES = ("starting", "running", "finished", "failed", "cancelled", "lost")
-STOP_PHASES = ("boundary", "savepoint", "driver_exit")
+STOP_PHASES = ("boundary", "savepoint", "application_end")
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ SAVEPOINT_FAILURES = _counter("sparkpoint_job_savepoint_failures_total", JOB,
 LAST_STOP = _gauge("sparkpoint_job_last_stop_timestamp_seconds", JOB,
                    "When the job's last stop with a savepoint (stop, cancel --with-savepoint, hand-over) ended.")
 LAST_STOP_PHASE = _gauge("sparkpoint_job_last_stop_phase_seconds", (*JOB, "phase"),
-                         "How long each phase of that stop took: boundary, savepoint, driver_exit.")
+                         "How long each phase of that stop took: boundary, savepoint, application_end.")
 LAST_STOP_AT_BOUNDARY = _gauge("sparkpoint_job_last_stop_at_boundary", JOB,
                                "1 if every query of that stop ended at a batch boundary, 0 if one was interrupted.")
 RESTORES = _counter("sparkpoint_job_restores_total", JOB, "Restores the job started from (1 if from a savepoint).")

@@ -38,7 +38,7 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
     try:
         _await_handover_waiting(registry, job, process, replaced, sleep, clock, timeout)
         job.launch = {**(job.launch or {}), "stop_began": iso()}
-        stopped, exiting = stop_with_savepoint(settings, registry, replaced, savepoint_path,
+        stopped, ending = stop_with_savepoint(settings, registry, replaced, savepoint_path,
                                                 stop_timeout, progress, sleep, clock)
         job.launch["stopped"] = iso()
         saved = savepoint.load(stopped.path, settings.storage_options)
@@ -64,7 +64,7 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
         if stopped is None or not isinstance(exc, SparkpointError):
             raise  # the old job runs on (or an interrupt: the caller's to report)
         # The old job is stopped: its savepoint is the way back, which the caller takes.
-        record_stopped(registry, replaced, False, exiting, stopped,
+        record_stopped(registry, replaced, False, ending, stopped,
                        f"stopped for {job.id}, whose hand-over then failed; savepoint {stopped.path}")
         raise HandoverFailedError(f"the hand-over from {replaced.id} failed after it stopped: {exc}",
                                   stopped.path) from exc
@@ -72,8 +72,8 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
     job.note("took_over", f"from {replaced.id}, stopped at batch {_cuts(stopped)} with savepoint {saved.path}")
     registry.save(job)
     answer_handover(job.directory, {"expected_queries": [q["name"] for q in saved.queries]})
-    # Only now wait for the old driver's exit: the new one is already restoring and starting its queries.
-    return replace(stopped, job=record_stopped(registry, replaced, False, exiting, stopped,
+    # Only now wait for the old application's end: the new one is already restoring and starting its queries.
+    return replace(stopped, job=record_stopped(registry, replaced, False, ending, stopped,
                                                f"replaced by {job.id}, savepoint {stopped.path}"))
 
 

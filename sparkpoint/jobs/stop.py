@@ -15,7 +15,7 @@ from sparkpoint.adapters.transfer import NullProgress, Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import (JobFailedError, JobNotRunningError, SparkpointError, StopInterruptedError,
                                StopRefusedError)
-from sparkpoint.jobs.drivers import DriverExit
+from sparkpoint.jobs.drivers import ApplicationEnd
 from sparkpoint.results import json_number
 from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.jobs.agents import client_for
@@ -34,17 +34,18 @@ def stop_job(settings: Settings, reference: str, target_dir: str | None = None, 
              sleep: Callable[[float], None] = time.sleep,
              clock: Callable[[], float] = time.monotonic) -> Stopped:
     """Stop every query at its next micro-batch boundary (interrupted after ``timeout``), savepoint the
-    checkpoints while the driver exits, and return once both are done."""
+    checkpoints while the application ends, and return once both are done (the driver's JVM may still be
+    shutting Spark down: see drivers.end_once_application_ended)."""
     registry = Registry(settings.home_url())
     job = registry.resolve(reference)
-    result, exiting = stop_with_savepoint(settings, registry, job, target_dir, timeout, progress, sleep, clock)
-    return replace(result, job=record_stopped(registry, job, cancelled, exiting, result,
+    result, ending = stop_with_savepoint(settings, registry, job, target_dir, timeout, progress, sleep, clock)
+    return replace(result, job=record_stopped(registry, job, cancelled, ending, result,
                                               f"stopped with savepoint {result.path}"))
 
 
 def stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target_dir: str | None, timeout: float,
-                         progress: Progress | None, sleep, clock) -> tuple[Stopped, DriverExit]:
-    """The savepoint at the boundary, and the driver's exit, already under way (the savepoint reads only
+                         progress: Progress | None, sleep, clock) -> tuple[Stopped, ApplicationEnd]:
+    """The savepoint at the boundary, and the application's end, already under way (the savepoint reads only
     the stopped queries' checkpoints, so the two overlap)."""
     started = clock()
     try:
@@ -57,7 +58,7 @@ def stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target
         registry.savepoint_failed(job, exc)  # failures it records itself)
         raise
     boundary = clock()
-    exiting = DriverExit(job, sleep, clock)
+    ending = ApplicationEnd(registry, job, sleep, clock)
     created = create_savepoint(settings, job, job_sources(stopped), target_dir, progress, taken="stop")
     outcome = {q["name"]: q for q in stopped}
     queries = [StoppedQuery(**vars(q), at_boundary=_at_boundary(q, outcome[q.name]),
@@ -65,7 +66,7 @@ def stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target
                for q in created.queries]
     phases = {"boundary": round(boundary - started, 3), "savepoint": round(clock() - boundary, 3)}
     return Stopped(path=created.path, id=created.id, job=created.job, created_at=created.created_at,
-                   bytes=created.bytes, file_count=created.file_count, queries=queries, phases=phases), exiting
+                   bytes=created.bytes, file_count=created.file_count, queries=queries, phases=phases), ending
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def _how(said: Any) -> str | None:
 
 @dataclass(frozen=True)
 class Stopped(Result):
-    """A savepoint at the stop (as Created), and once the driver has exited, the job as `run` shows it."""
+    """A savepoint at the stop (as Created), and once the application has ended, the job as `run` shows it."""
 
     path: str
     id: str
@@ -105,7 +106,7 @@ class Stopped(Result):
     bytes: int
     file_count: int
     queries: list[StoppedQuery]
-    phases: dict[str, float]  # seconds: boundary, savepoint, driver_exit
+    phases: dict[str, float]  # seconds: boundary, savepoint, application_end
 
     def said(self) -> list[str]:
         """As the CLI and the page report it."""
@@ -113,8 +114,8 @@ class Stopped(Result):
         job_id = self.job.id if isinstance(self.job, JobView) else self.job
         phases = self.phases
         lines = [f"Job {job_id} stopped ({state}); savepoint {self.path}",
-                 f"  boundary {phases['boundary']:.1f} s, savepoint {phases['savepoint']:.1f} s, driver exit "
-                 f"{phases['driver_exit']:.1f} s (from the boundary, alongside the savepoint)"]
+                 f"  boundary {phases['boundary']:.1f} s, savepoint {phases['savepoint']:.1f} s, application end "
+                 f"{phases['application_end']:.1f} s (from the boundary, alongside the savepoint)"]
         for q in self.queries:
             where = "at a batch boundary" if q.at_boundary else "without a boundary (interrupted)"
             replay = (f"; batch {q.replayed_batch_id} is replayed on restore" if q.replayed_batch_id is not None
@@ -195,11 +196,11 @@ def _waiting_message(report: dict[str, Any]) -> str:
     return f"waiting for {batches} to commit, {report['seconds']:.0f} s"
 
 
-def record_stopped(registry: Registry, job: Job, cancelled: bool, exiting: DriverExit, stopped: Stopped,
+def record_stopped(registry: Registry, job: Job, cancelled: bool, ending: ApplicationEnd, stopped: Stopped,
                    reason: str) -> JobView:
-    """Once the stopped driver has exited: record how the job ended, how long that took and whether every query
-    ended at a boundary (the job's ``stop``, which metrics report)."""
-    stopped.phases["driver_exit"] = exiting.wait()
+    """Once the stopped application has ended: record how the job ended, how long that took and whether every
+    query ended at a boundary (the job's ``stop``, which metrics report)."""
+    stopped.phases["application_end"] = ending.wait()
     job = registry.load(job.id)
     job.stop = {"at": iso(), "phases": stopped.phases, "at_boundary": all(q.at_boundary for q in stopped.queries),
                 "savepoint": stopped.path}

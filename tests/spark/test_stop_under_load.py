@@ -72,7 +72,7 @@ def test_a_job_under_load_stops_at_its_next_boundary_and_resumes_exactly(tmp_pat
     stopped = cli_json(home, "stop", job["id"], "--timeout", "60")
     cut = stopped["queries"][0]
     assert cut["at_boundary"] is True and cut["replayed_batch_id"] is None, stopped
-    assert set(stopped["phases"]) == {"boundary", "savepoint", "driver_exit"}
+    assert set(stopped["phases"]) == {"boundary", "savepoint", "application_end"}
     assert stopped["phases"]["boundary"] < 30  # one batch, not a wait for an idle moment
     checkpoint = Path(job["checkpoint_root"]) / "totals"
     assert logged(checkpoint, "commits")[-1] == logged(checkpoint, "offsets")[-1] == cut["batch_id"]

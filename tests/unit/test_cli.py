@@ -217,11 +217,11 @@ def test_a_stop_is_rendered_with_its_cut_and_phases(capsys):
     from sparkpoint.cli.job_cmds import _render_stopped
 
     _render_stopped(stopped_result("/sp/counts/sp-1", job_view(id="counts-3f9c", state="finished"),
-                                   {"boundary": 0.84, "savepoint": 0.61, "driver_exit": 1.2},
+                                   {"boundary": 0.84, "savepoint": 0.61, "application_end": 1.2},
                                    [("counts", True, 41, None), ("slow", False, 6, 7)]))
     assert capsys.readouterr().out.splitlines() == [
         "Job counts-3f9c stopped (finished); savepoint /sp/counts/sp-1",
-        "  boundary 0.8 s, savepoint 0.6 s, driver exit 1.2 s (from the boundary, alongside the savepoint)",
+        "  boundary 0.8 s, savepoint 0.6 s, application end 1.2 s (from the boundary, alongside the savepoint)",
         "  counts: stopped at a batch boundary, cut at batch 41; no batch is replayed",
         "  slow: stopped without a boundary (interrupted), cut at batch 6; batch 7 is replayed on restore",
     ]
@@ -255,7 +255,7 @@ def test_the_stop_and_run_renderers_print_names_literally(capsys):
     assert rendered(capsys, _render_job, job) == [
         f"Job {SHOWN} ({SHOWN}): running — {SHOWN}", f"  restored from {SHOWN}", f"  driver log: {SHOWN}"]
     stopped = stopped_result(HOSTILE, job_view(id=HOSTILE, state="finished"),
-                             {"boundary": 1, "savepoint": 1, "driver_exit": 1}, [(HOSTILE, True, 4, None)])
+                             {"boundary": 1, "savepoint": 1, "application_end": 1}, [(HOSTILE, True, 4, None)])
     lines = rendered(capsys, _render_stopped, stopped)
     assert lines[0] == f"Job {SHOWN} stopped (finished); savepoint {SHOWN}"
     assert lines[2] == f"  {SHOWN}: stopped at a batch boundary, cut at batch 4; no batch is replayed"

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -101,6 +102,28 @@ def test_a_cancel_returns_once_the_application_has_ended_and_a_process_of_its_ow
     finally:
         driver.kill()
     assert elsewhere.read_text() == "untouched"
+
+
+def test_a_stop_waits_for_the_application_s_end_and_a_process_of_its_own_ends_a_driver_that_stays(
+        tmp_path, monkeypatch):
+    registry = Registry(str(tmp_path))
+    job = registry.new_job("slow-exit", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    driver = sleeper()  # a JVM whose shutdown hangs once its application has ended
+    job.pid, job.pid_start = driver.pid, process_start(driver.pid)
+    registry.save(job)
+    write_agent_file(job.directory, {"state": "running", "host": "127.0.0.1", "port": 9})
+    monkeypatch.setattr(drivers, "STOPPED_GRACE", 0.5)
+    ending = drivers.ApplicationEnd(registry, job, time.sleep, time.monotonic)
+    time.sleep(0.3)
+    assert ending._thread.is_alive()  # the application runs on: its queries are still ending
+    write_agent_file(job.directory, {"state": "finished", "host": "127.0.0.1", "port": 9,
+                                     "ended_at": "2026-11-29T10:00:00.000Z"})
+    try:
+        assert 0.3 <= ending.wait() < 5
+        assert driver.poll() is None  # returned without waiting for the driver's exit
+        assert driver.wait(timeout=30) == -signal.SIGTERM  # ended by the watching process, once its grace was over
+    finally:
+        driver.kill()
 
 
 def test_a_driver_that_ignores_sigterm_is_killed_once_the_grace_is_over(tmp_path):
@@ -357,10 +380,11 @@ def test_a_failed_poll_of_a_living_driver_is_tried_again(tmp_path):
 
 def test_what_ending_the_driver_raised_reaches_the_caller(tmp_path):
     clock, sleep = fake_time()
+    registry = Registry(str(tmp_path))
     job = stop_job_for_test(tmp_path)
     job.submission_id, job.master = "driver-1", "not-a-master-url"  # cluster mode, with a master that cannot be
     with pytest.raises(SparkpointError):
-        drivers.DriverExit(job, sleep, clock).wait()
+        drivers.ApplicationEnd(registry, job, sleep, clock).wait()
 
 
 class FakeClock:

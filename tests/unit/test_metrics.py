@@ -86,8 +86,9 @@ def test_a_stopped_job_its_savepoints_and_a_failed_one(tmp_path):
     with pytest.raises(SparkpointError):
         create_savepoint(settings, job, [QuerySource("posts", str(tmp_path / "gone"))], None, None)
     job = registry.load(job.id)
-    job.stop = {"at": "2026-11-24T10:00:00.000Z", "phases": {"boundary": 1.25, "savepoint": 2.5, "driver_exit": 0.75},
-                "at_boundary": True, "savepoint": taken[1].path}
+    job.stop = {"at": "2026-11-24T10:00:00.000Z",
+                "phases": {"boundary": 1.25, "savepoint": 2.5, "application_end": 0.75}, "at_boundary": True,
+                "savepoint": taken[1].path}
     job.end("finished", reason="stopped")
     registry.save(job)
     restarted = registry.new_job("posts", app="app.py", app_args=[], master="local[2]", submit_args=[],
@@ -113,7 +114,7 @@ def test_a_stopped_job_its_savepoints_and_a_failed_one(tmp_path):
     assert record.last["path"] == taken[1].path and record.last["bytes"] == taken[1].bytes
     assert {dict(labels)["phase"]: value for (name, labels), value in found.items()
             if name == "sparkpoint_job_last_stop_phase_seconds"} == {"boundary": 1.25, "savepoint": 2.5,
-                                                                     "driver_exit": 0.75}
+                                                                     "application_end": 0.75}
     assert states(found, job) == {"starting": 0, "running": 0, "finished": 1, "failed": 0, "cancelled": 0, "lost": 0}
     assert of_job(found, restarted) == {"sparkpoint_job_savepoints_total": 0.0,
                                         "sparkpoint_job_savepoint_failures_total": 0.0,

@@ -183,7 +183,7 @@ def test_run_checks_first_and_replace_refuses_an_incompatible_version_before_tou
         assert shown[again["id"]] == f"running restarted in place of {failed['id']}"
         said = act(page, base, "stop", again["id"])
         assert f"Job {again['id']} stopped (finished); savepoint " in said and "at a batch boundary" in said, said
-    assert process_gone(again["pid"])
+    wait_for(lambda: process_gone(again["pid"]), timeout=30, what="the stopped driver's exit")
     (stop,) = [s for s in cli_json(home, "savepoints") if s["origin"].get("job_id") == again["id"]]
     assert f"savepoint {stop['path']}" in said and cli(home, "verify", stop["path"])[0] == 0
 

@@ -75,7 +75,8 @@ def test_pit_stop_on_a_cluster_with_savepoints_on_s3_then_migration_to_local(clu
     assert alarms(tmp_path / "out-v1", 1) == {("hall", 220)}
     stopped = cli_json(home, "stop", v1["id"])
     assert stopped["queries"][0]["batch_id"] == 1 and stopped["path"].startswith("s3://")
-    assert processes_mentioning(f"jobs/{v1['id']}") == []
+    # stop returns once the application has ended; its JVM's shutdown follows.
+    wait_for(lambda: not processes_mentioning(f"jobs/{v1['id']}"), timeout=30, what="v1's processes to end")
 
     # v2 in cluster mode, restored from S3: the master runs its driver on the worker.
     v2 = cli_json(home, "run", "--detach", "--master", master, "--deploy-mode", "cluster", "--name", "alarms",

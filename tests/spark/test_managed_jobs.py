@@ -107,7 +107,7 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     # How each was taken, in its manifest (the page's time line reads it there).
     assert [cli_json(home, "inspect", taken)["origin"]["taken"] for taken in (
         live["path"], polled["savepoint"]["path"], stopped["path"])] == ["live", "scheduled", "stop"]
-    assert process_gone(job["pid"])
+    wait_for(lambda: process_gone(job["pid"]), timeout=30, what="the stopped driver's exit")
     assert cli_json(home, "list") == []
 
     resumed = cli_json(home, "run", "--detach", "--name", "counts", "-s", stopped["path"],
@@ -149,7 +149,7 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     handover = upgraded["replaced"]
     assert handover["job"]["id"] == resumed["id"] and handover["job"]["state"] == "finished"
     assert handover["queries"][0]["batch_id"] == 6 and upgraded["restored_from"] == handover["path"]
-    assert process_gone(resumed["pid"])
+    wait_for(lambda: process_gone(resumed["pid"]), timeout=30, what="the replaced driver's exit")
     for batch in (7, 8):
         feed(inputs, batch)
     wait_for(lambda: 8 in outputs(tmp_path / "out3"), what="batch 8 after the hand-over")

@@ -77,7 +77,9 @@ def test_a_job_under_load_stops_at_its_next_boundary_and_resumes_exactly(tmp_pat
     checkpoint = Path(job["checkpoint_root"]) / "totals"
     assert logged(checkpoint, "commits")[-1] == logged(checkpoint, "offsets")[-1] == cut["batch_id"]
     assert max(batches(out1, "totals")) == cut["batch_id"]  # no batch after the cut wrote anything
-    assert stopped["job"]["state"] == "finished" and process_gone(job["pid"])
+    assert stopped["job"]["state"] == "finished"
+    # stop returns once the application has ended; its JVM's shutdown follows.
+    wait_for(lambda: process_gone(job["pid"]), timeout=30, what="the stopped driver's exit")
 
     resumed = cli_json(home, "run", "--detach", "--name", "totals", "-s", stopped["path"], APP, str(out2))
     wait_for(lambda: len(batches(out2, "totals")) >= 3, what="batches after the restore")

@@ -75,7 +75,9 @@ def test_pit_stop_on_yarn_client_mode_with_checkpoints_on_hdfs(on_yarn, tmp_path
     wait_for(lambda: 3 in outputs(out), timeout=120, what="batch 3 of v1")
     stopped = cli_json(home, "stop", v1["id"])
     assert stopped["job"]["state"] == "finished" and all(q["at_boundary"] for q in stopped["queries"])
-    assert rm_app(on_yarn, v1["app_id"])["finalStatus"] == "SUCCEEDED"
+    # A client-mode driver's application is over when stop returns; YARN hears of it as its JVM shuts Spark down.
+    wait_for(lambda: rm_app(on_yarn, v1["app_id"])["finalStatus"] == "SUCCEEDED", timeout=60,
+             what="YARN's record of v1's end")
 
     for batch in (4, 5):
         feed(inputs, batch)

@@ -39,7 +39,7 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
         _await_handover_waiting(registry, job, process, replaced, sleep, clock, timeout)
         job.launch = {**(job.launch or {}), "stop_began": iso()}
         stopped, ending = stop_with_savepoint(settings, registry, replaced, savepoint_path,
-                                                stop_timeout, progress, sleep, clock)
+                                              stop_timeout, progress, sleep, clock)
         job.launch["stopped"] = iso()
         saved = savepoint.load(stopped.path, settings.storage_options)
         # A stop cut short (a batch outlasting the timeout) may leave its batch in a Delta table, committed by the

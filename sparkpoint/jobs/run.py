@@ -205,6 +205,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
                 _restore_while_it_starts(settings, registry, job, process, saved, request, progress)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
+                _end_interrupted_start(job, sleep, clock)
                 job.end("cancelled", reason="interrupted")
             else:
                 job.end("failed", error=str(exc))
@@ -220,6 +221,12 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
         except NotCheckableInDriver:
             return _run_job(settings, request, progress, sleep, clock, start_timeout, rollback_of, warn, rolled,
                             in_driver=False)
+        except KeyboardInterrupt:
+            latest = registry.load(job.id)
+            _end_interrupted_start(latest, sleep, clock)
+            latest.end("cancelled", reason="interrupted")
+            registry.save(latest)
+            raise
         job = registry.load(job.id)  # with the verdict it recorded, which a later save of this job must keep
     handover = None
     if replaced is not None:
@@ -247,6 +254,14 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     else:
         info = await_end(registry, job, process)
     return replace(info, replaced=handover) if handover else info
+
+
+def _end_interrupted_start(job: Job, sleep: Callable[[float], None], clock: Callable[[], float]) -> None:
+    """`run` interrupted (Ctrl-C, SIGTERM) while it launched, restored or checked, before any hand-over: the driver
+    it launched goes with it, as a foreground job's does, instead of waiting on for answers that will not come
+    (it would give up by itself some seconds later, recorded failed)."""
+    if job.pid or job.submission_id:
+        end_driver(job, grace=0.0, sleep=sleep, clock=clock)
 
 
 def _relaunch(settings: Settings, progress: Progress | None, sleep: Callable[[float], None],

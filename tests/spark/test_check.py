@@ -224,3 +224,23 @@ def test_a_check_ended_by_sigterm_leaves_no_sandbox_and_no_driver(saved):
     assert process.returncode == 143 and err.strip().splitlines()[-1] == "sparkpoint: terminated", err
     assert not any(path.exists() for path in sandbox)
     assert wait_for(lambda: not check_drivers(saved), timeout=15, what="no check driver")
+
+
+def test_a_run_interrupted_while_its_driver_checks_ends_that_driver(saved):
+    """Ctrl-C at the terminal (SIGINT to the command's process group) while `run -s` waits for its driver's
+    check: the driver goes with it, and the job is recorded cancelled when the command returns."""
+    out = saved["root"] / "out-interrupted"
+    process = subprocess.Popen([sys.executable, "-m", "sparkpoint", "--home", str(saved["home"]), "run", "--detach",
+                                "--name", "interrupted", "-s", saved["savepoint"], APP, "projection",
+                                str(saved["inputs"]), str(out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    job = wait_for(lambda: next((j for j in cli_json(saved["home"], "list") if j["name"] == "interrupted"), None),
+                   what="the job, starting")
+    wait_for((saved["home"] / "jobs" / job["id"] / "check").is_dir, what="its driver's check")
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130 and err.strip().splitlines()[-1] == "sparkpoint: interrupted", err
+    (ended,) = [j for j in cli_json(saved["home"], "list", "--all") if j["id"] == job["id"]]
+    assert ended["state"] == "cancelled" and ended["history"][-1]["detail"] == "interrupted", ended
+    assert wait_for(lambda: not processes_mentioning(f"jobs/{job['id']}"), timeout=15, what="its driver's end")
+    assert batches(out) == [] and cli(saved["home"], "verify", saved["savepoint"])[0] == 0

@@ -222,10 +222,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
             return _run_job(settings, request, progress, sleep, clock, start_timeout, rollback_of, warn, rolled,
                             in_driver=False)
         except KeyboardInterrupt:
-            latest = registry.load(job.id)
-            _end_interrupted_start(latest, sleep, clock)
-            latest.end("cancelled", reason="interrupted")
-            registry.save(latest)
+            _cancel_interrupted_start(registry, job.id, sleep, clock)
             raise
         job = registry.load(job.id)  # with the verdict it recorded, which a later save of this job must keep
     handover = None
@@ -250,18 +247,31 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     if process is None:  # the cluster manager runs the driver
         return await_cluster_driver(registry, job, request.detach, sleep, clock, start_timeout)
     if request.detach:
-        info = await_start(registry, job, process, sleep, clock, start_timeout)
+        try:
+            info = await_start(registry, job, process, sleep, clock, start_timeout)
+        except KeyboardInterrupt:
+            if handover is None:  # a job that took over from another runs on: it is the only one left
+                _cancel_interrupted_start(registry, job.id, sleep, clock)
+            raise
     else:
         info = await_end(registry, job, process)
     return replace(info, replaced=handover) if handover else info
 
 
 def _end_interrupted_start(job: Job, sleep: Callable[[float], None], clock: Callable[[], float]) -> None:
-    """`run` interrupted (Ctrl-C, SIGTERM) while it launched, restored or checked, before any hand-over: the driver
-    it launched goes with it, as a foreground job's does, instead of waiting on for answers that will not come
-    (it would give up by itself some seconds later, recorded failed)."""
+    """`run` interrupted (Ctrl-C, SIGTERM) before it returned, and before any hand-over: the driver it launched
+    goes with it, as a foreground job's does, instead of waiting on for answers that will not come (a driver
+    holding its queries for the check would give up by itself some seconds later, recorded failed)."""
     if job.pid or job.submission_id:
         end_driver(job, grace=0.0, sleep=sleep, clock=clock)
+
+
+def _cancel_interrupted_start(registry: Registry, job_id: str, sleep: Callable[[float], None],
+                              clock: Callable[[], float]) -> None:
+    latest = registry.load(job_id)
+    _end_interrupted_start(latest, sleep, clock)
+    latest.end("cancelled", reason="interrupted")
+    registry.save(latest)
 
 
 def _relaunch(settings: Settings, progress: Progress | None, sleep: Callable[[float], None],

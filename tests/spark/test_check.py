@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -226,21 +227,33 @@ def test_a_check_ended_by_sigterm_leaves_no_sandbox_and_no_driver(saved):
     assert wait_for(lambda: not check_drivers(saved), timeout=15, what="no check driver")
 
 
-def test_a_run_interrupted_while_its_driver_checks_ends_that_driver(saved):
-    """Ctrl-C at the terminal (SIGINT to the command's process group) while `run -s` waits for its driver's
-    check: the driver goes with it, and the job is recorded cancelled when the command returns."""
-    out = saved["root"] / "out-interrupted"
+def interrupted_run(saved, name: str, until: Callable[[dict], bool], *args: str) -> dict:
+    """`run --detach --name NAME ARGS` interrupted as Ctrl-C at the terminal does (SIGINT to the command's
+    process group) once ``until(the job, starting)``: the job as recorded when the command has returned."""
     process = subprocess.Popen([sys.executable, "-m", "sparkpoint", "--home", str(saved["home"]), "run", "--detach",
-                                "--name", "interrupted", "-s", saved["savepoint"], APP, "projection",
-                                str(saved["inputs"]), str(out)],
+                                "--name", name, *args],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    job = wait_for(lambda: next((j for j in cli_json(saved["home"], "list") if j["name"] == "interrupted"), None),
-                   what="the job, starting")
-    wait_for((saved["home"] / "jobs" / job["id"] / "check").is_dir, what="its driver's check")
+    job = wait_for(lambda: next((j for j in cli_json(saved["home"], "list") if j["name"] == name), None),
+                   what=f"job {name}, starting")
+    wait_for(lambda: until(job), what=f"job {name}'s moment")
     os.killpg(process.pid, signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130 and err.strip().splitlines()[-1] == "sparkpoint: interrupted", err
     (ended,) = [j for j in cli_json(saved["home"], "list", "--all") if j["id"] == job["id"]]
-    assert ended["state"] == "cancelled" and ended["history"][-1]["detail"] == "interrupted", ended
-    assert wait_for(lambda: not processes_mentioning(f"jobs/{job['id']}"), timeout=15, what="its driver's end")
+    return ended
+
+
+def test_a_run_interrupted_before_it_returns_ends_the_driver_it_launched(saved):
+    """While `run -s` waits for its driver's check, and while a plain `run --detach` waits for its driver to
+    start: the driver goes with the command, and the job is recorded cancelled by the time it has returned."""
+    out, jobs = saved["root"] / "out-interrupted", saved["home"] / "jobs"
+    checking = interrupted_run(saved, "interrupted", lambda job: (jobs / job["id"] / "check").is_dir(),
+                               "-s", saved["savepoint"], APP, "projection", str(saved["inputs"]), str(out))
+    # Its agent is up (the driver's Python runs) and has not said "running" yet.
+    starting = interrupted_run(saved, "interrupted-plain", lambda job: (jobs / job["id"] / "agent.json").exists(),
+                               APP, "v1", str(saved["inputs"]), str(saved["root"] / "out-interrupted-plain"))
+    for ended in (checking, starting):
+        assert ended["state"] == "cancelled" and ended["history"][-1]["detail"] == "interrupted", ended
+        assert wait_for(lambda job=ended: not processes_mentioning(f"jobs/{job['id']}"), timeout=15,
+                        what="its driver's end")
     assert batches(out) == [] and cli(saved["home"], "verify", saved["savepoint"])[0] == 0

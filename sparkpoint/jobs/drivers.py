@@ -70,7 +70,7 @@ def await_end(registry: Registry, job: Job, process: subprocess.Popen) -> JobVie
     try:
         code = process.wait()
     except KeyboardInterrupt:
-        end_interrupted(registry, job, process)
+        end_interrupted(registry, job)
         raise
     job = registry.load(job.id)
     if job.agent.get("state") not in ("finished", "failed"):
@@ -83,12 +83,21 @@ def await_end(registry: Registry, job: Job, process: subprocess.Popen) -> JobVie
     return info
 
 
-def end_interrupted(registry: Registry, job: Job, process: subprocess.Popen) -> None:
-    """A foreground job's command was interrupted (Ctrl-C, SIGTERM): its driver goes with it."""
-    terminate_group(process.pid, job.pid_start)
+def end_interrupted(registry: Registry, job: Job, sleep: Callable[[float], None] = time.sleep,
+                    clock: Callable[[], float] = time.monotonic) -> None:
+    """The command that launched ``job`` was interrupted (Ctrl-C, SIGTERM) before it returned, or while it waited
+    on a foreground job: its driver goes with it, and the job is recorded cancelled."""
+    end_launched(job, sleep, clock)
     job = registry.load(job.id)
     job.end("cancelled", reason="interrupted")
     registry.save(job)
+
+
+def end_launched(job: Job, sleep: Callable[[float], None], clock: Callable[[], float]) -> None:
+    """``job``'s driver ended at once, if one was launched: nothing will answer a driver that holds its queries for
+    a check or a hand-over (it would give up by itself some seconds later, recorded failed)."""
+    if job.pid or job.submission_id:
+        end_driver(job, grace=0.0, sleep=sleep, clock=clock)
 
 
 class ApplicationEnd:

@@ -260,7 +260,7 @@ def _probation_interrupted(registry: Registry, job: Job, process: subprocess.Pop
         f"{way_back.savepoint}" if running_on else "the job is cancelled with its command"))
     registry.save(latest)
     if not running_on:
-        end_interrupted(registry, latest, process)
+        end_interrupted(registry, latest)
 
 
 def roll_back(settings: Settings, registry: Registry, failed: Job, way_back: WayBack, probation: Probation,

@@ -43,7 +43,8 @@ from sparkpoint.jobs.upgrade_check import (
 )
 from sparkpoint.jobs.live import LiveQuery
 from sparkpoint.jobs.protocol import answer_handover, real_time_stop_seconds
-from sparkpoint.jobs.drivers import await_cluster_driver, await_end, await_start, driver_running, end_driver
+from sparkpoint.jobs.drivers import (await_cluster_driver, await_end, await_start, driver_running, end_driver,
+                                     end_interrupted, end_launched)
 from sparkpoint.jobs.agents import client_for
 from sparkpoint.jobs.job_view import JobView, describe_job
 from sparkpoint.jobs.registry import Job, Registry
@@ -205,7 +206,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
                 _restore_while_it_starts(settings, registry, job, process, saved, request, progress)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
-                _end_interrupted_start(job, sleep, clock)
+                end_launched(job, sleep, clock)  # its record is saved below, with what this run noted in it
                 job.end("cancelled", reason="interrupted")
             else:
                 job.end("failed", error=str(exc))
@@ -222,7 +223,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
             return _run_job(settings, request, progress, sleep, clock, start_timeout, rollback_of, warn, rolled,
                             in_driver=False)
         except KeyboardInterrupt:
-            _cancel_interrupted_start(registry, job.id, sleep, clock)
+            end_interrupted(registry, job, sleep, clock)
             raise
         job = registry.load(job.id)  # with the verdict it recorded, which a later save of this job must keep
     handover = None
@@ -251,27 +252,11 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
             info = await_start(registry, job, process, sleep, clock, start_timeout)
         except KeyboardInterrupt:
             if handover is None:  # a job that took over from another runs on: it is the only one left
-                _cancel_interrupted_start(registry, job.id, sleep, clock)
+                end_interrupted(registry, job, sleep, clock)
             raise
     else:
         info = await_end(registry, job, process)
     return replace(info, replaced=handover) if handover else info
-
-
-def _end_interrupted_start(job: Job, sleep: Callable[[float], None], clock: Callable[[], float]) -> None:
-    """`run` interrupted (Ctrl-C, SIGTERM) before it returned, and before any hand-over: the driver it launched
-    goes with it, as a foreground job's does, instead of waiting on for answers that will not come (a driver
-    holding its queries for the check would give up by itself some seconds later, recorded failed)."""
-    if job.pid or job.submission_id:
-        end_driver(job, grace=0.0, sleep=sleep, clock=clock)
-
-
-def _cancel_interrupted_start(registry: Registry, job_id: str, sleep: Callable[[float], None],
-                              clock: Callable[[], float]) -> None:
-    latest = registry.load(job_id)
-    _end_interrupted_start(latest, sleep, clock)
-    latest.end("cancelled", reason="interrupted")
-    registry.save(latest)
 
 
 def _relaunch(settings: Settings, progress: Progress | None, sleep: Callable[[float], None],

@@ -155,6 +155,14 @@ class InputGoneError(SparkpointError):
     exit_code = 20
 
 
+class QueriesRunningError(SparkpointError):
+    """`run -s` of a savepoint whose queries run in a job already (the job it was taken of, or another restore of
+    it): two jobs running one query id write the same batches to the same sinks. Refused before anything starts;
+    the message names the job and says what to do instead (`run --replace`, `--fork`, or a stop first)."""
+
+    exit_code = 23
+
+
 class StopRefusedError(SparkpointError):
     """A stop that would interrupt a batch it cannot wait for: a real-time query's batch ends after the stop's
     timeout. Nothing was stopped; the message says the timeout that lets the batch end."""

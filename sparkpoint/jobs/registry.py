@@ -48,6 +48,7 @@ CHECKPOINTS_DIR = "checkpoints"
 LOG_FILE = "driver.log"
 SAVEPOINTS_FILE = "savepoints.json"
 SAVEPOINTS_LOCK = ".savepoints.lock"
+LAUNCH_LOCK = ".launch.lock"
 ACTIVE_STATES = ("starting", "running")
 ENDED_STATES = ("finished", "failed", "cancelled")  # what Job.end records
 # For the cluster managers to say how their cluster-mode drivers are: all asked at once, and this is the wait for all
@@ -112,6 +113,8 @@ class Job:
     # change of the setting does not lose them).
     checkpoints: str | None = None
     fork: bool = False  # run -s --fork: a variant with query ids of its own, beside the job it follows
+    # The query ids its restore gives its queries (run -s without --fork), known before its agent says which run.
+    query_ids: list[str] = field(default_factory=list)
 
     @property
     def last_savepoint(self) -> str | None:
@@ -170,9 +173,7 @@ class Registry:
     def reserve(self, name: str) -> Path:
         """A new job id's directory, with its token, and no record yet (not listed as a job until it has one)."""
         _check_name(name)
-        # A home sparkpoint makes is private: it holds tokens, the applications' arguments and their state.
-        self.root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.root.mkdir(mode=0o700, exist_ok=True)
+        self._make_root()
         for _ in range(20):
             directory = self.root / f"{name}-{secrets.token_hex(2)}"
             try:
@@ -184,6 +185,18 @@ class Registry:
             raise TargetNotEmptyError(f"could not allocate a job id for {name!r}: 20 ids taken in {self.root}")
         write_private(directory / TOKEN_FILE, secrets.token_urlsafe(32))
         return directory
+
+    @contextlib.contextmanager
+    def launching(self) -> Iterator[None]:
+        """The registry's lock for a check of the jobs that run and the record of a new job that follows it."""
+        self._make_root()
+        with locked(self.root / LAUNCH_LOCK):
+            yield
+
+    def _make_root(self) -> None:
+        # A home sparkpoint makes is private: it holds tokens, the applications' arguments and their state.
+        self.root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, exist_ok=True)
 
     def save(self, job: Job) -> None:
         write_json(Path(job.directory) / JOB_FILE, job.record())
@@ -302,7 +315,7 @@ _RECORD_TYPES: RecordTypes = {
     **{key: (lambda v: isinstance(v, str), False)
        for key in ("id", "name", "app", "master", "created_at", "directory")},
     **{key: (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v), False)
-       for key in ("app_args", "submit_args")},
+       for key in ("app_args", "submit_args", "query_ids")},
     "pid": (is_pid, True),
     "pid_start": (lambda v: isinstance(v, str), True),
     "detached": (lambda v: isinstance(v, bool), False),

@@ -48,6 +48,7 @@ from sparkpoint.jobs.drivers import (await_cluster_driver, await_end, await_star
 from sparkpoint.jobs.agents import client_for
 from sparkpoint.jobs.job_view import JobView, describe_job
 from sparkpoint.jobs.registry import Job, Registry
+from sparkpoint.jobs.query_owners import claiming, refuse_running, restored_ids
 from sparkpoint.jobs.rollback import (Probation, Relaunch, WayBack, app_digest, check_restartable, on_probation,
                                      parse_condition, roll_back, way_back_to)
 from sparkpoint.jobs.replace import HandoverFailedError, take_over
@@ -135,6 +136,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     elif request.savepoint:
         saved = catalog.load(settings, request.savepoint)
         if rollback_of is None:  # a rollback restarts the version that ran, come what may: a refusal ends both
+            refuse_running(registry, restored_ids(saved.queries, request.fork), saved.path)
             restorability.require_input(saved, settings.kafka, request.allow_data_loss, warn,
                                         storage_options=settings.storage_options)
             if not request.rollback_sink:
@@ -178,7 +180,10 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
                    or registry.taken_of(saved.manifest if saved else None))
         name = request.name or Path(app).stem.replace("_", "-")
         standby, passed_over = _standby_for(settings, registry, request, spark, conf_args, name)
-        with _called_off_on_failure(standby):
+        restored = restored_ids(saved.queries, request.fork) if saved else {}
+        # Checked again, and recorded, under the registry's lock: two `run -s` of one savepoint at once.
+        with _called_off_on_failure(standby), claiming(registry, {} if rollback_of else restored,
+                                                        saved.path if saved else ""):
             job = registry.new_job(
                 name, checkpoints_under=settings.checkpoints, app=app, app_args=request.app_args,
                 master=request.master, submit_args=request.submit_args, detached=request.detach,
@@ -187,7 +192,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
                 rollback={"rollback_of": rollback_of.id, "at": iso()} if rollback_of else None,
                 app_sha256=app_digest(app), spark_home=spark.home if spark else None,
                 spark_version=spark.version if spark else None, launch={"at": began},
-                reserved=standby.directory if standby else None,
+                reserved=standby.directory if standby else None, query_ids=sorted(restored),
             )
             job.note("started", _started(job, request, saved, replaced, rollback_of))
             for line in passed_over:

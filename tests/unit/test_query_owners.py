@@ -1,0 +1,89 @@
+"""One query id, one running job (sparkpoint.jobs.query_owners): `run -s` of a savepoint whose queries a job runs
+already is refused before anything starts, whether the job's agent says so or, still starting, its restore's
+record does. No Spark: the running job is this test's process with the real agent over a fake query."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+from checkpoints import hdfs_checkpoint
+from running_jobs import agent_of_a_fake_query
+
+from sparkpoint.adapters.processes import process_start
+from sparkpoint.cli.main import main
+from sparkpoint.errors import QueriesRunningError
+from sparkpoint.jobs.query_owners import claiming, refuse_running, restored_ids
+from sparkpoint.jobs.registry import Registry
+
+QUERY_ID = "6a1b0c5e-query-id"  # the fake query's, and the id its checkpoints hold (tests/unit/checkpoints.py)
+
+
+def savepoint_of_alarms(home, tmp_path, capsys) -> dict:
+    checkpoint = hdfs_checkpoint(tmp_path / "cut" / "alarms", committed=3)
+    assert main(["--home", str(home), "-o", "json", "savepoint", "--from-checkpoint", str(checkpoint),
+                 "--name", "alarms"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_run_s_of_a_savepoint_whose_queries_run_already_is_refused_before_anything_starts(home, tmp_path, capsys):
+    saved = savepoint_of_alarms(home, tmp_path, capsys)
+    app = tmp_path / "app.py"
+    app.write_text("raise SystemExit('never launched')\n")
+    with agent_of_a_fake_query(home, tmp_path) as running:
+        code = main(["--home", str(home), "run", "-s", saved["path"], str(app)])
+        said = capsys.readouterr().err
+        jobs = Registry(str(home)).all()
+    assert code == 23
+    assert f"alarms already run in job {running.id} (running)" in said
+    assert f"run --replace {running.id}" in said and "--fork" in said
+    assert [job.id for job in jobs] == [running.id]  # nothing was launched, nor recorded
+
+
+def test_a_job_still_restoring_is_known_by_its_record_and_a_fork_by_new_ids(home, tmp_path, capsys):
+    saved = savepoint_of_alarms(home, tmp_path, capsys)
+    registry = Registry(str(home))
+    ids = restored_ids([{"name": "alarms", "query_id": QUERY_ID}], fork=False)
+    # Its driver up (this process), no agent yet: starting, with the ids its restore gives.
+    starting = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[],
+                                query_ids=sorted(ids), pid=os.getpid(), pid_start=process_start(os.getpid()))
+    try:
+        refuse_running(registry, ids, saved["path"])
+    except QueriesRunningError as refused:
+        assert f"job {starting.id} (starting)" in str(refused)
+    else:
+        raise AssertionError("a second restore of the same query ids was let through")
+    refuse_running(registry, restored_ids([{"name": "alarms", "query_id": QUERY_ID}], fork=True), saved["path"])
+    starting.end("cancelled", reason="test")
+    registry.save(starting)
+    refuse_running(registry, ids, saved["path"])  # ended: its ids are free again
+
+
+def test_two_claims_of_one_savepoint_at_once_let_one_through(home, tmp_path):
+    registry = Registry(str(home))
+    ids = {QUERY_ID: "alarms"}
+    inside, outcomes = threading.Event(), []
+
+    def claim(first: bool) -> None:
+        try:
+            with claiming(registry, ids, "sp"):
+                if first:
+                    inside.set()
+                    time.sleep(0.5)  # the other claim has looked by now, unless the lock holds it
+                    # The record the block makes, as run's new_job makes it.
+                    registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[],
+                                     query_ids=[QUERY_ID], pid=os.getpid(), pid_start=process_start(os.getpid()))
+            outcomes.append("claimed")
+        except QueriesRunningError:
+            outcomes.append("refused")
+
+    first = threading.Thread(target=claim, args=(True,))
+    first.start()
+    assert inside.wait(10)
+    second = threading.Thread(target=claim, args=(False,))
+    second.start()
+    first.join(10)
+    second.join(10)
+    assert sorted(outcomes) == ["claimed", "refused"]

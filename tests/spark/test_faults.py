@@ -331,12 +331,23 @@ def test_driver_killed_mid_operation_then_recovered_and_forked_twice_at_once(tmp
         assert clitools.cli(home, "verify", saved["path"])[0] == 0
         recovered.append(saved)
 
-    # Two jobs forked from one savepoint at the same moment: both run, each on its own checkpoint.
-    forks = [subprocess.Popen([sys.executable, "-m", "sparkpoint", "--home", str(home), "run", "-o", "json", "--detach",
-                               "--name", f"fork-{n}", "-s", recovered[0]["path"], ROOM_APP, str(inputs),
-                               str(tmp_path / f"fork-{n}")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for n in (0, 1)]
-    started = [json.loads(p.communicate(timeout=300)[0]) for p in forks]
+    # Two `run -s` of one savepoint at the same moment: one runs its queries, the other is refused (two jobs with
+    # one query id); run again as a fork (query ids of its own), it runs beside the first, on its own checkpoint.
+    def run_s(n: int, *options: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "sparkpoint", "--home", str(home), "run", "-o", "json",
+                                 "--detach", "--name", f"fork-{n}", "-s", recovered[0]["path"], *options, ROOM_APP,
+                                 str(inputs), str(tmp_path / f"fork-{n}")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    racing = [run_s(n) for n in (0, 1)]
+    answers = [(p.communicate(timeout=300), p.returncode) for p in racing]
+    assert sorted(code for _, code in answers) == [0, 23], answers
+    (first,) = [json.loads(out) for (out, _), code in answers if code == 0]
+    (refused,) = [err for (_, err), code in answers if code == 23]
+    assert f"already run in job {first['id']}" in refused, refused
+    n_refused = 1 - int(first["name"].split("-")[1])
+    forked = run_s(n_refused, "--fork")
+    started = sorted([first, json.loads(forked.communicate(timeout=300)[0])], key=lambda job: job["name"])
     assert started[0]["checkpoint_root"] != started[1]["checkpoint_root"]
     for batch in (3, 4):
         feed(inputs, batch)
@@ -347,7 +358,8 @@ def test_driver_killed_mid_operation_then_recovered_and_forked_twice_at_once(tmp
     for job in started:
         cli_json(home, "cancel", job["id"])
     print("driver SIGKILLed during: savepoint, stop -> both checkpoints recovered by savepoint --from-checkpoint; "
-          "3 concurrent savepoints of one job: 3 valid; 2 concurrent run -s: both continued exactly")
+          "3 concurrent savepoints of one job: 3 valid; 2 concurrent run -s: one refused, the other and a fork "
+          "continued exactly")
 
 
 def test_fifty_savepoints_racing_spark_retention(spark, tmp_path, retention_confs):

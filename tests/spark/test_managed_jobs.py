@@ -79,6 +79,10 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     assert found[("sparkpoint_query_state_rows", job["id"], "counts")] == 3  # kitchen, hall, garage
     assert found[("sparkpoint_query_batch_id", job["id"], "counts")] >= live["queries"][0]["batch_id"]
     assert cli(home, "verify", live["path"])[0] == 0
+    # Restored beside the job that runs its query, with the same query id: refused before anything starts.
+    code, _, said = cli(home, "run", "-s", live["path"], APP, str(inputs), str(tmp_path / "out-twin"))
+    assert code == 23 and f"counts already run in job {job['id']} (running)" in said, said
+    assert not (tmp_path / "out-twin").exists()
 
     trigger = cli_json(home, "savepoint", "--detached", job["id"])
     assert trigger["status"] == "in_progress"
@@ -254,9 +258,15 @@ def test_stop_under_load_then_ab_test_and_reprocessing(tmp_path):
     assert committed_batches(checkpoint)[-1] == cut["batch_id"]  # no committed batch after the cut
     assert max(outputs(tmp_path / "v1")) <= cut["batch_id"] + (cut["replayed_batch_id"] is not None)
 
-    # A/B: two jobs from one savepoint, side by side, each with its own checkpoints and output.
-    a, b = (cli_json(home, "run", "--detach", "--name", f"variant-{v}", "-s", stopped["path"], APP, str(inputs),
-                     str(tmp_path / v)) for v in ("a", "b"))
+    # A/B: two jobs from one savepoint, side by side, each with its own checkpoints and output; the second a fork
+    # (query ids of its own): without, it is refused while the first runs its queries.
+    a = cli_json(home, "run", "--detach", "--name", "variant-a", "-s", stopped["path"], APP, str(inputs),
+                 str(tmp_path / "a"))
+    code, _, said = cli(home, "run", "--detach", "--name", "variant-b", "-s", stopped["path"], APP, str(inputs),
+                        str(tmp_path / "b"))
+    assert code == 23 and f"already run in job {a['id']}" in said, said
+    b = cli_json(home, "run", "--detach", "--name", "variant-b", "-s", stopped["path"], "--fork", APP, str(inputs),
+                 str(tmp_path / "b"))
     assert a["checkpoint_root"] != b["checkpoint_root"]
     last = fed[0] - 1  # every file fed so far is one batch: batch ids equal file numbers
     wait_for(lambda: last in outputs(tmp_path / "a") and last in outputs(tmp_path / "b"), timeout=180,
@@ -266,8 +276,8 @@ def test_stop_under_load_then_ab_test_and_reprocessing(tmp_path):
     totals = expected_counts(range(last + 1))
     assert out_a[last] == {room: totals[room] for room in out_a[last]}
 
-    # Reprocessing from the older savepoint re-runs the later batches identically.
-    again = cli_json(home, "run", "--detach", "--name", "reprocess", "-s", older["path"], APP, str(inputs),
+    # Reprocessing from the older savepoint, beside variant a (a fork), re-runs the later batches identically.
+    again = cli_json(home, "run", "--detach", "--name", "reprocess", "-s", older["path"], "--fork", APP, str(inputs),
                      str(tmp_path / "again"))
     wait_for(lambda: last in outputs(tmp_path / "again"), timeout=180, what="the reprocessing job")
     replayed = outputs(tmp_path / "again")

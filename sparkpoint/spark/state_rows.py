@@ -17,6 +17,10 @@ from sparkpoint.errors import EnvironmentSetupError, SparkFailureError
 
 
 TIMERS = "timers"
+# A command's local Spark lives for seconds: C2's compiler threads would take the cores from its tasks for code
+# that is ready when the work is done. With C1 alone, a 1M-key RocksDB rescale took 14.2 s against 17.0 s
+# (medians of 4, alternated, 2 cores; docs/internals/benchmarks.md).
+SHORT_LIVED_JVM = ("-XX:TieredStopAtLevel=1",)
 
 
 def read_options(operator: dict[str, Any]) -> list[dict[str, str]]:
@@ -72,9 +76,10 @@ def spark_session(class_archive: str | None = None):
         .config("spark.ui.enabled", "false")
         .config("spark.driver.bindAddress", "127.0.0.1")
     )
-    if class_archive and not session_exists():
+    if not session_exists():
         # PySpark hands its builder's confs to the spark-submit that starts its JVM, whose stdout is this command's.
-        builder = builder.config("spark.driver.extraJavaOptions", " ".join(driver_options(class_archive, silent=True)))
+        options = [*SHORT_LIVED_JVM, *(driver_options(class_archive, silent=True) if class_archive else ())]
+        builder = builder.config("spark.driver.extraJavaOptions", " ".join(options))
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session

@@ -103,7 +103,9 @@ def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_di
     try:
         # Spark starts (seconds) while the savepoint is restored, and counts the rows while Python reads them.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkpoint-spark") as spark_side:
-            starting = spark_side.submit(state_rows.spark_session, local_class_archive(settings.class_archives_dir()))
+            state_bytes = sum(op["bytes"] for q in chosen.values() for op in q["operators"])
+            starting = spark_side.submit(state_rows.spark_session, local_class_archive(settings.class_archives_dir()),
+                                         state_bytes)
             restored = restore(savepoint, os.path.join(scratch, "checkpoints"), workers=settings.transfer_workers,
                                storage_options=settings.storage_options)
             phases.done("restore")
@@ -112,8 +114,7 @@ def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_di
             inputs = {q["name"]: q.get("inputs") for q in savepoint.queries}
             writes = {q["name"]: q.get("delta_writes") for q in savepoint.queries}
             results = {q["name"]: _unchanged(q) for q in savepoint.queries if q["name"] not in chosen}
-            progress.start(f"rescale {savepoint.manifest['id']} to {partitions} partitions",
-                           sum(op["bytes"] for q in chosen.values() for op in q["operators"]))
+            progress.start(f"rescale {savepoint.manifest['id']} to {partitions} partitions", state_bytes)
             # The HDFS-backed stores need no Spark to be read: Python reads them while Spark starts.
             read = {name: repartition.read_hdfs(locations[name], saved["batch_id"], _operators(saved))
                     for name, saved in chosen.items() if not _on_rocksdb(saved)}

@@ -17,10 +17,12 @@ from sparkpoint.errors import EnvironmentSetupError, SparkFailureError
 
 
 TIMERS = "timers"
-# A command's local Spark lives for seconds: C2's compiler threads would take the cores from its tasks for code
-# that is ready when the work is done. With C1 alone, a 1M-key RocksDB rescale took 14.2 s against 17.0 s
-# (medians of 4, alternated, 2 cores; docs/internals/benchmarks.md).
+# A command's local Spark that reads little state lives for seconds: C2's compiler threads would take the cores
+# from its tasks for code that is ready when the work is done. Alternated on 2 cores (docs/internals/benchmarks.md):
+# a 1M-key RocksDB rescale (115 MB of state) took 14.2 s with C1 alone against 17.0 s; a 4M-key one (460 MB)
+# 28.9 s against 26.6 s, where C2's code pays back its compilation.
 SHORT_LIVED_JVM = ("-XX:TieredStopAtLevel=1",)
+SHORT_LIVED_STATE_BYTES = 256 * 1024 * 1024
 
 
 def read_options(operator: dict[str, Any]) -> list[dict[str, str]]:
@@ -59,8 +61,9 @@ def session_exists() -> bool:
     return SparkContext._active_spark_context is not None
 
 
-def spark_session(class_archive: str | None = None):
-    """A local Spark session (this process's, if it has one); a new one's JVM maps ``class_archive``."""
+def spark_session(class_archive: str | None = None, state_bytes: int | None = None):
+    """A local Spark session (this process's, if it has one); a new one's JVM maps ``class_archive``, and
+    compiles with C1 alone when it is to read ``state_bytes`` of state, and that is little."""
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise EnvironmentSetupError("reading state rows needs Java 17: install it or set JAVA_HOME")
     try:
@@ -78,8 +81,11 @@ def spark_session(class_archive: str | None = None):
     )
     if not session_exists():
         # PySpark hands its builder's confs to the spark-submit that starts its JVM, whose stdout is this command's.
-        options = [*SHORT_LIVED_JVM, *(driver_options(class_archive, silent=True) if class_archive else ())]
-        builder = builder.config("spark.driver.extraJavaOptions", " ".join(options))
+        short_lived = state_bytes is not None and state_bytes <= SHORT_LIVED_STATE_BYTES
+        options = [*(SHORT_LIVED_JVM if short_lived else ()),
+                   *(driver_options(class_archive, silent=True) if class_archive else ())]
+        if options:
+            builder = builder.config("spark.driver.extraJavaOptions", " ".join(options))
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
@@ -89,7 +95,7 @@ def read(queries: list[dict[str, Any]], locations: dict[str, str], limit: int = 
          offset: int = 0, class_archive: str | None = None) -> list[dict[str, Any]]:
     """Row count, columns and ``limit`` rows from row ``offset`` of every store of every query (manifest entries),
     each read from its checkpoint in ``locations``."""
-    spark = spark_session(class_archive)
+    spark = spark_session(class_archive, sum(op.get("bytes") or 0 for q in queries for op in q.get("operators") or []))
     out: list[dict[str, Any]] = []
     for query in queries:
         for operator in query.get("operators") or []:

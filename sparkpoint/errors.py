@@ -177,6 +177,13 @@ class StopInterruptedError(SparkpointError):
     exit_code = 130
 
 
+class HandoverInterruptedError(SparkpointError):
+    """Ctrl-C (or SIGTERM) during `run --replace`'s hand-over, after the old job stopped: the new job was ended
+    before it took over, so no version runs; the message names the stop's savepoint, which restores it."""
+
+    exit_code = 130
+
+
 class RecordedFailureError(SparkpointError):
     """A background operation (a detached savepoint) failed earlier: reported again, with the exit
     status it failed with."""

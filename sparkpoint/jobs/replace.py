@@ -7,7 +7,7 @@ import subprocess
 from dataclasses import replace
 
 from sparkpoint.config import Settings
-from sparkpoint.errors import JobFailedError, SparkpointError
+from sparkpoint.errors import HandoverInterruptedError, JobFailedError, SparkpointError
 from sparkpoint.jobs.drivers import await_end, cluster_driver_failure, driver_running, end_driver
 from sparkpoint.jobs.protocol import answer_handover, handover_waiting
 from sparkpoint.jobs.job_view import describe_job
@@ -56,16 +56,26 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
             raise JobFailedError(f"job {job.id} ended while the savepoint of {replaced.id} was restored")
         job.launch["restored"] = iso()
     except BaseException as exc:
-        answer_handover(job.directory, {"abort": f"the hand-over from {replaced.id} failed: {exc}"})
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        what = "was interrupted" if interrupted else f"failed: {exc}"
+        answer_handover(job.directory, {"abort": f"the hand-over from {replaced.id} {what}"})
         if driver_running(registry, job, process):
             end_driver(job, grace=30.0, sleep=sleep, clock=clock)
-            job.end("cancelled", reason=f"hand-over from {replaced.id} failed: {exc}")
+            job.end("cancelled", reason=f"hand-over from {replaced.id} {what}")
             registry.save(job)
-        if stopped is None or not isinstance(exc, SparkpointError):
-            raise  # the old job runs on (or an interrupt: the caller's to report)
-        # The old job is stopped: its savepoint is the way back, which the caller takes.
+        if stopped is None:
+            raise  # the old job runs on (or a stop interrupted, which says where its checkpoints stay)
+        # The old job is stopped: its savepoint is the way back, which the caller takes, or the operator who
+        # pressed Ctrl-C.
         record_stopped(registry, replaced, False, ending, stopped,
-                       f"stopped for {job.id}, whose hand-over then failed; savepoint {stopped.path}")
+                       f"stopped for {job.id}, whose hand-over then {what}; savepoint {stopped.path}")
+        if interrupted:
+            raise HandoverInterruptedError(
+                f"interrupted after {replaced.id} stopped: {job.id} was ended before it took over, so no version "
+                f"of the job runs; {replaced.id}'s savepoint {stopped.path} restores it "
+                f"(`sparkpoint run -s {stopped.path} ...`)") from None
+        if not isinstance(exc, SparkpointError):
+            raise
         raise HandoverFailedError(f"the hand-over from {replaced.id} failed after it stopped: {exc}",
                                   stopped.path) from exc
     job.restored_from = saved.path

@@ -177,9 +177,10 @@ class StopInterruptedError(SparkpointError):
     exit_code = 130
 
 
-class HandoverInterruptedError(SparkpointError):
-    """Ctrl-C (or SIGTERM) during `run --replace`'s hand-over, after the old job stopped: the new job was ended
-    before it took over, so no version runs; the message names the stop's savepoint, which restores it."""
+class InterruptedBetweenVersionsError(SparkpointError):
+    """Ctrl-C (or SIGTERM) after one version of a job stopped and before the next took over: during `run
+    --replace`'s hand-over, or a rollback's restart of the version before. No version runs; the message names the
+    savepoint that restores the job."""
 
     exit_code = 130
 

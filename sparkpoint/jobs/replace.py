@@ -7,7 +7,7 @@ import subprocess
 from dataclasses import replace
 
 from sparkpoint.config import Settings
-from sparkpoint.errors import HandoverInterruptedError, JobFailedError, SparkpointError
+from sparkpoint.errors import InterruptedBetweenVersionsError, JobFailedError, SparkpointError
 from sparkpoint.jobs.drivers import await_end, cluster_driver_failure, driver_running, end_driver
 from sparkpoint.jobs.protocol import answer_handover, handover_waiting
 from sparkpoint.jobs.job_view import describe_job
@@ -68,9 +68,10 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
         # The old job is stopped: its savepoint is the way back, which the caller takes, or the operator who
         # pressed Ctrl-C.
         record_stopped(registry, replaced, False, ending, stopped,
-                       f"stopped for {job.id}, whose hand-over then {what}; savepoint {stopped.path}")
+                       f"stopped for {job.id}, whose hand-over then {'was interrupted' if interrupted else 'failed'}; "
+                       f"savepoint {stopped.path}")
         if interrupted:
-            raise HandoverInterruptedError(
+            raise InterruptedBetweenVersionsError(
                 f"interrupted after {replaced.id} stopped: {job.id} was ended before it took over, so no version "
                 f"of the job runs; {replaced.id}'s savepoint {stopped.path} restores it "
                 f"(`sparkpoint run -s {stopped.path} ...`)") from None

@@ -16,8 +16,8 @@ from typing import Any
 
 from sparkpoint.adapters.storage import digest_of, storage_for
 from sparkpoint.config import Settings
-from sparkpoint.errors import (BadArgumentError, JobFailedError, NotFoundError, SavepointInvalidError,
-                               SparkpointError)
+from sparkpoint.errors import (BadArgumentError, InterruptedBetweenVersionsError, JobFailedError, NotFoundError,
+                               SavepointInvalidError, SparkpointError)
 from sparkpoint.results import json_number
 from sparkpoint.jobs.agents import client_for
 from sparkpoint.jobs.drivers import end_driver, end_interrupted
@@ -292,6 +292,11 @@ def roll_back(settings: Settings, registry: Registry, failed: Job, way_back: Way
     registry.save(failed)
     try:
         again = relaunch(way_back, failed)
+    except KeyboardInterrupt:  # the relaunch ended what it had launched: no version runs
+        raise InterruptedBetweenVersionsError(
+            f"interrupted while {previous.id}'s version started again, after {failed.id} failed on probation "
+            f"({failure}): no version of the job runs; the savepoint to start it from is {way_back.savepoint} "
+            f"(`sparkpoint run -s {way_back.savepoint} ...`)") from None
     except SparkpointError as exc:
         raise JobFailedError(f"job {failed.id} failed on probation ({failure}), and starting {previous.id}'s version "
                              f"again failed too: {exc}; the savepoint to start it from is "

@@ -80,6 +80,7 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
         raise HandoverFailedError(f"the hand-over from {replaced.id} failed after it stopped: {exc}",
                                   stopped.path) from exc
     job.restored_from = saved.path
+    job.query_ids = sorted(q["query_id"] for q in saved.queries)  # its own before its agent can say so (query_owners)
     job.note("took_over", f"from {replaced.id}, stopped at batch {_cuts(stopped)} with savepoint {saved.path}")
     registry.save(job)
     answer_handover(job.directory, {"expected_queries": [q["name"] for q in saved.queries]})

@@ -51,7 +51,8 @@ class PassThrough(click.Command):
               help="With -s: restore a savepoint whose Kafka input is partly gone from the log (retention, a topic "
                    "made again), saying what is lost, instead of refusing it (exit 20).")
 @click.option("--fork", is_flag=True, help="With -s: new query ids (a second variant from one savepoint, an A/B "
-                                           "test, is then a query of its own to sinks that key on the query id).")
+                                           "test, is then a query of its own to sinks that key on the query id). "
+                                           "Without it, -s of queries another job runs is refused (exit 23).")
 @click.option("--partitions", type=click.IntRange(min=1), metavar="N",
               help="With -s: rescale the savepoint's state to N partitions first (`sparkpoint rescale`; the "
                    "rescaled savepoint joins the catalog) and restore that one.")

@@ -181,42 +181,48 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
         name = request.name or Path(app).stem.replace("_", "-")
         standby, passed_over = _standby_for(settings, registry, request, spark, conf_args, name)
         restored = restored_ids(saved.queries, request.fork) if saved else {}
-        # Checked again, and recorded, under the registry's lock: two `run -s` of one savepoint at once.
-        with _called_off_on_failure(standby), claiming(registry, {} if rollback_of else restored,
-                                                        saved.path if saved else ""):
-            job = registry.new_job(
-                name, checkpoints_under=settings.checkpoints, app=app, app_args=request.app_args,
-                master=request.master, submit_args=request.submit_args, detached=request.detach,
-                restored_from=saved.path if saved else None, upgrade_check=upgrade_check, confs=request.confs,
-                follows=follows.id if follows else None, fork=bool(saved and request.fork),
-                rollback={"rollback_of": rollback_of.id, "at": iso()} if rollback_of else None,
-                app_sha256=app_digest(app), spark_home=spark.home if spark else None,
-                spark_version=spark.version if spark else None, launch={"at": began},
-                reserved=standby.directory if standby else None, query_ids=sorted(restored),
-            )
-            job.note("started", _started(job, request, saved, replaced, rollback_of))
-            for line in passed_over:
-                job.note("standby", line)
-            if upgrade_check is not None:
-                job.note("check", check_said(upgrade_check))
-            for event, note in [*sink_notes, *(("sink_kept", line) for line in kept_sinks)]:
-                job.note(event, note)
+        # Checked again under the registry's lock, held until the new job's record names its driver: two `run -s`
+        # of one savepoint at once, the second refused by the first's record.
+        claim = contextlib.ExitStack()
         try:
-            with _called_off_on_failure(standby):  # the adoption is _launch's last step: nothing was handed over
-                process = _launch(settings, job, app, request, conf_args, manager, spark, saved, replaced is not None,
-                                  to_check if checked_in_driver else None, progress, start_timeout, standby,
-                                  registry.save)
-            if saved is not None:
-                registry.save(job)  # its driver known (listed starting) while the savepoint is put in place
-                _restore_while_it_starts(settings, registry, job, process, saved, request, progress)
-        except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
-                end_launched(job, sleep, clock)  # its record is saved below, with what this run noted in it
-                job.end("cancelled", reason="interrupted")
-            else:
-                job.end("failed", error=str(exc))
-            registry.save(job)
-            raise
+            with _called_off_on_failure(standby):
+                claim.enter_context(claiming(registry, {} if rollback_of else restored, saved.path if saved else ""))
+                job = registry.new_job(
+                    name, checkpoints_under=settings.checkpoints, app=app, app_args=request.app_args,
+                    master=request.master, submit_args=request.submit_args, detached=request.detach,
+                    restored_from=saved.path if saved else None, upgrade_check=upgrade_check, confs=request.confs,
+                    follows=follows.id if follows else None, fork=bool(saved and request.fork),
+                    rollback={"rollback_of": rollback_of.id, "at": iso()} if rollback_of else None,
+                    app_sha256=app_digest(app), spark_home=spark.home if spark else None,
+                    spark_version=spark.version if spark else None, launch={"at": began},
+                    reserved=standby.directory if standby else None, query_ids=sorted(restored),
+                )
+                job.note("started", _started(job, request, saved, replaced, rollback_of))
+                for line in passed_over:
+                    job.note("standby", line)
+                if upgrade_check is not None:
+                    job.note("check", check_said(upgrade_check))
+                for event, note in [*sink_notes, *(("sink_kept", line) for line in kept_sinks)]:
+                    job.note(event, note)
+            try:
+                with _called_off_on_failure(standby):  # the adoption is _launch's last step: nothing was handed over
+                    process = _launch(settings, job, app, request, conf_args, manager, spark, saved,
+                                      replaced is not None, to_check if checked_in_driver else None, progress,
+                                      start_timeout, standby, registry.save)
+                if saved is not None:
+                    registry.save(job)  # its driver known (listed starting) while the savepoint is put in place
+                    claim.close()
+                    _restore_while_it_starts(settings, registry, job, process, saved, request, progress)
+            except BaseException as exc:
+                if isinstance(exc, KeyboardInterrupt):
+                    end_launched(job, sleep, clock)  # its record is saved below, with what this run noted in it
+                    job.end("cancelled", reason="interrupted")
+                else:
+                    job.end("failed", error=str(exc))
+                registry.save(job)
+                raise
+        finally:
+            claim.close()
         registry.save(job)
     if checked_in_driver:
         try:

@@ -70,11 +70,13 @@ def test_two_claims_of_one_savepoint_at_once_let_one_through(home, tmp_path):
         try:
             with claiming(registry, ids, "sp"):
                 if first:
+                    # What run does in the block: the job's record, then its driver launched and recorded.
+                    job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[],
+                                           query_ids=[QUERY_ID])
                     inside.set()
                     time.sleep(0.5)  # the other claim has looked by now, unless the lock holds it
-                    # The record the block makes, as run's new_job makes it.
-                    registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[],
-                                     query_ids=[QUERY_ID], pid=os.getpid(), pid_start=process_start(os.getpid()))
+                    job.pid, job.pid_start = os.getpid(), process_start(os.getpid())
+                    registry.save(job)
             outcomes.append("claimed")
         except QueriesRunningError:
             outcomes.append("refused")

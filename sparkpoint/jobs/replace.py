@@ -11,6 +11,7 @@ from sparkpoint.errors import InterruptedBetweenVersionsError, JobFailedError, S
 from sparkpoint.jobs.drivers import await_end, cluster_driver_failure, driver_running, end_driver
 from sparkpoint.jobs.protocol import answer_handover, handover_waiting
 from sparkpoint.jobs.job_view import describe_job
+from sparkpoint.jobs.query_owners import restored_ids
 from sparkpoint.jobs.registry import Job, Registry, state_of
 from sparkpoint.jobs.sinks import refuse_sinks_ahead
 from sparkpoint.jobs.stop import Stopped, record_stopped, stop_with_savepoint
@@ -57,19 +58,19 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
         job.launch["restored"] = iso()
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt)
-        what = "was interrupted" if interrupted else f"failed: {exc}"
-        answer_handover(job.directory, {"abort": f"the hand-over from {replaced.id} {what}"})
+        outcome = "was interrupted" if interrupted else "failed"
+        why = outcome if interrupted else f"{outcome}: {exc}"
+        answer_handover(job.directory, {"abort": f"the hand-over from {replaced.id} {why}"})
         if driver_running(registry, job, process):
             end_driver(job, grace=30.0, sleep=sleep, clock=clock)
-            job.end("cancelled", reason=f"hand-over from {replaced.id} {what}")
+            job.end("cancelled", reason=f"hand-over from {replaced.id} {why}")
             registry.save(job)
         if stopped is None:
             raise  # the old job runs on (or a stop interrupted, which says where its checkpoints stay)
         # The old job is stopped: its savepoint is the way back, which the caller takes, or the operator who
         # pressed Ctrl-C.
         record_stopped(registry, replaced, False, ending, stopped,
-                       f"stopped for {job.id}, whose hand-over then {'was interrupted' if interrupted else 'failed'}; "
-                       f"savepoint {stopped.path}")
+                       f"stopped for {job.id}, whose hand-over then {outcome}; savepoint {stopped.path}")
         if interrupted:
             raise InterruptedBetweenVersionsError(
                 f"interrupted after {replaced.id} stopped: {job.id} was ended before it took over, so no version "
@@ -80,7 +81,7 @@ def take_over(settings: Settings, registry: Registry, job: Job, process: subproc
         raise HandoverFailedError(f"the hand-over from {replaced.id} failed after it stopped: {exc}",
                                   stopped.path) from exc
     job.restored_from = saved.path
-    job.query_ids = sorted(q["query_id"] for q in saved.queries)  # its own before its agent can say so (query_owners)
+    job.query_ids = sorted(restored_ids(saved.queries, fork=False))  # its own before its agent can say so
     job.note("took_over", f"from {replaced.id}, stopped at batch {_cuts(stopped)} with savepoint {saved.path}")
     registry.save(job)
     answer_handover(job.directory, {"expected_queries": [q["name"] for q in saved.queries]})

@@ -122,7 +122,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     conf_args = spark_submit.conf_arguments(request.confs)
     conditions = [parse_condition(text) for text in request.healthy_when]
     registry = Registry(settings.home_url())
-    saved, replaced, way_back, kept_sinks = None, None, None, []
+    saved, replaced, way_back, kept_sinks, restored = None, None, None, [], {}
     _refuse_what_cannot_go_together(request)
     manager = manager_for(request.master)  # a bad master URL, or a mode it cannot run, fails before anything runs
     manager.refuse_deploy_mode(request.deploy_mode)
@@ -135,8 +135,9 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
         _refuse_short_stop(replaced, client_for(registry, replaced).status(), request.stop_timeout)
     elif request.savepoint:
         saved = catalog.load(settings, request.savepoint)
+        restored = restored_ids(saved.queries, request.fork)  # the query ids it will run (a rescale keeps them)
         if rollback_of is None:  # a rollback restarts the version that ran, come what may: a refusal ends both
-            refuse_running(registry, restored_ids(saved.queries, request.fork), saved.path)
+            refuse_running(registry, restored, saved.path)
             restorability.require_input(saved, settings.kafka, request.allow_data_loss, warn,
                                         storage_options=settings.storage_options)
             if not request.rollback_sink:
@@ -180,7 +181,6 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
                    or registry.taken_of(saved.manifest if saved else None))
         name = request.name or Path(app).stem.replace("_", "-")
         standby, passed_over = _standby_for(settings, registry, request, spark, conf_args, name)
-        restored = restored_ids(saved.queries, request.fork) if saved else {}
         # Checked again under the registry's lock, held until the new job's record names its driver: two `run -s`
         # of one savepoint at once, the second refused by the first's record.
         claim = contextlib.ExitStack()

@@ -103,7 +103,7 @@ def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_di
     try:
         # Spark starts (seconds) while the savepoint is restored, and counts the rows while Python reads them.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkpoint-spark") as spark_side:
-            state_bytes = sum(op["bytes"] for q in chosen.values() for op in q["operators"])
+            state_bytes = state_rows.state_bytes(chosen.values())
             starting = spark_side.submit(state_rows.spark_session, local_class_archive(settings.class_archives_dir()),
                                          state_bytes)
             restored = restore(savepoint, os.path.join(scratch, "checkpoints"), workers=settings.transfer_workers,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from sparkpoint.adapters.class_archives import driver_options
@@ -91,11 +92,16 @@ def spark_session(class_archive: str | None = None, state_bytes: int | None = No
     return session
 
 
+def state_bytes(queries: Iterable[dict[str, Any]]) -> int:
+    """The bytes of state the stateful operators of these queries (manifest entries) keep."""
+    return sum(op["bytes"] for q in queries for op in q["operators"])
+
+
 def read(queries: list[dict[str, Any]], locations: dict[str, str], limit: int = 20,
          offset: int = 0, class_archive: str | None = None) -> list[dict[str, Any]]:
     """Row count, columns and ``limit`` rows from row ``offset`` of every store of every query (manifest entries),
     each read from its checkpoint in ``locations``."""
-    spark = spark_session(class_archive, sum(op.get("bytes") or 0 for q in queries for op in q.get("operators") or []))
+    spark = spark_session(class_archive, state_bytes(queries))
     out: list[dict[str, Any]] = []
     for query in queries:
         for operator in query.get("operators") or []:

@@ -80,4 +80,3 @@ def test_the_check_s_sandbox_query_goes_before_the_hand_over(tmp_path):
     hold_first_start(str(tmp_path), os.getpid(), lambda _queries: None, classes=[cls])
     assert cls("x").queryName("counts (sparkpoint check)").start() == "counts (sparkpoint check)"
     assert not handover_waiting(tmp_path)
-

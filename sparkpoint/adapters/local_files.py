@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from sparkpoint.errors import ConfigError, raised_line
+from sparkpoint.errors import ConfigError, StorageError, raised_line
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o666, exact_mode: bool = False) -> None:
@@ -183,8 +183,13 @@ def write_json(path: Path, data: dict[str, Any], mode: int = 0o600) -> None:
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
     """An exclusive lock held on ``path`` (created, private, never removed: removing it would let two holders
-    lock two different files), released when the block ends or the process dies."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    lock two different files), released when the block ends or the process dies. A link or a directory in its
+    place is refused (StorageError), never followed."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise StorageError(f"cannot open the lock file {path}: {exc.strerror or exc}; sparkpoint makes it a regular "
+                           "file of its own: remove what is there in its place") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -89,3 +89,16 @@ def test_two_claims_of_one_savepoint_at_once_let_one_through(home, tmp_path):
     first.join(10)
     second.join(10)
     assert sorted(outcomes) == ["claimed", "refused"]
+
+
+def test_a_link_in_the_lock_file_s_place_is_refused_in_one_line(home, tmp_path, capsys):
+    """Never followed: a link planted as jobs/.launch.lock would have the lock's file made wherever it points."""
+    saved = savepoint_of_alarms(home, tmp_path, capsys)
+    app = tmp_path / "app.py"
+    app.write_text("raise SystemExit('never launched')\n")
+    (home / "jobs").mkdir(parents=True, exist_ok=True)
+    (home / "jobs" / ".launch.lock").symlink_to(tmp_path / "elsewhere")
+    code = main(["--home", str(home), "run", "-s", saved["path"], "--no-check", str(app)])
+    said = capsys.readouterr().err
+    assert code == 9 and said.count("\n") == 1 and "cannot open the lock file" in said, said
+    assert not (tmp_path / "elsewhere").exists() and Registry(str(home)).all() == []

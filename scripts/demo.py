@@ -74,12 +74,32 @@ def sparkpoint(home: Path, *args: str) -> str:
     return done.stdout
 
 
-def newest(home: Path, command: str) -> dict:
-    """The newest entry a listing command reports (jobs and savepoints are listed newest first), not shown:
-    the id the demo goes on with."""
+def listed(home: Path, command: str) -> list[dict]:
+    """What a listing command reports as JSON, not shown."""
     done = subprocess.run([sys.executable, "-m", "sparkpoint", "--home", str(home), "-o", "json", command],
                           capture_output=True, text=True, check=True)
-    return json.loads(done.stdout)[0]
+    return json.loads(done.stdout)
+
+
+def newest(home: Path, command: str) -> dict:
+    """The newest entry a listing command reports (jobs and savepoints are listed newest first): the id the demo
+    goes on with."""
+    return listed(home, command)[0]
+
+
+def reported(home: Path, job_id: str, batch: int, timeout: float = 60.0) -> None:
+    """Waits until the job's agent reports ``batch`` done, not shown: a batch's output appears inside the batch,
+    and Spark reports its progress only after the commit, later still on a busy machine."""
+    deadline = time.monotonic() + timeout
+    while True:
+        job = next((entry for entry in listed(home, "list") if entry["id"] == job_id), None)
+        queries = job["queries"] if job else []
+        if queries and all(q["batch_id"] is not None and q["batch_id"] >= batch and q["state_rows"] is not None
+                           for q in queries):
+            return
+        if time.monotonic() > deadline:
+            sys.exit(f"job {job_id} did not report batch {batch} within {timeout:.0f} s; see its driver.log")
+        time.sleep(0.3)
 
 
 def main() -> None:
@@ -99,6 +119,7 @@ def main() -> None:
         feed(events, 0, [("kitchen", "activate", 100), ("hall", "activate", 105), ("garage", "motion", 110),
                          ("kitchen", "motion", 120)])
         alarms(work / "out-v1", 0)
+        reported(home, v1["id"], 0)
         sparkpoint(home, "list")
 
         say("A savepoint while it runs: no pause")
@@ -128,6 +149,7 @@ def main() -> None:
             ("motion 90 s after activation raises the alarm", ("garage", 400) in found),
             ("v2 started after the cut: no batch before it re-ran", not (work / "out-v2" / "batch-1.json").exists()),
         ]
+        reported(home, v2["id"], 2)
         sparkpoint(home, "list")
         sparkpoint(home, "stop", v2["id"])
         running.remove(v2["id"])

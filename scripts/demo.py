@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,15 +88,14 @@ def newest(home: Path, command: str) -> dict:
     return listed(home, command)[0]
 
 
-def reported(home: Path, job_id: str, batch: int, timeout: float = 60.0) -> None:
-    """Waits until the job's agent reports ``batch`` done, not shown: a batch's output appears inside the batch,
-    and Spark reports its progress only after the commit, later still on a busy machine."""
+def reported(jobs: Callable[[], list[dict]], job_id: str, batch: int, timeout: float = 60.0) -> None:
+    """Waits until ``jobs()`` (the `list` JSON) has the job's every query at batch ``batch`` or later, not shown: a
+    batch's output is written inside the batch and Spark reports its progress after the commit, later still on
+    a busy machine, and a `list` shown in between would print the batch before, or none."""
     deadline = time.monotonic() + timeout
     while True:
-        job = next((entry for entry in listed(home, "list") if entry["id"] == job_id), None)
-        queries = job["queries"] if job else []
-        if queries and all(q["batch_id"] is not None and q["batch_id"] >= batch and q["state_rows"] is not None
-                           for q in queries):
+        queries = [query for job in jobs() if job["id"] == job_id for query in job["queries"]]
+        if queries and all(query["batch_id"] is not None and query["batch_id"] >= batch for query in queries):
             return
         if time.monotonic() > deadline:
             sys.exit(f"job {job_id} did not report batch {batch} within {timeout:.0f} s; see its driver.log")
@@ -119,7 +119,7 @@ def main() -> None:
         feed(events, 0, [("kitchen", "activate", 100), ("hall", "activate", 105), ("garage", "motion", 110),
                          ("kitchen", "motion", 120)])
         alarms(work / "out-v1", 0)
-        reported(home, v1["id"], 0)
+        reported(lambda: listed(home, "list"), v1["id"], 0)
         sparkpoint(home, "list")
 
         say("A savepoint while it runs: no pause")
@@ -149,7 +149,7 @@ def main() -> None:
             ("motion 90 s after activation raises the alarm", ("garage", 400) in found),
             ("v2 started after the cut: no batch before it re-ran", not (work / "out-v2" / "batch-1.json").exists()),
         ]
-        reported(home, v2["id"], 2)
+        reported(lambda: listed(home, "list"), v2["id"], 2)
         sparkpoint(home, "list")
         sparkpoint(home, "stop", v2["id"])
         running.remove(v2["id"])

@@ -32,7 +32,7 @@ from pathlib import Path
 import local_delta
 import local_hadoop
 import local_kafka
-from demo import APP, alarms, appears, drop, feed, say
+from demo import APP, alarms, appears, drop, feed, reported, say
 
 from sparkpoint.adapters.hadoop_conf import read_site
 
@@ -77,15 +77,8 @@ class Shell:
                               env=self.env, capture_output=True, text=True, check=True)
         return json.loads(done.stdout)
 
-    def reported(self, job_id: str, batch: int, timeout: float = 60.0) -> None:
-        """Waits until the job's agent reports batch ``batch``: a batch's output is written before Spark posts its
-        progress, and a `list` shown in between would print the batch before."""
-        deadline = time.monotonic() + timeout
-        while not any(query["batch_id"] is not None and query["batch_id"] >= batch
-                      for job in self.unseen("list") if job["id"] == job_id for query in job["queries"]):
-            if time.monotonic() > deadline:
-                sys.exit(f"job {job_id} did not report batch {batch} in {timeout:.0f} s")
-            time.sleep(0.5)
+    def reported(self, job_id: str, batch: int) -> None:
+        reported(lambda: self.unseen("list"), job_id, batch)
 
     def cancel_running(self) -> None:
         """On the way out, early or not: no driver is left behind."""
@@ -143,6 +136,7 @@ def kafka(sh: Shell, work: Path) -> None:
             if time.monotonic() > deadline:
                 sys.exit(f"the Kafka job did not count the {sum(sent.values())} records in 120 s")
             time.sleep(0.3)
+        sh.reported(job["id"], 0)
         sh("list")
         sh("stop", job["id"])
         sh.running.remove(job["id"])

@@ -10,7 +10,7 @@ import json
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -181,17 +181,23 @@ def write_json(path: Path, data: dict[str, Any], mode: int = 0o600) -> None:
 
 
 @contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
+def locked(path: Path, held: Callable[[], None] | None = None) -> Iterator[None]:
     """An exclusive lock held on ``path`` (created, private, never removed: removing it would let two holders
-    lock two different files), released when the block ends or the process dies. A link or a directory in its
-    place is refused (StorageError), never followed."""
+    lock two different files), released when the block ends or the process dies; ``held`` is called first when
+    another process holds it (so a wait is said, not silent). A link or a directory in its place is refused
+    (StorageError), never followed."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except OSError as exc:
         raise StorageError(f"cannot open the lock file {path}: {exc.strerror or exc}; sparkpoint makes it a regular "
                            "file of its own: remove what is there in its place") from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if held:
+                held()
+            fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)

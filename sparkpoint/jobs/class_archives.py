@@ -50,11 +50,12 @@ def build_archive(settings: Settings, spark_home: str | None, timeout: float, pr
     java_version = _java_version(java)
     directory = Path(settings.class_archives_dir())
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with locked(directory / LOCK_FILE):
+    progress = progress or NullProgress()
+    with locked(directory / LOCK_FILE, lambda: progress.waiting(f"waiting for another class archive build in "
+                                                                 f"{directory} to end")):
         for stale in stale_partials(directory):
             stale.unlink(missing_ok=True)
-        return _train_and_dump(settings, spark, java, java_version, directory, timeout, progress or NullProgress(),
-                               clock, sleep)
+        return _train_and_dump(settings, spark, java, java_version, directory, timeout, progress, clock, sleep)
 
 
 def _train_and_dump(settings: Settings, spark: spark_submit.Spark, java: str, java_version: str, directory: Path,

@@ -15,9 +15,10 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from sparkpoint.adapters.transfer import NullProgress, Progress
 from sparkpoint.errors import QueriesRunningError
 from sparkpoint.jobs.agents import reported_statuses
-from sparkpoint.jobs.registry import ACTIVE_STATES, Registry, state_of
+from sparkpoint.jobs.registry import ACTIVE_STATES, LAUNCH_LOCK, Registry, state_of
 
 AGENT_SECONDS = 2.0
 
@@ -28,14 +29,16 @@ def restored_ids(saved_queries: list[dict[str, Any]], fork: bool) -> dict[str, s
 
 
 @contextlib.contextmanager
-def claiming(registry: Registry, ids: dict[str, str], savepoint: str) -> Iterator[None]:
+def claiming(registry: Registry, ids: dict[str, str], savepoint: str,
+             progress: Progress | None = None) -> Iterator[None]:
     """Refuses (QueriesRunningError) while an active job runs any of ``ids`` (query id -> name); the block that
     follows, under the registry's launch lock, records the new job that runs them: two `run -s` of one savepoint
-    at once cannot both pass."""
+    at once cannot both pass. A wait for another launch's lock is said on ``progress``."""
     if not ids:
         yield
         return
-    with registry.launching():
+    with registry.launching(lambda: (progress or NullProgress()).waiting(
+            f"waiting for another `sparkpoint run` in this home to launch its job ({registry.root / LAUNCH_LOCK})")):
         refuse_running(registry, ids, savepoint)
         yield
 

@@ -187,10 +187,11 @@ class Registry:
         return directory
 
     @contextlib.contextmanager
-    def launching(self) -> Iterator[None]:
-        """The registry's lock for a check of the jobs that run and the record of a new job that follows it."""
+    def launching(self, held: Callable[[], None] | None = None) -> Iterator[None]:
+        """The registry's lock for a check of the jobs that run and the record of a new job that follows it;
+        ``held``: called first if another launch holds it."""
         self._make_root()
-        with locked(self.root / LAUNCH_LOCK):
+        with locked(self.root / LAUNCH_LOCK, held):
             yield
 
     def _make_root(self) -> None:

@@ -186,7 +186,8 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
         claim = contextlib.ExitStack()
         try:
             with _called_off_on_failure(standby):
-                claim.enter_context(claiming(registry, {} if rollback_of else restored, saved.path if saved else ""))
+                claim.enter_context(claiming(registry, {} if rollback_of else restored, saved.path if saved else "",
+                                             progress))
                 job = registry.new_job(
                     name, checkpoints_under=settings.checkpoints, app=app, app_args=request.app_args,
                     master=request.master, submit_args=request.submit_args, detached=request.detach,

@@ -13,6 +13,7 @@ from checkpoints import hdfs_checkpoint
 from running_jobs import agent_of_a_fake_query
 
 from sparkpoint.adapters.processes import process_start
+from sparkpoint.adapters.transfer import NullProgress
 from sparkpoint.cli.main import main
 from sparkpoint.errors import QueriesRunningError
 from sparkpoint.jobs.query_owners import claiming, refuse_running, restored_ids
@@ -61,14 +62,23 @@ def test_a_job_still_restoring_is_known_by_its_record_and_a_fork_by_new_ids(home
     refuse_running(registry, ids, saved["path"])  # ended: its ids are free again
 
 
-def test_two_claims_of_one_savepoint_at_once_let_one_through(home, tmp_path):
+class Said(NullProgress):
+    def __init__(self) -> None:
+        self.waits: list[str] = []
+
+    def waiting(self, message: str) -> None:
+        self.waits.append(message)
+
+
+def test_two_claims_of_one_savepoint_at_once_let_one_through_and_the_other_says_it_waits(home, tmp_path):
     registry = Registry(str(home))
     ids = {QUERY_ID: "alarms"}
     inside, outcomes = threading.Event(), []
+    said = {True: Said(), False: Said()}
 
     def claim(first: bool) -> None:
         try:
-            with claiming(registry, ids, "sp"):
+            with claiming(registry, ids, "sp", said[first]):
                 if first:
                     # What run does in the block: the job's record, then its driver launched and recorded.
                     job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[],
@@ -89,6 +99,9 @@ def test_two_claims_of_one_savepoint_at_once_let_one_through(home, tmp_path):
     first.join(10)
     second.join(10)
     assert sorted(outcomes) == ["claimed", "refused"]
+    assert said[True].waits == []
+    assert said[False].waits == [f"waiting for another `sparkpoint run` in this home to launch its job "
+                                 f"({home / 'jobs' / '.launch.lock'})"]
 
 
 def test_a_link_in_the_lock_file_s_place_is_refused_in_one_line(home, tmp_path, capsys):

@@ -238,8 +238,14 @@ def on_probation(settings: Settings, registry: Registry, job: Job, process: subp
     try:
         probation = watch_probation(registry, job, way_back.cut, seconds, grace, conditions, sleep, clock)
     except KeyboardInterrupt:
-        _probation_interrupted(registry, job, process, detached, way_back)
-        raise
+        if _probation_interrupted(registry, job, process, detached, way_back):
+            raise
+        raise InterruptedBetweenVersionsError(
+            f"interrupted during {job.id}'s probation: it was cancelled with its command (it ran in the foreground), "
+            f"and {way_back.previous.id} had stopped before it, so no version of the job runs. {job.id}'s "
+            f"checkpoints stay under {job.checkpoint_root} (`sparkpoint savepoint --from-checkpoint` takes a "
+            f"savepoint of where it ended); {way_back.previous.id}'s version restores from {way_back.savepoint}") \
+            from None
     if probation.failure is None:
         latest = registry.load(job.id)
         latest.note("probation", probation.detail)
@@ -250,9 +256,9 @@ def on_probation(settings: Settings, registry: Registry, job: Job, process: subp
 
 
 def _probation_interrupted(registry: Registry, job: Job, process: subprocess.Popen | None, detached: bool,
-                           way_back: WayBack) -> None:
+                           way_back: WayBack) -> bool:
     """Ctrl-C or SIGTERM during the probation: a foreground job ends with its command; a detached one runs
-    on, unwatched. Either way the history says so, with the way back."""
+    on, unwatched (True). Either way the history says so, with the way back."""
     latest = registry.load(job.id)
     running_on = detached or process is None
     latest.note("probation", "interrupted: " + (
@@ -261,6 +267,7 @@ def _probation_interrupted(registry: Registry, job: Job, process: subprocess.Pop
     registry.save(latest)
     if not running_on:
         end_interrupted(registry, latest)
+    return running_on
 
 
 def roll_back(settings: Settings, registry: Registry, failed: Job, way_back: WayBack, probation: Probation,

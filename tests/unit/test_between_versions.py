@@ -19,8 +19,9 @@ from sparkpoint.cli.main import main
 from sparkpoint.config import load_settings
 from sparkpoint.errors import InterruptedBetweenVersionsError
 from sparkpoint.jobs import replace as replace_module
+from sparkpoint.jobs import rollback as rollback_module
 from sparkpoint.jobs.protocol import HANDOVER_FILE, HANDOVER_WAITING
-from sparkpoint.jobs.registry import Registry
+from sparkpoint.jobs.registry import Registry, state_of
 from sparkpoint.jobs.rollback import Probation, WayBack, roll_back
 from sparkpoint.jobs.stop import Stopped
 
@@ -89,3 +90,37 @@ def test_an_interrupt_while_a_rollback_starts_the_version_before_names_its_savep
     assert raised.value.exit_code == 130
     # The failed version's record says where the way back was, as before any restart.
     assert registry.load(failed.id).rollback["savepoint"] == saved["path"]
+
+
+@pytest.mark.parametrize("detached", [False, True])
+def test_an_interrupt_during_the_probation_ends_a_foreground_job_and_says_no_version_runs(home, saved, tmp_path,
+                                                                                          monkeypatch, detached):
+    """A foreground job ends with its command, after the version before it stopped: the line names both ways back.
+    A detached one runs on unwatched, and the interrupt is the command's own."""
+    registry = Registry(str(home))
+    previous = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[],
+                           checkpoints_under=str(tmp_path / "checkpoints"), pid=driver.pid,
+                           pid_start=process_start(driver.pid))
+    monkeypatch.setattr(rollback_module, "watch_probation", interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt if detached else InterruptedBetweenVersionsError) as raised:
+            rollback_module.on_probation(load_settings(overrides={"home": str(home)}), registry, job,
+                                         None if detached else driver, WayBack(previous, saved["path"], {"alarms": 3}),
+                                         [], 30.0, 60.0, detached, interrupted, time.sleep, time.monotonic)
+        said = [event["detail"] for event in registry.load(job.id).history if event["event"] == "probation"]
+        if detached:
+            assert driver.poll() is None and state_of(registry.load(job.id)) != "cancelled"
+            assert said == [f"interrupted: it runs on unwatched, with no automatic rollback; {previous.id}'s version "
+                            f"restores from {saved['path']}"]
+        else:
+            assert driver.wait(10) is not None and registry.load(job.id).ended["state"] == "cancelled"
+            assert said == ["interrupted: the job is cancelled with its command"]
+            assert raised.value.exit_code == 130
+            assert "no version of the job runs" in str(raised.value)
+            assert f"checkpoints stay under {job.checkpoint_root}" in str(raised.value)
+            assert f"{previous.id}'s version restores from {saved['path']}" in str(raised.value)
+    finally:
+        driver.kill()
+        driver.wait(10)

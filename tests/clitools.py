@@ -47,7 +47,8 @@ def reported(home, job_id: str, batch: int, timeout: float = 120.0) -> dict:
     that `list` or a live savepoint sees the batch."""
     def listed() -> dict | None:
         job = next((j for j in cli_json(home, "list") if j["id"] == job_id), None)
-        done = job is not None and job["queries"] and all((q.get("batch_id") or -1) >= batch for q in job["queries"])
+        done = job is not None and job["queries"] and all(q.get("batch_id") is not None and q["batch_id"] >= batch
+                                                          for q in job["queries"])
         return job if done else None
 
     return wait_for(listed, timeout, what=f"{job_id}'s agent to report batch {batch}")

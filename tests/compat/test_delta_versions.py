@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "spark"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from clitools import cli, cli_json, wait_for  # noqa: E402
+from clitools import cli, cli_json, reported, wait_for  # noqa: E402
 from installed import spark_home  # noqa: E402
 from local_delta import SESSION_CONFS, delta_jars  # noqa: E402
 
@@ -111,6 +111,7 @@ def test_a_delta_sink_restored_with_its_table_rolled_back(tmp_path, minor):
     query_id = wait_for(lambda: next((q["id"] for q in cli_json(home, "list")[0]["queries"]), None),
                         what="v1's query", timeout=180)
     wait_for(lambda: written(table, query_id) >= 3, what=f"v1's batch 3 on Spark {minor}", timeout=180)
+    reported(home, v1["id"], 3)  # committed: the table's commit comes before the batch's
     at_3 = cli_json(home, "savepoint", v1["id"])
     assert at_3["queries"][0]["batch_id"] == 3
     sink = json.loads((Path(at_3["path"]) / "manifest.json").read_text())["queries"][0]["sink"]
@@ -206,6 +207,7 @@ def test_a_delta_source_s_savepoint_is_refused_once_vacuum_deleted_what_it_reads
     job = cli_json(home, "run", "--detach", "--name", "counts", *launch, *application)
     wait_for(lambda: sorted(rows_of(counts)) == [("k0", 4), ("k1", 2)], what="the counts of versions 0-2",
              timeout=180)
+    reported(home, job["id"], 2)  # committed: the table's commit comes before the batch's
     live = cli_json(home, "savepoint", job["id"])
     (written,) = json.loads((Path(live["path"]) / "manifest.json").read_text())["queries"][0]["delta_writes"]
     assert written == {"kind": "delta", "path": f"file:{counts}", "app_id": "counts-app", "follows_batches": True,

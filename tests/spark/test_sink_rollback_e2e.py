@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from clitools import cli, cli_json, wait_for
+from clitools import cli, cli_json, reported, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -49,6 +49,7 @@ def test_v2_from_batch_3_with_rollback_sink_replaces_v1s_later_batches(tmp_path,
         feed(inputs, index)
     v1 = cli_json(home, "run", "--detach", "--name", "values", *SINK_LOG_CONFS, APP, "v1", str(inputs), str(out))
     wait_for(lambda: latest_batch(out) >= 3, what="v1's batch 3")
+    reported(home, v1["id"], 3)  # committed: the sink's log comes before the batch's commit
     at_3 = cli_json(home, "savepoint", v1["id"])
     assert at_3["queries"][0]["batch_id"] == 3
     recorded = json.loads((Path(at_3["path"]) / "manifest.json").read_text())["queries"][0]["sink"]

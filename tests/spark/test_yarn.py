@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from clitools import FIRST_TIER_ONLY, cli, cli_json, wait_for
+from clitools import FIRST_TIER_ONLY, cli, cli_json, reported, wait_for
 from test_managed_jobs import APP, expected_counts, feed, outputs
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -110,6 +110,7 @@ def test_cluster_mode_on_yarn_pit_stop_replace_rolled_back_and_a_deaf_agent_canc
     assert v1["submission_id"].startswith("application_") and v1["driver_state"] == "RUNNING", v1
     assert v1["log"].startswith("http://") and v1["submission_id"].split("_", 1)[1] in v1["log"]
     wait_for(lambda: 1 in outputs(out), timeout=180, what="batch 1")
+    reported(home, v1["id"], 1)  # committed: its output alone comes before the commit
     live = cli_json(home, "savepoint", v1["id"])
     assert live["queries"][0]["batch_id"] >= 1
     stopped = cli_json(home, "stop", v1["id"])

@@ -179,7 +179,9 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
                       if saved and not (checked_in_driver and request.rollback_sink) else [])
         follows = (rollback_of or replaced or way_back and way_back.previous
                    or registry.taken_of(saved.manifest if saved else None))
-        name = request.name or Path(app).stem.replace("_", "-")
+        # A new version goes on under the name of the job it replaces: its savepoints beside the old one's, and the
+        # job's standby its own.
+        name = request.name or (replaced.name if replaced else Path(app).stem.replace("_", "-"))
         standby, passed_over = _standby_for(settings, registry, request, spark, conf_args, name)
         # Checked again under the registry's lock, held until the new job's record names its driver: two `run -s`
         # of one savepoint at once, the second refused by the first's record.

@@ -138,6 +138,7 @@ def test_run_checks_first_and_replace_refuses_an_incompatible_version_before_tou
     stop_feeding.set()
     feeding.join()
     assert failed["state"] == "failed" and failed["rollback"]["rolled_back_to"] == again["id"]
+    assert failed["name"] == v1["name"] == "posts"  # no --name: the replaced job's, not the application's file's
     assert again["state"] == "running" and again["restored_from"] == failed["replaced"]["path"]
     assert again["rollback"]["rollback_of"] == failed["id"] and again["upgrade_check"]["skipped"].startswith("rollback")
     assert (again["app"], again["name"]) == (v1["app"], v1["name"])

@@ -185,8 +185,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
         standby, passed_over = _standby_for(settings, registry, request, spark, conf_args, name)
         # Checked again under the registry's lock, held until the new job's record names its driver: two `run -s`
         # of one savepoint at once, the second refused by the first's record.
-        claim = contextlib.ExitStack()
-        try:
+        with contextlib.ExitStack() as claim:
             with _called_off_on_failure(standby):
                 claim.enter_context(claiming(registry, {} if rollback_of else restored, saved.path if saved else "",
                                              progress))
@@ -224,8 +223,6 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
                     job.end("failed", error=str(exc))
                 registry.save(job)
                 raise
-        finally:
-            claim.close()
         registry.save(job)
     if checked_in_driver:
         try:

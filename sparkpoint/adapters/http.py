@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from sparkpoint import json_input
 from sparkpoint.errors import SparkFailureError, SparkpointError
 
 CONNECT_RETRIES = 2
@@ -131,7 +132,7 @@ def call(client, method: str, url: str, *, unreachable: Callable[[str], Sparkpoi
     if too_late(body):
         raise unreachable(f"its answer did not arrive whole within {timeout:g} s")
     try:
-        return status, json.loads(bytes(body))  # JSON's own encoding, as requests' .json() reads it
+        return status, json_input.loads(body)  # JSON's own encoding, as requests' .json() reads it
     except ValueError:
         text = body.decode(charset or "utf-8", errors="replace")
         if status >= 400:

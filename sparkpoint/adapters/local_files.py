@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from sparkpoint import json_input
 from sparkpoint.errors import ConfigError, StorageError, raised_line
 
 
@@ -105,36 +106,21 @@ def kind_of(mode: int) -> str:
 
 def read_json_record(path: Path, limit: int = RECORD_BYTES) -> Any:
     """One of sparkpoint's JSON records, read as read_record reads it, nested no deeper than RECORD_DEPTH levels
-    (a record nested a hundred thousand deep is refused, not a RecursionError in whoever reads it), and with no
-    string that cannot be written back as UTF-8 (a lone surrogate escape, \\ud800, fails every encoder)."""
+    (a record nested a hundred thousand deep is refused before it is parsed), and with no string that cannot be
+    written back as UTF-8 (a lone surrogate escape, \\ud800, fails every encoder)."""
     text = read_record(path, limit)
     try:
-        data = json.loads(text)
-    except RecursionError:
+        data = json_input.loads(text, nesting=RECORD_DEPTH)
+    except json_input.TooDeepError:
         raise MalformedRecord(f"is nested deeper than {RECORD_DEPTH} levels") from None
     except ValueError:
         raise MalformedRecord("is not JSON") from None
     if "\\ud" in text.lower():  # only then can a string hold a surrogate: JSON text is UTF-8 here
         try:
             json.dumps(data, ensure_ascii=False).encode("utf-8")
-        except (UnicodeEncodeError, RecursionError):
+        except UnicodeEncodeError:
             raise MalformedRecord("holds a string that is not Unicode text (a lone surrogate escape)") from None
-    if _depth_over(data, RECORD_DEPTH):
-        raise MalformedRecord(f"is nested deeper than {RECORD_DEPTH} levels")
     return data
-
-
-def _depth_over(data: Any, limit: int) -> bool:
-    """Whether ``data`` nests deeper than ``limit``: walked without recursion, containers only, so any depth and
-    any size is answered quickly."""
-    pending = [(data, 1)] if isinstance(data, (dict, list)) else []
-    while pending:
-        value, depth = pending.pop()
-        if depth > limit:
-            return True
-        pending.extend((child, depth + 1) for child in (value.values() if isinstance(value, dict) else value)
-                       if isinstance(child, (dict, list)))
-    return False
 
 
 def last_lines(path: Path, lines: int = 5) -> str:

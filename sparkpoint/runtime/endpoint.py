@@ -12,6 +12,7 @@ import json
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
+from sparkpoint import json_input
 from sparkpoint.adapters.http_server import BoundedServer, QuietHandler
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ class ControlHandler(QuietHandler):
             self._reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": "body too large"})
             return None
         try:
-            body = json.loads(self.rfile.read(length) or b"{}") if length else {}
+            body = json_input.loads(self.rfile.read(length) or b"{}") if length else {}
         except json.JSONDecodeError:
             self._reply(HTTPStatus.BAD_REQUEST, {"error": "body is not JSON"})
             return None

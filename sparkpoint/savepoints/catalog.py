@@ -11,7 +11,6 @@ Any other directory is not sparkpoint's and is ignored.
 
 from __future__ import annotations
 
-import json
 import re
 import socket
 import time
@@ -19,6 +18,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sparkpoint import json_input
 from sparkpoint.adapters.processes import pid_alive
 from sparkpoint.adapters.storage import Storage, basename, join, storage_for, translate_errors
 from sparkpoint.config import Settings
@@ -215,8 +215,8 @@ def _classify(storage: Storage, path: str) -> Entry | None:
 def _read_marker(storage: Storage, path: str) -> dict[str, Any]:
     """What an in-progress marker says of its owner; nothing when it is unreadable or malformed."""
     try:
-        info = json.loads(storage.read_bytes(path, limit=MARKER_BYTES))
-    except (OSError, ValueError, RecursionError, SparkpointError):
+        info = json_input.loads(storage.read_bytes(path, limit=MARKER_BYTES))
+    except (OSError, ValueError, SparkpointError):
         return {}
     return info if isinstance(info, dict) else {}
 

@@ -148,7 +148,7 @@ def _read(savepoint: Savepoint, entry: dict[str, Any]) -> Any:
     where = join(savepoint.path, entry["path"])
     try:
         return read_schema_file(savepoint.storage.read_bytes(where, limit=SCHEMA_LIMIT), where)
-    except (NotACheckpointError, StorageError, OSError, RecursionError):
+    except (NotACheckpointError, StorageError, OSError):
         # A format this version does not know, a file gone or unreadable: compared by the manifest's digest.
         return {"digest": entry.get("digest")}
 
@@ -161,7 +161,7 @@ def _read_v3(savepoint: Savepoint, entry: dict[str, Any]) -> Any:
     where = join(savepoint.path, entry["path"])
     try:
         return {"families": read_v3_schema_file(savepoint.storage.read_bytes(where, limit=SCHEMA_LIMIT), where)}
-    except (NotACheckpointError, StorageError, OSError, RecursionError):
+    except (NotACheckpointError, StorageError, OSError):
         return {"digest": entry.get("digest")}
 
 

@@ -13,6 +13,7 @@ import posixpath
 import re
 from typing import Any
 
+from sparkpoint import json_input
 from sparkpoint.adapters.storage import HASH_ALGORITHMS
 from sparkpoint.errors import SavepointInvalidError
 from sparkpoint.spark.sources import as_recorded
@@ -165,8 +166,8 @@ def validate(data: Any, where: str) -> dict[str, Any]:
 
 def parse(raw: bytes, where: str) -> dict[str, Any]:
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        data = json_input.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
         raise SavepointInvalidError(f"{where} is not valid JSON: the savepoint is corrupted") from None
     return validate(data, where)
 

@@ -28,6 +28,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkpoint import json_input
 from sparkpoint.adapters.storage import Storage, join, translate_errors
 from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError
 from sparkpoint.spark.checkpoint_files import CheckpointFiles, FileRef, VanishedError, companion_names
@@ -114,8 +115,8 @@ class CheckpointReader(CheckpointFiles):
             if is_incomplete_restore(raw):
                 raise NotACheckpointError(f"{self.root} is a restore that did not finish (killed half-way, or still "
                                           "running): once no restore is running, remove it and restore again")
-            data = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, VanishedError):
+            data = json_input.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, VanishedError):
             raise NotACheckpointError(f"{self.root}/metadata is not a checkpoint metadata file") from None
         if not isinstance(data, dict) or not isinstance(data.get("id"), str):
             raise NotACheckpointError(f"{self.root}/metadata holds no query id")

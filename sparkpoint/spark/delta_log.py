@@ -12,12 +12,12 @@ with ``dataChange: false``) change no row. Delta deletes commit files older than
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from sparkpoint import json_input
 from sparkpoint.adapters.storage import Storage, join, translate_errors
 from sparkpoint.errors import NotACheckpointError
 
@@ -62,8 +62,8 @@ def parse_commit(raw: bytes, version: int, where: str) -> Commit:
         if not line.strip():
             continue
         try:
-            action = json.loads(line)
-        except (ValueError, RecursionError):  # ValueError: JSON's, and an integer too long to convert
+            action = json_input.loads(line)
+        except ValueError:  # ValueError: JSON's, and an integer too long to convert
             raise NotACheckpointError(f"{where}: line {number} is not JSON: not a Delta commit") from None
         if not isinstance(action, dict) or len(action) != 1:
             raise NotACheckpointError(f"{where}: line {number} is not one Delta action")

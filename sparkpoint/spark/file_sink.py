@@ -14,6 +14,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from sparkpoint import json_input
 from sparkpoint.adapters.storage import Storage, join, translate_errors
 from sparkpoint.errors import NotACheckpointError
 from sparkpoint.spark.logs import BATCH_FILE, live_log, parse_log
@@ -44,8 +45,8 @@ def parse_entries(raw: bytes, where: str) -> list[SinkFile]:
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
+            data = json_input.loads(line)
+        except json.JSONDecodeError:
             raise NotACheckpointError(f"{where} has a malformed file sink entry") from None
         if not (isinstance(data, dict) and isinstance(data.get("path"), str) and isinstance(data.get("size"), int)
                 and data.get("action") in ("add", "delete")):
@@ -134,7 +135,7 @@ class SinkLog:
             lines = [line for line in raw.decode("utf-8", "replace").split("\n")[1:] if line.strip()]
             if lines:
                 try:
-                    return True, json.loads(lines[-1])["path"]
+                    return True, json_input.loads(lines[-1])["path"]
                 except (json.JSONDecodeError, KeyError, TypeError):
                     raise NotACheckpointError(f"{path} has a malformed file sink entry") from None
         return True, None

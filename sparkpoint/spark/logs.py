@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from sparkpoint import json_input
 from sparkpoint.adapters.storage import Entry
 from sparkpoint.errors import NotACheckpointError
 from sparkpoint.spark.fields import checked_unique_id, json_array, json_object, required_field, typed
@@ -34,8 +35,8 @@ class OffsetEntry:
 def json_line(lines: list[str], where: str, what: str) -> dict[str, Any]:
     """The JSON object on the first line after a log's version line."""
     try:
-        data = json.loads(lines[0])
-    except (IndexError, json.JSONDecodeError, RecursionError):
+        data = json_input.loads(lines[0])
+    except (IndexError, json.JSONDecodeError):
         raise NotACheckpointError(f"{where} has malformed {what}") from None
     if not isinstance(data, dict):
         raise NotACheckpointError(f"{where}: {what} is not a JSON object")
@@ -66,8 +67,8 @@ def parse_offsets(raw: bytes, batch_id: int, where: str) -> OffsetEntry:
             sources.append(None)
         elif line:
             try:
-                sources.append(json.loads(line))
-            except (json.JSONDecodeError, RecursionError):
+                sources.append(json_input.loads(line))
+            except json.JSONDecodeError:
                 sources.append(line)  # a source's offset need not be JSON; keep Spark's own text
     return OffsetEntry(batch_id, metadata, sources)
 
@@ -107,8 +108,8 @@ def parse_file_source_log(lines: Iterable[bytes], where: str) -> list[SourceFile
         if not line.strip():
             continue
         try:
-            entry = json_object(json.loads(line), where, "a file source entry")
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            entry = json_object(json_input.loads(line), where, "a file source entry")
+        except (UnicodeDecodeError, json.JSONDecodeError):
             raise NotACheckpointError(f"{where} has a malformed file source entry") from None
         files.append(SourceFile(required_field(entry, "path", str, where),
                                 typed(entry.get("timestamp"), int, where, "timestamp"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+from sparkpoint import json_input
 from sparkpoint.errors import NotACheckpointError, UnsafeFileError
 from sparkpoint.spark.fields import json_array, json_object, typed
 from sparkpoint.spark.logs import json_line, parse_log
@@ -30,7 +31,7 @@ def is_incomplete_restore(raw: bytes) -> bool:
 def with_query_id(raw: bytes, query_id: str, where: str) -> bytes:
     """A query checkpoint's ``metadata`` with another query id (a fork), its other keys as they were."""
     try:
-        data = json.loads(raw)
+        data = json_input.loads(raw)
     except ValueError:
         raise NotACheckpointError(f"{where}: not the JSON of a query's metadata") from None
     data = json_object(data, where, "a query's metadata")

@@ -30,6 +30,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
+from sparkpoint import json_input
 from sparkpoint.errors import RescaleRefusedError, SparkFailureError
 from sparkpoint.spark import hdfs_store
 from sparkpoint.spark.state_layout import SHUFFLE_PARTITIONS_CONF, state_chain
@@ -326,7 +327,7 @@ def _rescaled_offsets(checkpoint: str, batch_id: int, partitions: int) -> bytes:
     if version != "v1":
         raise RescaleRefusedError(f"{checkpoint}: its offset log is of format {version}; sparkpoint rewrites "
                                   "HDFS-backed state for offset logs of format v1 only")
-    metadata = json.loads(lines[0])
+    metadata = json_input.loads(lines[0])
     metadata["conf"] = dict(metadata.get("conf") or {}, **{SHUFFLE_PARTITIONS_CONF: str(partitions)})
     return "\n".join([version, json.dumps(metadata, separators=(",", ":")), *lines[1:]]).encode()
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from sparkpoint import json_input
 from sparkpoint.adapters.storage import Storage, basename, join, parent, translate_errors
 from sparkpoint.adapters.processes import pid_alive, process_start
 from sparkpoint.errors import SinkRollbackRefusedError, SparkpointError
@@ -204,7 +205,7 @@ def exclusive(storage: Storage, output: str) -> Iterator[None]:
 def _lock_holder(storage: Storage, lock: str) -> str | None:
     """Who holds the lock, if its process still runs (or runs on another host, where it cannot be checked)."""
     try:
-        owner = json.loads(storage.read_bytes(lock, 1 << 16))
+        owner = json_input.loads(storage.read_bytes(lock, 1 << 16))
         pid, start, host = owner["pid"], owner["start"], owner["host"]
     except (OSError, SparkpointError, ValueError, KeyError, TypeError):
         return f"its lock {lock} is unreadable: remove it if no rollback runs"
@@ -228,7 +229,7 @@ def _interrupted(storage: Storage, output: str, cut: SinkCut) -> RollbackPlan | 
                 continue
             raw = storage.read_bytes(record_path, 64 << 20)
         try:
-            record = json.loads(raw)
+            record = json_input.loads(raw)
             if record.get("state") != "moving":
                 continue
             return _resumed(output, trash, record, cut)

@@ -18,11 +18,11 @@ carry the client's secrets (``kafka.sasl.jaas.config``, ``kafka.ssl.*.password``
 
 from __future__ import annotations
 
-import json
 
 from collections.abc import Callable
 from typing import Any
 
+from sparkpoint import json_input
 from sparkpoint.spark.fields import is_number
 
 FILE, KAFKA, RATE, RATE_MICRO_BATCH, DELTA, OTHER = "file", "kafka", "rate", "rate-micro-batch", "delta", "other"
@@ -102,7 +102,7 @@ def topics_of(record: dict[str, Any]) -> list[str]:
         return [topic.strip() for topic in record["subscribe"].split(",") if topic.strip()]
     if isinstance(record.get("assign"), str):
         try:
-            assigned = json.loads(record["assign"])
+            assigned = json_input.loads(record["assign"])
         except ValueError:
             return []
         return sorted(assigned) if isinstance(assigned, dict) else []

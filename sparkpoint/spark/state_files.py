@@ -12,6 +12,7 @@ import zipfile
 import zlib
 from typing import Any, BinaryIO
 
+from sparkpoint import json_input
 from sparkpoint.errors import NotACheckpointError
 from sparkpoint.spark.fields import (
     MAX_PARSED_BYTES,
@@ -42,8 +43,8 @@ def parse_operator_metadata(raw: bytes, where: str) -> dict[str, Any]:
     partitions = typed(stores_info[0].get("numPartitions"), int, where, "numPartitions") if stores_info else None
     properties_json = typed(info.get("operatorPropertiesJson"), str, where, "operatorPropertiesJson")
     try:
-        properties = json.loads(properties_json or "{}")
-    except (json.JSONDecodeError, RecursionError):
+        properties = json_input.loads(properties_json or "{}")
+    except json.JSONDecodeError:
         raise NotACheckpointError(f"{where} has malformed operatorPropertiesJson") from None
     variables = json_array(json_object(properties, where, "operatorPropertiesJson").get("stateVariables"), where,
                            "stateVariables")
@@ -73,8 +74,8 @@ def changelog_lineage(source: bytes | BinaryIO, where: str) -> list[tuple[int, s
         fmt, after = java_utf(header, 0, where, "changelog header")
         if fmt in ("v1", "v2"):
             return []  # formats without lineage: the file follows its predecessor version
-        lineage = json.loads(java_utf(header, after, where, "changelog header")[0])
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        lineage = json_input.loads(java_utf(header, after, where, "changelog header")[0])
+    except (UnicodeDecodeError, json.JSONDecodeError):
         raise NotACheckpointError(f"{where}: unreadable changelog header") from None
     entries = [json_object(e, where, "a lineage entry") for e in json_array(lineage, where, "the changelog lineage")]
     return [

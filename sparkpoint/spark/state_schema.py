@@ -14,6 +14,7 @@ import json
 import struct
 from typing import Any
 
+from sparkpoint import json_input
 from sparkpoint.errors import NotACheckpointError
 
 SCHEMA_FILE = "_metadata/schema"
@@ -100,8 +101,8 @@ def _chunked(raw: bytes, at: int, where: str) -> tuple[str, int]:
 
 def _fields(text: str, where: str) -> list[dict[str, Any]]:
     try:
-        struct_type = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+        struct_type = json_input.loads(text)
+    except json.JSONDecodeError:
         raise NotACheckpointError(f"{where} holds a schema that is not JSON") from None
     fields = struct_type.get("fields") if isinstance(struct_type, dict) else None
     if not isinstance(fields, list) or not all(isinstance(f, dict) and isinstance(f.get("name"), str)

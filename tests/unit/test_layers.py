@@ -14,10 +14,10 @@ PACKAGE = Path(__file__).parents[2] / "sparkpoint"
 # Lower imports nothing higher. runtime, the driver side, stands beside the core rooms: it shares the job
 # directory (jobs.protocol), the adapters and what is known of each source (spark.sources: the one room of it),
 # and nothing but spark-submit's command line reaches it.
-RANK = {"errors": 0, "config": 0, "times": 0, "results": 0, "lookup": 0, "paths": 0, "spark_versions": 0,
-        "adapters": 1, "spark": 2, "savepoints": 3, "jobs": 4, "cli": 5, "web": 5}
-RUNTIME_MAY_IMPORT = {"errors", "config", "times", "results", "lookup", "paths", "spark_versions", "adapters",
-                      "runtime", "jobs.protocol", "spark.sources"}
+RANK = {"errors": 0, "config": 0, "times": 0, "results": 0, "json_input": 0, "lookup": 0, "paths": 0,
+        "spark_versions": 0, "adapters": 1, "spark": 2, "savepoints": 3, "jobs": 4, "cli": 5, "web": 5}
+RUNTIME_MAY_IMPORT = {"errors", "config", "times", "results", "json_input", "lookup", "paths", "spark_versions",
+                      "adapters", "runtime", "jobs.protocol", "spark.sources"}
 
 
 def room(module: str) -> str:

@@ -32,6 +32,7 @@ from urllib.parse import quote, urlsplit
 
 from fsspec.implementations.webhdfs import WebHDFile, WebHDFS
 
+from sparkpoint import json_input
 from sparkpoint.adapters.hadoop_conf import conf_dirs, read_site
 from sparkpoint.errors import ConfigError
 
@@ -173,7 +174,7 @@ def _raise_remote(answer, path: str | None) -> None:
     if answer.status_code < 400:
         return
     try:
-        remote = answer.json()["RemoteException"]
+        remote = json_input.loads(answer.content)["RemoteException"]
         name, message = remote.get("exception", ""), str(remote.get("message", ""))
     except (ValueError, KeyError, TypeError, AttributeError):
         name, message = "", answer.text[:200]

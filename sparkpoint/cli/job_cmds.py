@@ -45,7 +45,8 @@ class PassThrough(click.Command):
 
 @click.command("run", cls=PassThrough)
 @click.option("--name", type=PATH_PART,
-              help="Job name [default: with --replace the replaced job's, else the application's file name].")
+              help="Job name [default: the replaced job's with --replace, the savepoint's job's with -s (not "
+                   "--fork), else the application's file name].")
 @click.option("-s", "--from-savepoint", "from_savepoint", metavar="SAVEPOINT", help="Restore from this savepoint.")
 @click.option("--allow-non-restored-state", is_flag=True, help="Start even if saved state has no query to take it.")
 @click.option("--allow-data-loss", is_flag=True,

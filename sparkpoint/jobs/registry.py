@@ -299,8 +299,12 @@ class Registry:
             raise CorruptRecordError(f"the job's token {path} {_missing_or(exc)}") from None
 
 
+def is_job_name(name: str) -> bool:
+    return bool(_NAME.fullmatch(name))
+
+
 def _check_name(name: str) -> None:
-    if not _NAME.fullmatch(name):
+    if not is_job_name(name):
         raise BadArgumentError(f"job name {name!r}: use letters, digits, '_', '.', '-' (at most 64)")
 
 

@@ -47,7 +47,7 @@ from sparkpoint.jobs.drivers import (await_cluster_driver, await_end, await_star
                                      end_interrupted, end_launched)
 from sparkpoint.jobs.agents import client_for
 from sparkpoint.jobs.job_view import JobView, describe_job
-from sparkpoint.jobs.registry import Job, Registry
+from sparkpoint.jobs.registry import Job, Registry, is_job_name
 from sparkpoint.jobs.query_owners import claiming, refuse_running, restored_ids
 from sparkpoint.jobs.rollback import (Probation, Relaunch, WayBack, app_digest, check_restartable, on_probation,
                                      parse_condition, roll_back, way_back_to)
@@ -179,9 +179,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
                       if saved and not (checked_in_driver and request.rollback_sink) else [])
         follows = (rollback_of or replaced or way_back and way_back.previous
                    or registry.taken_of(saved.manifest if saved else None))
-        # A new version goes on under the name of the job it replaces: its savepoints beside the old one's, and the
-        # job's standby its own.
-        name = request.name or (replaced.name if replaced else Path(app).stem.replace("_", "-"))
+        name = request.name or _default_name(app, replaced, None if request.fork else saved)
         standby, passed_over = _standby_for(settings, registry, request, spark, conf_args, name)
         # Checked again under the registry's lock, held until the new job's record names its driver: two `run -s`
         # of one savepoint at once, the second refused by the first's record.
@@ -416,6 +414,17 @@ def _handover_settings(cluster: bool, stop_timeout: float, start_timeout: float)
         return {"SPARKPOINT_HANDOVER_FROM": str(os.getpid())}
     wait = start_timeout + stop_timeout + HANDOVER_RESTORE_MARGIN
     return {"SPARKPOINT_HANDOVER_FROM": "cluster", "SPARKPOINT_HANDOVER_WAIT": f"{wait:g}"}
+
+
+def _default_name(app: str, replaced: Job | None, restored: Savepoint | None) -> str:
+    """A new version goes on under its job's name (the replaced job's, or the job the savepoint was taken of): its
+    savepoints beside the old ones, where retention and `--keep-last` count them, and the job's standby its own.
+    A fork, or a savepoint whose job's name is not one sparkpoint gives, starts a job named after its file."""
+    if replaced is not None:
+        return replaced.name
+    if restored is not None and is_job_name(restored.manifest["job"]):
+        return restored.manifest["job"]
+    return Path(app).stem.replace("_", "-")
 
 
 def _standby_for(settings: Settings, registry: Registry, request: RunRequest, spark: spark_submit.Spark | None,

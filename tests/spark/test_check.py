@@ -94,9 +94,10 @@ def test_an_incompatible_change_fails_with_a_line_of_its_own(saved, version, kin
 
 def test_run_checks_first_and_replace_refuses_an_incompatible_version_before_touching_the_job(saved):
     home, root = saved["home"], saved["root"]
-    v1 = cli_json(home, "run", "--detach", "--name", "posts", "-s", saved["savepoint"], APP, "v1",
-                  str(saved["inputs"]), str(root / "out-v1-again"))
+    v1 = cli_json(home, "run", "--detach", "-s", saved["savepoint"], APP, "v1", str(saved["inputs"]),
+                  str(root / "out-v1-again"))
     assert v1["state"] == "running" and v1["upgrade_check"]["compatible"] is True, v1
+    assert v1["name"] == "posts"  # no --name: the savepoint's job's, not the application's file's (post-counts)
     # -s checks in the job's own driver (no Spark started for the check alone); --replace, below, before the stop.
     assert v1["upgrade_check"]["in_driver"] is True and v1["upgrade_check"]["savepoint"] == saved["savepoint_path"]
     assert v1["upgrade_check"]["state_loaded"] is False

@@ -48,6 +48,7 @@ class RescaledQuery(Result):
     batch_id: int  # the batch the rescale added: the restored query resumes after it
     dropped_planned_batch: int | None  # the source's planned batch, planned again after the rescale
     stores: list[dict[str, Any]]  # per store read back by Spark: operator, store, rows, misplaced
+    placed_by: str | None  # "hdfs-store", "rocksdb-split" or "spark-runner" (None: left as it was)
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,7 @@ def _pinned(saved: dict[str, Any]) -> int | None:
 
 def _unchanged(saved: dict[str, Any]) -> RescaledQuery:
     pinned = _pinned(saved) if saved["operators"] else None
-    return RescaledQuery(saved["name"], pinned, pinned, saved["batch_id"], None, [])
+    return RescaledQuery(saved["name"], pinned, pinned, saved["batch_id"], None, [], None)
 
 
 def _on_rocksdb(saved: dict[str, Any]) -> bool:
@@ -272,7 +273,7 @@ def _rescale_query(spark, spark_side: ThreadPoolExecutor, saved: dict[str, Any],
                    phases: Phases, count_cut: Callable[[], dict[tuple[int, str], int]]) -> RescaledQuery:
     """One query's state repartitioned; ``state``: its HDFS-backed stores as read already (read_hdfs);
     ``count_cut``: Spark's count of the rows of the savepoint's cut, read from a restore of its own."""
-    from sparkpoint.spark import repartition
+    from sparkpoint.spark import repartition, rocksdb_split
 
     planned = saved.get("planned_batch_id")
     if planned is not None:  # --replan: the rescale takes its id; its input is planned again after
@@ -289,10 +290,17 @@ def _rescale_query(spark, spark_side: ThreadPoolExecutor, saved: dict[str, Any],
         before = recorded or repartition.count_rows(spark, checkpoint, batch_id, operators)
         phases.done("state_read")
         progress.waiting(f"Spark repartitions the state of {saved['name']}")
-        new_batch = repartition.run_spark_runner(spark, checkpoint, partitions, saved["checkpoint_format_version"])
+        if rocksdb_split.splittable(spark, saved, checkpoint):
+            placed_by = "rocksdb-split"
+            new_batch = repartition.split_rocksdb(spark, checkpoint, batch_id, saved, schemas, partitions)
+        else:
+            placed_by = "spark-runner"
+            new_batch = repartition.run_spark_runner(spark, checkpoint, partitions,
+                                                     saved["checkpoint_format_version"])
         progress.advance(sum(op["bytes"] for op in operators))
     else:
         assert state is not None
+        placed_by = "hdfs-store"
         plan = repartition.plan_hdfs(checkpoint, batch_id, operators, partitions, schemas)
         repartition.prove_partitioning(state, operators, plan)
         # Spark counts the cut's rows while Python places them; the new files are written once it has read them:
@@ -321,4 +329,4 @@ def _rescale_query(spark, spark_side: ThreadPoolExecutor, saved: dict[str, Any],
                                 f"({detail}); nothing was written")
     return RescaledQuery(saved["name"], _pinned(saved), partitions, new_batch, planned,
                          [{"operator": c.operator, "store": c.store, "rows": c.rows_after, "misplaced": c.misplaced}
-                          for c in checks])
+                          for c in checks], placed_by)

@@ -1,13 +1,16 @@
 """Repartitioning a stopped query's state to N partitions, in place, in a checkpoint that is sparkpoint's own
 scratch copy (never a user's: Spark's runner leaves a half batch behind when it fails).
 
-Both ways append batch N+1 to a checkpoint committed at N: ``offsets/N+1`` is ``offsets/N`` with
+Each way appends batch N+1 to a checkpoint committed at N: ``offsets/N+1`` is ``offsets/N`` with
 ``spark.sql.shuffle.partitions`` changed, ``commits/N+1`` is ``commits/N``, and state version N+2 holds every
 key in partition ``pmod(murmur3(partition key), N)``. The restarted query resumes after N+1, reading nothing
 twice and skipping nothing, with the new count pinned.
 
-- The RocksDB state store: Spark's own ``OfflineStateRepartitionRunner`` (spark-sql 4.3, reached through the
-  JVM gateway), which covers each operator below with Spark's own key extractors.
+- The RocksDB state store of an aggregation or a deduplication (on Spark 4.2 or later, checkpoint format 1):
+  each old partition read once through Spark's own RocksDB class and split into sorted files that the new
+  partitions ingest whole (spark/rocksdb_split.py).
+- Any other RocksDB state: Spark's own ``OfflineStateRepartitionRunner`` (spark-sql 4.2 and later, reached
+  through the JVM gateway), which covers each operator below with Spark's own key extractors.
 - The HDFS-backed store, which Spark's runner refuses: sparkpoint reads each store's version N+1 (snapshot and
   deltas), places each key by Spark's hash (spark/placement.py), and writes one snapshot per new partition.
   A checkpoint Spark 3.5 wrote has no operator metadata (no operator names): a join is told by its four
@@ -32,7 +35,7 @@ from typing import Any
 
 from sparkpoint import json_input
 from sparkpoint.errors import RescaleRefusedError, SparkFailureError
-from sparkpoint.spark import hdfs_store
+from sparkpoint.spark import hdfs_store, rocksdb_split
 from sparkpoint.spark.state_layout import SHUFFLE_PARTITIONS_CONF, state_chain
 from sparkpoint.spark.logs import parse_log
 from sparkpoint.spark.placement import KeyHasher
@@ -82,6 +85,21 @@ def run_spark_runner(spark, checkpoint: str, partitions: int, format_version: in
         return int(runner(spark._jsparkSession, checkpoint, partitions, True).run())
     except Exception as exc:  # noqa: BLE001 - py4j's error: Spark's message, in one line
         raise SparkFailureError(f"Spark could not repartition {checkpoint}: {_first_line(exc)}") from None
+
+
+def split_rocksdb(spark, checkpoint: str, batch_id: int, saved: dict[str, Any],
+                  schemas: dict[int, dict[str, dict[str, Any]]], partitions: int) -> int:
+    """sparkpoint's RocksDB path (spark/rocksdb_split.py), for the query ``saved`` it can split: the batch it
+    added."""
+    offsets = _rescaled_offsets(checkpoint, batch_id, partitions)
+    try:
+        rocksdb_split.split(spark, checkpoint, batch_id, saved, schemas, partitions)
+    except Exception as exc:  # noqa: BLE001 - py4j's error: Spark's message, in one line
+        raise SparkFailureError(f"could not split the RocksDB state of {checkpoint}: {_first_line(exc)}") from None
+    _write_atomic(os.path.join(checkpoint, "offsets", str(batch_id + 1)), offsets)
+    shutil.copyfile(os.path.join(checkpoint, "commits", str(batch_id)),
+                    os.path.join(checkpoint, "commits", str(batch_id + 1)))
+    return batch_id + 1
 
 
 def key_schemas(spark, checkpoint: str, batch_id: int,

@@ -48,6 +48,17 @@ def continued(spark, workload, inputs: str, saved: sp.Savepoint, target: str) ->
     return [sorted(map(repr, outputs[b])) for b in sorted(outputs)], state_without_partitions(spark, checkpoint)
 
 
+# What places the rows: an aggregation's and a deduplication's RocksDB state (checkpoint format 1) are split by
+# sparkpoint; every other RocksDB state goes to Spark's repartitioner.
+SPLIT_BY_SPARKPOINT = {"aggregate_rocksdb", "dedup_aggregate_rocksdb"}
+
+
+def placed_by(kind: str) -> str:
+    if kind.endswith("_hdfs"):
+        return "hdfs-store"
+    return "rocksdb-split" if kind in SPLIT_BY_SPARKPOINT else "spark-runner"
+
+
 @pytest.mark.parametrize("kind", list(RESCALE_WORKLOADS))
 def test_a_rescaled_savepoint_continues_like_the_original(spark, tmp_path, kind):
     workload = RESCALE_WORKLOADS[kind]
@@ -72,6 +83,7 @@ def test_a_rescaled_savepoint_continues_like_the_original(spark, tmp_path, kind)
     for source, partitions in chain:
         source = previous if source == "previous" else source
         result = rescale(settings, source, partitions, str(tmp_path / f"rescaled-{partitions}"))
+        assert result.queries[0].placed_by == placed_by(kind)
         rescaled = sp.load(result.savepoint.path)
         assert sp.verify(rescaled).valid
         query = rescaled.query("q")

@@ -248,6 +248,9 @@ RESCALE_WORKLOADS = {
         Workload("aggregate_format_v2", _aggregate_two_keys, "update",
                  provider_confs("rocksdb", changelog=True, format_version=2), keys=41),
         Workload("dedup_aggregate_hdfs", _dedup_then_aggregate, "update", provider_confs("hdfs"), keys=41),
+        # Two operators split by sparkpoint, each loaded from a snapshot and its changelogs.
+        Workload("dedup_aggregate_rocksdb", _dedup_then_aggregate, "update", provider_confs("rocksdb", changelog=True),
+                 keys=41),
         Workload("dedup_fixed_width_keys_hdfs", _dedup_fixed_width, "append", provider_confs("hdfs"), keys=41),
         Workload("dedup_mixed_keys_hdfs", _dedup_mixed, "append", provider_confs("hdfs"), keys=41),
         Workload("dedup_within_watermark_hdfs", _dedup_within_watermark, "append", provider_confs("hdfs"), keys=41),

@@ -290,7 +290,7 @@ def _rescale_query(spark, spark_side: ThreadPoolExecutor, saved: dict[str, Any],
         before = recorded or repartition.count_rows(spark, checkpoint, batch_id, operators)
         phases.done("state_read")
         progress.waiting(f"Spark repartitions the state of {saved['name']}")
-        if rocksdb_split.splittable(spark, saved, checkpoint):
+        if rocksdb_split.splittable(spark, saved, checkpoint, partitions):
             placed_by = "rocksdb-split"
             new_batch = repartition.split_rocksdb(spark, checkpoint, batch_id, saved, schemas, partitions)
         else:

@@ -19,6 +19,7 @@ no column families, no Avro, no row checksums); every other one is left to Spark
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -33,13 +34,20 @@ from sparkpoint.spark_versions import ENCODING_FORMAT_CONF, ROW_CHECKSUM_CONF
 # Their state keys are the partition key, in one store, encoded as Spark's NoPrefixKeyStateEncoder does.
 SPLIT_OPERATORS = frozenset({"stateStoreSave", "dedupe", "dedupeWithinWatermark"})
 _JAVA = Path(__file__).with_name("RocksDBSplit.java")
+MAX_FILES_PER_PARTITION = 16
 _THREADS = 2  # the machines it runs on have 2 cores; RocksDB's own threads take the rest
 
 
-def splittable(spark, saved: dict[str, Any], checkpoint: str) -> bool:
-    """Whether the savepoint's query ``saved`` (a manifest entry), restored at ``checkpoint``, can be split here
-    rather than by Spark's runner."""
+def splittable(spark, saved: dict[str, Any], checkpoint: str, partitions: int) -> bool:
+    """Whether the savepoint's query ``saved`` (a manifest entry), restored at ``checkpoint``, can be split to
+    ``partitions`` here rather than by Spark's runner."""
     confs = saved["confs"]
+    # Each new partition ingests one file from each old partition that holds keys for it: old / gcd(old, new)
+    # of them (1 from 8 to 16, 4 from 4 to 7). Each lands in RocksDB's level 0, where every read looks into
+    # all of them until a compaction; past 16, Spark's runner writes the fewer, larger files.
+    if any(op["partitions"] // math.gcd(op["partitions"], partitions) > MAX_FILES_PER_PARTITION
+           for op in saved["operators"]):
+        return False
     with open(os.path.join(checkpoint, "offsets", str(saved["batch_id"])), "rb") as offsets:
         offset_log_v1 = offsets.readline().strip() == b"v1"
     major_minor = tuple(int(part) for part in spark.version.split(".")[:2])

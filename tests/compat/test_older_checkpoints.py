@@ -94,6 +94,8 @@ def test_an_older_checkpoint_is_rescaled_where_its_state_shows_how_spark_partiti
             assert not target.exists()
             continue
         result = rescale(settings, saved, 7, str(target))
+        # RocksDB's aggregation split by the CLI's Spark through its own RocksDB class, readable by the older one.
+        assert result.queries[0].placed_by == ("hdfs-store" if name.endswith("_hdfs") else "rocksdb-split")
         rescaled = sp.load(result.savepoint.path)
         assert sp.verify(rescaled).valid and rescaled.query("q")["confs"][SHUFFLE_PARTITIONS_CONF] == "7"
         assert all(store["misplaced"] == 0 for store in result.queries[0].stores)

@@ -290,9 +290,11 @@ def _rescale_query(spark, spark_side: ThreadPoolExecutor, saved: dict[str, Any],
         before = recorded or repartition.count_rows(spark, checkpoint, batch_id, operators)
         phases.done("state_read")
         progress.waiting(f"Spark repartitions the state of {saved['name']}")
-        if rocksdb_split.splittable(spark, saved, checkpoint, partitions):
+        splitter = rocksdb_split.splitter(spark) if rocksdb_split.splittable(spark, saved, checkpoint,
+                                                                             partitions) else None
+        if splitter is not None:
             placed_by = "rocksdb-split"
-            new_batch = repartition.split_rocksdb(spark, checkpoint, batch_id, saved, schemas, partitions)
+            new_batch = repartition.split_rocksdb(spark, splitter, checkpoint, batch_id, saved, schemas, partitions)
         else:
             placed_by = "spark-runner"
             new_batch = repartition.run_spark_runner(spark, checkpoint, partitions,

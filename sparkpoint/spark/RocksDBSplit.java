@@ -14,7 +14,17 @@ import org.apache.spark.unsafe.Platform;
 import org.apache.spark.util.NextIterator;
 
 public class RocksDBSplit {
-    private static final String DEFAULT_FAMILY = "default";
+    // Spark's RocksDB keeps its database and its row count private: a new partition's rows come in whole files,
+    // past the puts that count them. Looked up here, so that a Spark without them fails before anything is split.
+    private final java.lang.reflect.Field database;
+    private final java.lang.reflect.Field keys;
+    private final java.lang.reflect.Field internalKeys;
+
+    public RocksDBSplit() throws Exception {
+        database = field("db");
+        keys = field("numKeysOnWritingVersion");
+        internalKeys = field("numInternalKeysOnWritingVersion");
+    }
 
     // Spark's own placement of a key among `partitions`: HashPartitioning's partition id over the key's fields,
     // the expression the shuffle before a stateful operator evaluates.
@@ -99,11 +109,9 @@ public class RocksDBSplit {
             store.load(version, scala.Option.empty(), false, true);
             if (files.length > 0) {
                 ingest.setMoveFiles(true);
-                ((org.rocksdb.RocksDB) field("db").get(store)).ingestExternalFile(java.util.Arrays.asList(files),
-                                                                                   ingest);
-                // Spark counts the rows its own puts write; these came in whole files.
-                field("numKeysOnWritingVersion").setLong(store, rows);
-                field("numInternalKeysOnWritingVersion").setLong(store, rows);
+                ((org.rocksdb.RocksDB) database.get(store)).ingestExternalFile(java.util.Arrays.asList(files), ingest);
+                keys.setLong(store, rows);
+                internalKeys.setLong(store, rows);
             }
             store.commit(true);
         } finally {

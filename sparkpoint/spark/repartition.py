@@ -87,13 +87,13 @@ def run_spark_runner(spark, checkpoint: str, partitions: int, format_version: in
         raise SparkFailureError(f"Spark could not repartition {checkpoint}: {_first_line(exc)}") from None
 
 
-def split_rocksdb(spark, checkpoint: str, batch_id: int, saved: dict[str, Any],
+def split_rocksdb(spark, splitter, checkpoint: str, batch_id: int, saved: dict[str, Any],
                   schemas: dict[int, dict[str, dict[str, Any]]], partitions: int) -> int:
-    """sparkpoint's RocksDB path (spark/rocksdb_split.py), for the query ``saved`` it can split: the batch it
-    added."""
+    """sparkpoint's RocksDB path (spark/rocksdb_split.py), for the query ``saved`` it can split with
+    ``splitter``: the batch it added."""
     offsets = _rescaled_offsets(checkpoint, batch_id, partitions)
     try:
-        rocksdb_split.split(spark, checkpoint, batch_id, saved, schemas, partitions)
+        rocksdb_split.split(spark, splitter, checkpoint, batch_id, saved, schemas, partitions)
     except Exception as exc:  # noqa: BLE001 - py4j's error: Spark's message, in one line
         raise SparkFailureError(f"could not split the RocksDB state of {checkpoint}: {_first_line(exc)}") from None
     _write_atomic(os.path.join(checkpoint, "offsets", str(batch_id + 1)), offsets)

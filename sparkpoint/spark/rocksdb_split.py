@@ -59,11 +59,11 @@ def splittable(spark, saved: dict[str, Any], checkpoint: str, partitions: int) -
                     for op in saved["operators"]))
 
 
-def split(spark, checkpoint: str, batch_id: int, saved: dict[str, Any], key_schemas: dict[int, dict[str, Any]],
-          partitions: int) -> None:
+def split(spark, splitter, checkpoint: str, batch_id: int, saved: dict[str, Any],
+          key_schemas: dict[int, dict[str, Any]], partitions: int) -> None:
     """Every operator's state of ``checkpoint`` at the cut (batch ``batch_id``, state version ``batch_id + 1``)
-    written at version ``batch_id + 2`` in ``partitions`` partitions; the batch's logs are the caller's."""
-    splitter = _splitter(spark)
+    written at version ``batch_id + 2`` in ``partitions`` partitions, by ``splitter`` (:func:`splitter`'s); the
+    batch's logs are the caller's."""
     conf = _rocksdb_conf(spark, saved["confs"])
     hadoop = spark._jsc.hadoopConfiguration()
     scratch = tempfile.mkdtemp(prefix="sparkpoint-rocksdb-split-")
@@ -118,13 +118,17 @@ def _rocksdb_conf(spark, confs: dict[str, str]):
     return state.RocksDBConf.apply(state.StateStoreConf.apply(sql))
 
 
-def _splitter(spark):
-    """RocksDBSplit, compiled in this session's JVM (a few tenths of a second, once per rescale)."""
+def splitter(spark):
+    """RocksDBSplit, compiled in this session's JVM (a few tenths of a second); None when this Spark's internals
+    are not the ones it is written against (a class, a signature or a field differs), before anything is split."""
     jvm = spark._jvm
     gateway = spark.sparkContext._gateway
-    compiler = jvm.org.codehaus.janino.SimpleCompiler()
-    compiler.setParentClassLoader(jvm.java.lang.Thread.currentThread().getContextClassLoader())
-    compiler.cook(_JAVA.read_text())
-    loaded = compiler.getClassLoader().loadClass("RocksDBSplit")
-    return loaded.getDeclaredConstructor(gateway.new_array(jvm.java.lang.Class, 0)).newInstance(
-        gateway.new_array(jvm.java.lang.Object, 0))
+    try:
+        compiler = jvm.org.codehaus.janino.SimpleCompiler()
+        compiler.setParentClassLoader(jvm.java.lang.Thread.currentThread().getContextClassLoader())
+        compiler.cook(_JAVA.read_text())
+        loaded = compiler.getClassLoader().loadClass("RocksDBSplit")
+        return loaded.getDeclaredConstructor(gateway.new_array(jvm.java.lang.Class, 0)).newInstance(
+            gateway.new_array(jvm.java.lang.Object, 0))
+    except Exception:  # noqa: BLE001 - py4j's error, whichever: Janino's compile error, or the constructor's
+        return None

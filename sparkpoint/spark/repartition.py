@@ -96,10 +96,7 @@ def split_rocksdb(spark, splitter, checkpoint: str, batch_id: int, saved: dict[s
         rocksdb_split.split(spark, splitter, checkpoint, batch_id, saved, schemas, partitions)
     except Exception as exc:  # noqa: BLE001 - py4j's error: Spark's message, in one line
         raise SparkFailureError(f"could not split the RocksDB state of {checkpoint}: {_first_line(exc)}") from None
-    _write_atomic(os.path.join(checkpoint, "offsets", str(batch_id + 1)), offsets)
-    shutil.copyfile(os.path.join(checkpoint, "commits", str(batch_id)),
-                    os.path.join(checkpoint, "commits", str(batch_id + 1)))
-    return batch_id + 1
+    return _append_batch(checkpoint, batch_id, offsets)
 
 
 def key_schemas(spark, checkpoint: str, batch_id: int,
@@ -226,7 +223,13 @@ def write_hdfs(checkpoint: str, batch_id: int, plan: HdfsPlan, placed: dict[tupl
             os.makedirs(directory, exist_ok=True)
             _write_atomic(os.path.join(directory, f"{version + 1}.snapshot"), snapshot)
         advance(state[(operator_id, store)].read_bytes)
-    _write_atomic(os.path.join(checkpoint, "offsets", str(batch_id + 1)), plan.offsets)
+    return _append_batch(checkpoint, batch_id, plan.offsets)
+
+
+def _append_batch(checkpoint: str, batch_id: int, offsets: bytes) -> int:
+    """Batch ``batch_id + 1`` logged around state already written at its version: ``offsets`` (the cut's, with
+    the new partition count), and the cut's commit again (the rescale read no input)."""
+    _write_atomic(os.path.join(checkpoint, "offsets", str(batch_id + 1)), offsets)
     shutil.copyfile(os.path.join(checkpoint, "commits", str(batch_id)),
                     os.path.join(checkpoint, "commits", str(batch_id + 1)))
     return batch_id + 1

@@ -29,7 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from sparkpoint.spark_versions import ENCODING_FORMAT_CONF, ROW_CHECKSUM_CONF
+from sparkpoint.spark_versions import ENCODING_FORMAT_CONF, ROW_CHECKSUM_CONF, minor_of
 
 # Their state keys are the partition key, in one store, encoded as Spark's NoPrefixKeyStateEncoder does.
 SPLIT_OPERATORS = frozenset({"stateStoreSave", "dedupe", "dedupeWithinWatermark"})
@@ -50,8 +50,7 @@ def splittable(spark, saved: dict[str, Any], checkpoint: str, partitions: int) -
         return False
     with open(os.path.join(checkpoint, "offsets", str(saved["batch_id"])), "rb") as offsets:
         offset_log_v1 = offsets.readline().strip() == b"v1"
-    major_minor = tuple(int(part) for part in spark.version.split(".")[:2])
-    return (offset_log_v1 and major_minor >= (4, 2)  # RocksDB.load(..., loadEmpty) and commit(forceSnapshot)
+    return (offset_log_v1 and (minor_of(spark.version) or (0, 0)) >= (4, 2)  # load(loadEmpty), commit(forceSnapshot)
             and saved["checkpoint_format_version"] == 1
             and confs.get(ENCODING_FORMAT_CONF, "unsaferow") == "unsaferow"
             and confs.get(ROW_CHECKSUM_CONF, "false").lower() != "true"

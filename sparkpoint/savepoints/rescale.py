@@ -68,8 +68,9 @@ class Phases:
     spark_session (what was left of Spark's start), state_read again for RocksDB (Spark counting the rows, unless
     the savepoint holds RocksDB's own count at the cut: then next to nothing),
     state_placed (HDFS-backed: the rows placed in their new partitions and written, Spark counting the rows of
-    the cut alongside; RocksDB: Spark's repartitioner), read_back (Spark reading the new state: rows and misplaced
-    keys), savepoint (the new savepoint written)."""
+    the cut alongside; RocksDB: the split, or Spark's repartitioner), read_back (the new state read back: rows and
+    misplaced keys, by Spark's state data source, or for a split by Spark's RocksDB class), savepoint (the new
+    savepoint written)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self._clock = clock
@@ -282,16 +283,19 @@ def _rescale_query(spark, spark_side: ThreadPoolExecutor, saved: dict[str, Any],
             if os.path.exists(path):
                 os.remove(path)
     batch_id, operators = saved["batch_id"], _operators(saved)
+    # Janino compiles the split (a few tenths of a second) while Spark reads the key schemas.
+    compiling = (spark_side.submit(rocksdb_split.splitter, spark)
+                 if _on_rocksdb(saved) and rocksdb_split.splittable(spark, saved, checkpoint, partitions) else None)
     schemas = repartition.key_schemas(spark, checkpoint, batch_id, operators)
     # RocksDB's own count at the cut, when the savepoint has it, saves Spark counting the rows all again.
     recorded = None
+    splitter = None
     if _on_rocksdb(saved):
         recorded = _rows_at_cut(operators)
         before = recorded or repartition.count_rows(spark, checkpoint, batch_id, operators)
         phases.done("state_read")
         progress.waiting(f"Spark repartitions the state of {saved['name']}")
-        splitter = rocksdb_split.splitter(spark) if rocksdb_split.splittable(spark, saved, checkpoint,
-                                                                             partitions) else None
+        splitter = compiling.result() if compiling is not None else None
         if splitter is not None:
             placed_by = "rocksdb-split"
             new_batch = repartition.split_rocksdb(spark, splitter, checkpoint, batch_id, saved, schemas, partitions)
@@ -316,7 +320,10 @@ def _rescale_query(spark, spark_side: ThreadPoolExecutor, saved: dict[str, Any],
         before = counting.result()
         new_batch = repartition.write_hdfs(checkpoint, batch_id, plan, placed, state, progress.advance)
     phases.done("state_placed")
-    checks = repartition.check_rescaled(spark, checkpoint, new_batch, operators, partitions, before)
+    if splitter is not None:
+        checks = repartition.check_split(spark, splitter, checkpoint, new_batch, saved, schemas, partitions, before)
+    else:
+        checks = repartition.check_rescaled(spark, checkpoint, new_batch, operators, partitions, before)
     if recorded and not all(check.sound for check in checks):
         # RocksDB keeps its count exact only while it tracks rows (trackTotalNumberOfRows, on by default): the
         # cut's rows are counted before anything is refused.

@@ -19,11 +19,13 @@ public class RocksDBSplit {
     private final java.lang.reflect.Field database;
     private final java.lang.reflect.Field keys;
     private final java.lang.reflect.Field internalKeys;
+    private final java.lang.reflect.Field loadedKeys;
 
     public RocksDBSplit() throws Exception {
         database = field("db");
         keys = field("numKeysOnWritingVersion");
         internalKeys = field("numInternalKeysOnWritingVersion");
+        loadedKeys = field("numKeysOnLoadedVersion");
     }
 
     // Spark's own placement of a key among `partitions`: HashPartitioning's partition id over the key's fields,
@@ -118,6 +120,38 @@ public class RocksDBSplit {
             ingest.close();
             store.close();
         }
+    }
+
+    // A new partition read back as the restart loads it: a fresh store at `version`, loaded from the checkpoint's
+    // files into a directory of its own, read whole. Returns its rows, those Spark places in another partition,
+    // and the count its commit recorded (-1 when RocksDB does not track it).
+    public long[] readBack(String dir, int partition, long version, RocksDBConf conf,
+                           org.apache.hadoop.conf.Configuration hadoop, StructType keySchema, int partitions,
+                           String scratch) throws Exception {
+        UnsafeProjection place = placement(keySchema, partitions);
+        long[] found = new long[3];
+        RocksDB store = open(dir, partition, conf, hadoop, new java.io.File(scratch, "read-back-" + partition));
+        try {
+            store.load(version, scala.Option.empty(), true, false);
+            found[2] = loadedKeys.getLong(store);
+            UnsafeRow key = new UnsafeRow(keySchema.length());
+            NextIterator pairs = store.iterator();
+            try {
+                while (pairs.hasNext()) {
+                    byte[] bytes = ((ByteArrayPair) pairs.next()).key();
+                    key.pointTo(bytes, Platform.BYTE_ARRAY_OFFSET + 1, bytes.length - 1);
+                    if (place.apply(key).getInt(0) != partition) {
+                        found[1]++;
+                    }
+                    found[0]++;
+                }
+            } finally {
+                pairs.closeIfNeeded();
+            }
+        } finally {
+            store.close();
+        }
+        return found;
     }
 
     private static java.lang.reflect.Field field(String name) throws Exception {

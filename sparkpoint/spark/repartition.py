@@ -20,7 +20,8 @@ twice and skipping nothing, with the new count pinned.
   proof and is refused, as is a store written in one partition, which proves nothing, and one of too few keys
   for the proof to mean anything (each key of a wrong guess lands right by chance once in N).
 
-Afterwards Spark's state data source reads version N+2 back: its rows per store must equal version N+1's,
+Afterwards version N+2 is read back (Spark's state data source; for a split RocksDB store, Spark's RocksDB
+class loading each new partition from the checkpoint's files): its rows per store must equal version N+1's,
 and every key must sit where Spark's ``hash`` of its partition key puts it, or the rescale fails.
 """
 
@@ -97,6 +98,22 @@ def split_rocksdb(spark, splitter, checkpoint: str, batch_id: int, saved: dict[s
     except Exception as exc:  # noqa: BLE001 - py4j's error: Spark's message, in one line
         raise SparkFailureError(f"could not split the RocksDB state of {checkpoint}: {_first_line(exc)}") from None
     return _append_batch(checkpoint, batch_id, offsets)
+
+
+def check_split(spark, splitter, checkpoint: str, new_batch_id: int, saved: dict[str, Any],
+                schemas: dict[int, dict[str, dict[str, Any]]], partitions: int,
+                before: dict[tuple[int, str], int]) -> list[StoreCheck]:
+    """:func:`split_rocksdb`'s state read back by Spark's RocksDB class (rocksdb_split.read_back), as
+    :func:`check_rescaled` reads the other ways' through Spark's state data source."""
+    try:
+        found = rocksdb_split.read_back(spark, splitter, checkpoint, new_batch_id - 1, saved, schemas, partitions)
+    except SparkFailureError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - py4j's error: Spark's message, in one line
+        raise SparkFailureError(f"could not read back the split RocksDB state of {checkpoint}: "
+                                f"{_first_line(exc)}") from None
+    return [StoreCheck(op["id"], "default", before[(op["id"], "default")], *found[op["id"]])
+            for op in saved["operators"]]
 
 
 def key_schemas(spark, checkpoint: str, batch_id: int,

@@ -5,6 +5,8 @@ count. A rescaled savepoint verifies, a rescale of a rescale works, the original
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import workloads
 from workloads import RESCALE_WORKLOADS, savepoint_of
@@ -128,6 +130,53 @@ def test_rocksdbs_count_at_the_cut_stands_for_sparks_and_a_stale_one_is_counted_
     rescaled = sp.load(result.savepoint.path)
     assert state_without_partitions(spark, restore(rescaled, str(tmp_path / "again")).queries[0].checkpoint)[0] \
         == expected_state
+
+
+class MistakenSplit:
+    """RocksDBSplit making one mistake in its gather: new partitions 0 and 1 each written with the other's
+    files (``misplaced``), or every new partition's recorded count one above its rows (``miscounted``)."""
+
+    def __init__(self, split, mistake: str):
+        self.split, self.mistake = split, mistake
+
+    def scatter(self, *args):
+        return self.split.scatter(*args)
+
+    def readBack(self, *args):  # noqa: N802 - RocksDBSplit's method
+        return self.split.readBack(*args)
+
+    def gather(self, directory, partition, version, conf, hadoop, files, rows, scratch):
+        if self.mistake == "misplaced" and partition < 2:
+            directory = os.path.join(os.path.dirname(directory), str(1 - partition))
+        if self.mistake == "miscounted":
+            rows += 1
+        return self.split.gather(directory, partition, version, conf, hadoop, files, rows, scratch)
+
+
+def test_the_splits_read_back_refuses_a_partition_with_anothers_keys_or_a_wrong_count(spark, tmp_path,
+                                                                                      monkeypatch):
+    """The split's own read-back (each new partition loaded again from the checkpoint's files) is the check of
+    the split: a partition holding keys Spark places elsewhere, or recording a count other than its rows, fails
+    the rescale, and nothing is written."""
+    from sparkpoint.errors import SparkFailureError
+    from sparkpoint.spark import rocksdb_split
+
+    workload = RESCALE_WORKLOADS["aggregate_rocksdb"]
+    workloads.add_batches(str(tmp_path / "in"), workload, range(CUT_AFTER))
+    workloads.run(spark, workload, str(tmp_path / "in"), str(tmp_path / "ckpt"), FOUR)
+    saved = savepoint_of(str(tmp_path / "ckpt"), "q", str(tmp_path / "savepoints"))
+    home = tmp_path / "home"
+    real = rocksdb_split.splitter
+    for mistake, message in [("misplaced", r"does not read back whole and in place \(operator 0 default: (\d+) "
+                                           r"rows before, \1 after, [1-9]\d* misplaced\)"),
+                             ("miscounted", r"partition 0 of operator 0 holds (\d+) rows after the split, but its "
+                                            r"commit recorded (?!\1\b)\d+")]:
+        monkeypatch.setattr(rocksdb_split, "splitter", lambda spark, mistake=mistake: MistakenSplit(real(spark),
+                                                                                                    mistake))
+        with pytest.raises(SparkFailureError, match=message):
+            rescale(Settings(home=str(home)), saved, 7, str(tmp_path / "rescaled"))
+        assert not (tmp_path / "rescaled").exists() and list((home / "tmp").iterdir()) == []
+    assert sp.verify(saved).valid
 
 
 def test_a_global_aggregation_is_refused_by_name_and_nothing_is_written(spark, tmp_path):

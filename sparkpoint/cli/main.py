@@ -9,6 +9,7 @@ when ``SPARKPOINT_DEBUG`` is set.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -96,4 +97,8 @@ def _terminate(signum, frame) -> None:
 
 def run() -> None:
     signal.signal(signal.SIGTERM, _terminate)
-    sys.exit(main())
+    code = main()
+    # A command that ran a local Spark holds thousands of py4j proxies, each of which, collected as the interpreter
+    # ends, tells the JVM to drop its object: 0.2 s of a rescale, for a JVM that ends with this process.
+    gc.freeze()
+    sys.exit(code)

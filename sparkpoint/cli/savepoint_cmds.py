@@ -288,9 +288,10 @@ def rescale_cmd(app, loaded, target_dir, partitions, query, replan, output):
 
     Each key goes where Spark's hash partitioning puts it with N partitions, and the offset log pins N,
     so the restored query runs with N. SAVEPOINT is not modified. The new savepoint goes to TARGET_DIR,
-    or by default to the home's catalog under SAVEPOINT's job label. Needs a local Spark (pyspark): RocksDB state is
-    repartitioned by Spark's own repartitioner, HDFS-backed state by sparkpoint; both are read back by
-    Spark and checked before the savepoint is written.
+    or by default to the home's catalog under SAVEPOINT's job label. Needs a local Spark (pyspark): HDFS-backed
+    state and the RocksDB state of aggregations and deduplication are repartitioned by sparkpoint, other RocksDB
+    state by Spark's own repartitioner; the new state is read back (rows, placement) and checked before the
+    savepoint is written.
     """
     from sparkpoint.savepoints.rescale import rescale
 

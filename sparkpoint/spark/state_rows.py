@@ -85,6 +85,8 @@ def spark_session(class_archive: str | None = None, state_bytes: int | None = No
         SparkSession.builder.master("local[2]")
         .appName("sparkpoint-inspect")
         .config("spark.ui.enabled", "false")
+        # Spark's stage bars on stderr would break into sparkpoint's own progress display.
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.bindAddress", "127.0.0.1")
     )
     if not session_exists():

@@ -12,8 +12,7 @@ in the local Spark's JVM (RocksDBSplit.java, compiled at run time by the Janino 
 3. each new partition is loaded again from the checkpoint's files by a fresh ``RocksDB``, as the restarted
    query loads it, and read whole: its rows, its keys ``HashPartitioning`` places elsewhere, and the count its
    commit recorded. Spark's state data source reads the same (the check of Spark's runner and of the
-   HDFS-backed path) in 2 s of a 1M-key rescale, against 0.7 s here: most of it a cold JVM planning,
-   compiling and running a query.
+   HDFS-backed path) in 2 s of a 1M-key rescale, against 0.7 s here: most of it a cold JVM's first query.
 
 The batch around it (``offsets/N+1``, ``commits/N+1``) is written as for the HDFS-backed store. Only the shapes
 whose keys are one UnsafeRow of the whole partition key go this way (aggregations and deduplication, Spark 4.2

@@ -95,15 +95,16 @@ def conf_dir_in_the_way(spark: Spark, environ: dict[str, str] | None = None) -> 
         return None
 
 
-def jvm_path_option(flag: str, path: str) -> str:
-    """-XX:<flag>="<path>", quoted for SPARK_SUBMIT_OPTS, which Spark's launcher splits as a shell would."""
+def jvm_path_option(option: str, path: str) -> str:
+    """<option>="<path>" (``-XX:ErrorFile``, ``-Dlog4j2.configurationFile``), quoted for SPARK_SUBMIT_OPTS and
+    extraJavaOptions, which Spark's launcher splits as a shell would."""
     quoted = path.replace("\\", "\\\\").replace('"', '\\"')
-    return f'-XX:{flag}="{quoted}"'
+    return f'{option}="{quoted}"'
 
 
 def driver_options(archive: str, silent: bool = False) -> list[str]:
     """The JVM options that map ``archive``; ``silent``: without a word when the JVM cannot."""
-    return [jvm_path_option("SharedArchiveFile", archive), *(SILENT_CDS if silent else ())]
+    return [jvm_path_option("-XX:SharedArchiveFile", archive), *(SILENT_CDS if silent else ())]
 
 
 def archives(directory: str) -> list[ClassArchive]:

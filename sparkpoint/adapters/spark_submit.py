@@ -158,7 +158,7 @@ def driver_environment(spark: Spark, base: dict[str, str] | None = None, crash_r
     options = []
     if crash_reports:
         # The JVM expands %p in the file's name and takes %% for a %.
-        options.append(jvm_path_option("ErrorFile", os.path.join(crash_reports.replace("%", "%%"),
+        options.append(jvm_path_option("-XX:ErrorFile", os.path.join(crash_reports.replace("%", "%%"),
                                                                  "hs_err_pid%p.log")))
     if class_archive:
         options += driver_options(class_archive)

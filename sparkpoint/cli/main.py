@@ -21,6 +21,7 @@ from sparkpoint.cli import (catalog_cmds, class_archive_cmds, cluster_cmds, job_
                             standby_cmds, ui_cmds)
 from sparkpoint.cli.context import OUTPUT_HELP, OUTPUTS, AppContext, echo
 from sparkpoint.errors import SparkpointError
+from sparkpoint.spark.state_rows import session_exists
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -98,7 +99,8 @@ def _terminate(signum, frame) -> None:
 def run() -> None:
     signal.signal(signal.SIGTERM, _terminate)
     code = main()
-    # A command that ran a local Spark holds thousands of py4j proxies, each of which, collected as the interpreter
-    # ends, tells the JVM to drop its object: 0.2 s of a rescale, for a JVM that ends with this process.
-    gc.freeze()
+    if session_exists():
+        # A command that ran a local Spark holds thousands of py4j proxies, each of which, collected as the
+        # interpreter ends, tells the JVM to drop its object: 0.2 s of a rescale, for a JVM that ends with us.
+        gc.freeze()
     sys.exit(code)

@@ -68,7 +68,7 @@ def _train_and_dump(settings: Settings, spark: spark_submit.Spark, java: str, ja
     # A crash report of the training JVM (RocksDB's native threads can crash one as it exits) stays beside the
     # archives, not in the directory the command was typed in.
     env = spark_submit.with_jvm_options(spark_submit.driver_environment(spark, crash_reports=str(directory)),
-                                        [jvm_path_option("ArchiveClassesAtExit", str(partial))])
+                                        [jvm_path_option("-XX:ArchiveClassesAtExit", str(partial))])
     argv = [spark.submit, "--master", TRAINING_MASTER, "--name", "sparkpoint-class-archive",
             "--conf", "spark.ui.enabled=false", "--conf", "spark.eventLog.enabled=false",
             BOOTSTRAP, "--train-classes", str(scratch / "work")]

@@ -5,6 +5,7 @@ count. A rescaled savepoint verifies, a rescale of a rescale works, the original
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -25,6 +26,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 TOTAL_BATCHES = 6
 CUT_AFTER = 3
 FOUR = {"spark.sql.shuffle.partitions": "4"}
+JVM_INCUBATOR_WARNING = "WARNING: Using incubator modules"
 
 
 def state_without_partitions(spark, checkpoint: str) -> tuple[dict, set[int], str]:
@@ -177,6 +179,25 @@ def test_the_splits_read_back_refuses_a_partition_with_anothers_keys_or_a_wrong_
             rescale(Settings(home=str(home)), saved, 7, str(tmp_path / "rescaled"))
         assert not (tmp_path / "rescaled").exists() and list((home / "tmp").iterdir()) == []
     assert sp.verify(saved).valid
+
+
+def test_the_cli_rescales_with_a_spark_of_its_own_that_says_nothing_on_stderr(spark, tmp_path):
+    """`sparkpoint rescale` in a process of its own starts its own local Spark (the session options a test's shared
+    one never takes: the first tier, sparkpoint's log4j settings, no stage bars). Spark's announcements of its
+    log4j profile and shell level, its warnings and its stage bars would break into an operator's output: stderr
+    holds nothing but what the JVM itself says of an incubator module on Spark 4."""
+    from clitools import cli
+
+    workload = RESCALE_WORKLOADS["aggregate_rocksdb"]
+    workloads.add_batches(str(tmp_path / "in"), workload, range(CUT_AFTER))
+    workloads.run(spark, workload, str(tmp_path / "in"), str(tmp_path / "ckpt"), FOUR)
+    saved = savepoint_of(str(tmp_path / "ckpt"), "q", str(tmp_path / "savepoints"))
+    code, out, err = cli(tmp_path / "home", "-o", "json", "rescale", saved.path, "--partitions", "7",
+                         str(tmp_path / "rescaled"))
+    assert code == 0, err[-3000:]
+    query = json.loads(out)["queries"][0]
+    assert query["placed_by"] == "rocksdb-split" and query["stores"][0]["misplaced"] == 0
+    assert [line for line in err.splitlines() if line.strip() and not line.startswith(JVM_INCUBATOR_WARNING)] == []
 
 
 def test_a_global_aggregation_is_refused_by_name_and_nothing_is_written(spark, tmp_path):

@@ -289,9 +289,9 @@ def rescale_cmd(app, loaded, target_dir, partitions, query, replan, output):
     Each key goes where Spark's hash partitioning puts it with N partitions, and the offset log pins N,
     so the restored query runs with N. SAVEPOINT is not modified. The new savepoint goes to TARGET_DIR,
     or by default to the home's catalog under SAVEPOINT's job label. Needs a local Spark (pyspark): HDFS-backed
-    state and the RocksDB state of aggregations and deduplication are repartitioned by sparkpoint, other RocksDB
-    state by Spark's own repartitioner; the new state is read back (rows, placement) and checked before the
-    savepoint is written.
+    state, and the RocksDB state of aggregations and deduplication (Spark 4.2 or later, and the shapes
+    docs/howto/rescale.md lists), are repartitioned by sparkpoint, other RocksDB state by Spark's own
+    repartitioner; the new state is read back (rows, placement) and checked before the savepoint is written.
     """
     from sparkpoint.savepoints.rescale import rescale
 

@@ -320,6 +320,7 @@ def _rescale_query(spark, spark_side: ThreadPoolExecutor, saved: dict[str, Any],
         before = counting.result()
         new_batch = repartition.write_hdfs(checkpoint, batch_id, plan, placed, state, progress.advance)
     phases.done("state_placed")
+    repartition.check_batch_logs(checkpoint, batch_id, new_batch, partitions)
     if splitter is not None:
         checks = repartition.check_split(spark, splitter, checkpoint, new_batch, saved, schemas, partitions, before)
     else:

@@ -47,13 +47,17 @@ public class RocksDBSplit {
     }
 
     // One old partition's rows at `version`, read once in key order, each appended to the sorted SST file of the
-    // new partition Spark places it in: scratch/<partition>-<new partition>.sst. Returns the rows per new partition.
-    public long[] scatter(String dir, int partition, long version, RocksDBConf conf,
+    // new partition Spark places it in: scratch/<partition>-<new partition>.sst. Returns the rows per new partition,
+    // then the keys that placement would not have put in this partition among the `oldPartitions` Spark's shuffle
+    // wrote them in: the read-back checks the new partitions with the same placement, so only the old layout can
+    // show that it is not the job's.
+    public long[] scatter(String dir, int partition, int oldPartitions, long version, RocksDBConf conf,
                           org.apache.hadoop.conf.Configuration hadoop, StructType keySchema, int partitions,
                           String scratch) throws Exception {
         UnsafeProjection place = placement(keySchema, partitions);
+        UnsafeProjection placedBefore = placement(keySchema, oldPartitions);
         org.rocksdb.SstFileWriter[] writers = new org.rocksdb.SstFileWriter[partitions];
-        long[] rows = new long[partitions];
+        long[] rows = new long[partitions + 1];
         org.rocksdb.EnvOptions env = new org.rocksdb.EnvOptions();
         org.rocksdb.Options options = new org.rocksdb.Options();
         options.setCompressionType(org.rocksdb.CompressionType.getCompressionType(conf.compression()));
@@ -71,6 +75,9 @@ public class RocksDBSplit {
                             + "encoding sparkpoint splits (encoding version 0 and an UnsafeRow)");
                     }
                     key.pointTo(bytes, Platform.BYTE_ARRAY_OFFSET + 1, bytes.length - 1);
+                    if (placedBefore.apply(key).getInt(0) != partition) {
+                        rows[partitions]++;
+                    }
                     int target = place.apply(key).getInt(0);
                     if (writers[target] == null) {
                         writers[target] = new org.rocksdb.SstFileWriter(env, options);

@@ -21,8 +21,10 @@ twice and skipping nothing, with the new count pinned.
   for the proof to mean anything (each key of a wrong guess lands right by chance once in N).
 
 Afterwards version N+2 is read back (Spark's state data source; for a split RocksDB store, Spark's RocksDB
-class loading each new partition from the checkpoint's files): its rows per store must equal version N+1's,
-and every key must sit where Spark's ``hash`` of its partition key puts it, or the rescale fails.
+class loading each new partition from the checkpoint's files, after the split has checked its placement
+against the old partitions' layout): its rows per store must equal version N+1's, and every key must sit where
+Spark's ``hash`` of its partition key puts it; and batch N+1's logs must pin N partitions and hold the cut's
+input positions; or the rescale fails.
 """
 
 from __future__ import annotations
@@ -35,10 +37,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkpoint import json_input
-from sparkpoint.errors import RescaleRefusedError, SparkFailureError
+from sparkpoint.errors import NotACheckpointError, RescaleRefusedError, SparkFailureError, SparkpointError
 from sparkpoint.spark import hdfs_store, rocksdb_split
 from sparkpoint.spark.state_layout import SHUFFLE_PARTITIONS_CONF, state_chain
-from sparkpoint.spark.logs import parse_log
+from sparkpoint.spark.logs import parse_commit, parse_log, parse_offsets
 from sparkpoint.spark.placement import KeyHasher
 from sparkpoint.spark.state_files import parse_state_file
 from sparkpoint.spark.state_rows import read_options, state_frame, store_label
@@ -95,6 +97,8 @@ def split_rocksdb(spark, splitter, checkpoint: str, batch_id: int, saved: dict[s
     offsets = _rescaled_offsets(checkpoint, batch_id, partitions)
     try:
         rocksdb_split.split(spark, splitter, checkpoint, batch_id, saved, schemas, partitions)
+    except SparkpointError:
+        raise
     except Exception as exc:  # noqa: BLE001 - py4j's error: Spark's message, in one line
         raise SparkFailureError(f"could not split the RocksDB state of {checkpoint}: {_first_line(exc)}") from None
     return _append_batch(checkpoint, batch_id, offsets)
@@ -107,7 +111,7 @@ def check_split(spark, splitter, checkpoint: str, new_batch_id: int, saved: dict
     :func:`check_rescaled` reads the other ways' through Spark's state data source."""
     try:
         found = rocksdb_split.read_back(spark, splitter, checkpoint, new_batch_id - 1, saved, schemas, partitions)
-    except SparkFailureError:
+    except SparkpointError:
         raise
     except Exception as exc:  # noqa: BLE001 - py4j's error: Spark's message, in one line
         raise SparkFailureError(f"could not read back the split RocksDB state of {checkpoint}: "
@@ -280,6 +284,32 @@ def check_rescaled(spark, checkpoint: str, new_batch_id: int, operators: list[di
             checks.append(StoreCheck(operator["id"], store, before[(operator["id"], store)], int(after),
                                      int(misplaced)))
     return checks
+
+
+def check_batch_logs(checkpoint: str, batch_id: int, new_batch_id: int, partitions: int) -> None:
+    """The batch each way added, its logs read back as the restarted query reads them: the cut's input positions
+    again (the rescale read nothing, so the query must resume where the cut left it), ``partitions`` pinned, and
+    a commit; otherwise the rescale fails before a savepoint is taken of it."""
+    def raw(log: str, batch: int) -> bytes:
+        with open(os.path.join(checkpoint, log, str(batch)), "rb") as handle:
+            return handle.read()
+
+    try:
+        cut, added = (parse_offsets(raw("offsets", batch), batch, f"{checkpoint}/offsets/{batch}")
+                      for batch in (batch_id, new_batch_id))
+        parse_commit(raw("commits", new_batch_id), f"{checkpoint}/commits/{new_batch_id}")
+    except (OSError, NotACheckpointError) as exc:
+        raise SparkFailureError(f"the batch the rescale added to {checkpoint} does not read back ({exc}); "
+                                "nothing was written") from None
+    pinned = added.confs.get(SHUFFLE_PARTITIONS_CONF)
+    if pinned != str(partitions):
+        raise SparkFailureError(f"the batch the rescale added to {checkpoint} (batch {new_batch_id}) pins {pinned} "
+                                f"partitions, not {partitions}; nothing was written")
+    if added.sources != cut.sources:
+        raise SparkFailureError(
+            f"the batch the rescale added to {checkpoint} (batch {new_batch_id}) does not resume at the cut: its input "
+            f"positions differ from batch {batch_id}'s, so the restarted query would skip input or read it again; "
+            "nothing was written")
 
 
 @contextlib.contextmanager

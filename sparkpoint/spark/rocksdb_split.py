@@ -6,7 +6,9 @@ in the local Spark's JVM (RocksDBSplit.java, compiled at run time by the Janino 
 
 1. each old partition's RocksDB, loaded at the cut's version through Spark's own ``RocksDB`` class, is read once
    in key order, and each row is appended to the sorted SST file of the new partition Spark's
-   ``HashPartitioning`` places its key in (so any count to any other, not only multiples);
+   ``HashPartitioning`` places its key in (so any count to any other, not only multiples); each key must also
+   sit where that placement puts it among the old partitions, Spark's shuffle's own layout, or nothing is
+   written (step 3 checks the new partitions by the same placement, so only the old layout can disprove it);
 2. each new partition is an empty store at that version, the files meant for it are ingested whole, its row
    count is set to theirs, and Spark's own commit uploads the snapshot (version N+2), as its runner's does;
 3. each new partition is loaded again from the checkpoint's files by a fresh ``RocksDB``, as the restarted
@@ -35,7 +37,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from sparkpoint.errors import SparkFailureError
+from sparkpoint.errors import RescaleRefusedError, SparkFailureError
 from sparkpoint.spark_versions import ENCODING_FORMAT_CONF, ROW_CHECKSUM_CONF, minor_of
 
 # Their state keys are the partition key, in one store, encoded as Spark's NoPrefixKeyStateEncoder does.
@@ -73,7 +75,16 @@ def split(spark, splitter, checkpoint: str, batch_id: int, saved: dict[str, Any]
     with (_stores(spark, splitter, checkpoint, batch_id + 1, saved, key_schemas) as stores,
           ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="sparkpoint-split") as pool):
         for operator, store in stores:
-            rows = list(pool.map(partial(store.scatter, partitions), range(operator["partitions"])))
+            rows = list(pool.map(partial(store.scatter, operator["partitions"], partitions),
+                                 range(operator["partitions"])))
+            astray = [(old, counts[partitions]) for old, counts in enumerate(rows) if counts[partitions]]
+            if astray:
+                old, count = astray[0]
+                raise RescaleRefusedError(
+                    f"{count} of the keys in partition {old} of operator {operator['id']} are not where Spark's "
+                    f"hash of the whole state key puts them among the {operator['partitions']} partitions Spark "
+                    "wrote them in: sparkpoint's split places keys by that hash, so it would misplace this state; "
+                    "nothing was written")
             list(pool.map(partial(store.gather, spark.sparkContext._gateway, rows), range(partitions)))
 
 
@@ -133,10 +144,11 @@ class _Store:
     key_schema: Any
     files: str
 
-    def scatter(self, partitions: int, old: int) -> list[int]:
-        """Old partition ``old`` into one file per new partition: its rows per new partition."""
-        return list(self.splitter.scatter(os.path.join(self.directory, str(old)), old, self.version, self.conf,
-                                          self.hadoop, self.key_schema, partitions, self.files))
+    def scatter(self, old_partitions: int, partitions: int, old: int) -> list[int]:
+        """Old partition ``old`` of ``old_partitions`` into one file per new partition: its rows per new
+        partition, then its keys the same placement puts in another old partition."""
+        return list(self.splitter.scatter(os.path.join(self.directory, str(old)), old, old_partitions, self.version,
+                                          self.conf, self.hadoop, self.key_schema, partitions, self.files))
 
     def gather(self, gateway, rows: list[list[int]], new: int) -> None:
         """New partition ``new`` from the files scattered for it (``rows``: each old partition's counts)."""

@@ -32,7 +32,9 @@ SHORT_LIVED_STATE_BYTES = 256 * 1024 * 1024
 # module, and with it pandas: 0.3 s on the session's path once the JVM is up. Imported while the JVM boots
 # (a second of Python waiting), it is off that path: a 1M-key rescale's session 2.36 s against 2.61 s (medians of 5).
 PY4J_CONVERTER_IMPORT = "pyspark.testing.utils"
-LOG4J = str(Path(__file__).with_name("log4j2-local.properties"))
+# As a URI: log4j2 splits the property at commas and reads it as a URI, which a path with a comma, a '#' or a
+# '%' in it is not.
+LOG4J = Path(__file__).with_name("log4j2-local.properties").as_uri()
 
 
 def read_options(operator: dict[str, Any]) -> list[dict[str, str]]:
@@ -96,7 +98,9 @@ def spark_session(class_archive: str | None = None, state_bytes: int | None = No
         short_lived = state_bytes is not None and state_bytes <= SHORT_LIVED_STATE_BYTES
         options = [*(SHORT_LIVED_JVM if short_lived else ()), jvm_path_option("-Dlog4j2.configurationFile", LOG4J),
                    *(driver_options(class_archive, silent=True) if class_archive else ())]
-        builder = builder.config("spark.driver.extraJavaOptions", " ".join(options))
+        # Spark's launcher puts these before the extraJavaOptions an operator's spark-defaults.conf may hold:
+        # theirs are kept, and win.
+        builder = builder.config("spark.driver.defaultJavaOptions", " ".join(options))
         threading.Thread(target=_import_quietly, args=(PY4J_CONVERTER_IMPORT,), daemon=True,
                          name="sparkpoint-import").start()
     session = builder.getOrCreate()
@@ -105,7 +109,9 @@ def spark_session(class_archive: str | None = None, state_bytes: int | None = No
 
 
 def _import_quietly(module: str) -> None:
-    with contextlib.suppress(ImportError):  # a PySpark without it imports nothing on that path either
+    # A PySpark without it imports nothing on that path either; one whose pandas or protobuf does not import
+    # fails on that path as it would have, not with a traceback from this thread.
+    with contextlib.suppress(Exception):
         importlib.import_module(module)
 
 

@@ -135,32 +135,39 @@ def test_rocksdbs_count_at_the_cut_stands_for_sparks_and_a_stale_one_is_counted_
 
 
 class MistakenSplit:
-    """RocksDBSplit making one mistake in its gather: new partitions 0 and 1 each written with the other's
-    files (``misplaced``), or every new partition's recorded count one above its rows (``miscounted``)."""
+    """RocksDBSplit making one mistake: its placement not the job's (``astray``: the old layout it checks taken
+    as one partition more); new partitions 0 and 1 each written with the other's files (``misplaced``); every
+    new partition's recorded count one above its rows (``miscounted``); new partition 0 written empty, with a
+    count of 0 (``lost``)."""
 
     def __init__(self, split, mistake: str):
         self.split, self.mistake = split, mistake
 
-    def scatter(self, *args):
-        return self.split.scatter(*args)
+    def scatter(self, directory, partition, old_partitions, *args):
+        return self.split.scatter(directory, partition, old_partitions + (self.mistake == "astray"), *args)
 
     def readBack(self, *args):  # noqa: N802 - RocksDBSplit's method
         return self.split.readBack(*args)
 
     def gather(self, directory, partition, version, conf, hadoop, files, rows, scratch):
+        from pyspark import SparkContext
+
         if self.mistake == "misplaced" and partition < 2:
             directory = os.path.join(os.path.dirname(directory), str(1 - partition))
         if self.mistake == "miscounted":
             rows += 1
+        if self.mistake == "lost" and partition == 0:
+            files, rows = SparkContext._gateway.new_array(SparkContext._jvm.java.lang.String, 0), 0
         return self.split.gather(directory, partition, version, conf, hadoop, files, rows, scratch)
 
 
-def test_the_splits_read_back_refuses_a_partition_with_anothers_keys_or_a_wrong_count(spark, tmp_path,
-                                                                                      monkeypatch):
-    """The split's own read-back (each new partition loaded again from the checkpoint's files) is the check of
-    the split: a partition holding keys Spark places elsewhere, or recording a count other than its rows, fails
-    the rescale, and nothing is written."""
-    from sparkpoint.errors import SparkFailureError
+def test_the_split_refuses_a_placement_not_the_jobs_and_a_read_back_with_misplaced_lost_or_miscounted_rows(
+        spark, tmp_path, monkeypatch):
+    """The split checks its placement against the old layout, Spark's shuffle's own, as it reads it; its own
+    read-back (each new partition loaded again from the checkpoint's files) checks what it wrote: a partition
+    holding keys Spark places elsewhere, recording a count other than its rows, or rows lost, fails the rescale,
+    and nothing is written."""
+    from sparkpoint.errors import RescaleRefusedError, SparkFailureError
     from sparkpoint.spark import rocksdb_split
 
     workload = RESCALE_WORKLOADS["aggregate_rocksdb"]
@@ -169,13 +176,17 @@ def test_the_splits_read_back_refuses_a_partition_with_anothers_keys_or_a_wrong_
     saved = savepoint_of(str(tmp_path / "ckpt"), "q", str(tmp_path / "savepoints"))
     home = tmp_path / "home"
     real = rocksdb_split.splitter
-    for mistake, message in [("misplaced", r"does not read back whole and in place \(operator 0 default: (\d+) "
-                                           r"rows before, \1 after, [1-9]\d* misplaced\)"),
-                             ("miscounted", r"partition 0 of operator 0 holds (\d+) rows after the split, but its "
-                                            r"commit recorded (?!\1\b)\d+")]:
+    for mistake, error, message in [
+            ("astray", RescaleRefusedError, r"[1-9]\d* of the keys in partition \d of operator 0 are not where Spark's "
+                                            r"hash of the whole state key puts them among the 4 partitions"),
+            ("misplaced", SparkFailureError, r"does not read back whole and in place \(operator 0 default: (\d+) "
+                                             r"rows before, \1 after, [1-9]\d* misplaced\)"),
+            ("miscounted", SparkFailureError, r"partition 0 of operator 0 holds (\d+) rows after the split, but its "
+                                              r"commit recorded (?!\1\b)\d+"),
+            ("lost", SparkFailureError, r"\(operator 0 default: (\d+) rows before, (?!\1\b)\d+ after, 0 misplaced\)")]:
         monkeypatch.setattr(rocksdb_split, "splitter", lambda spark, mistake=mistake: MistakenSplit(real(spark),
                                                                                                     mistake))
-        with pytest.raises(SparkFailureError, match=message):
+        with pytest.raises(error, match=message):
             rescale(Settings(home=str(home)), saved, 7, str(tmp_path / "rescaled"))
         assert not (tmp_path / "rescaled").exists() and list((home / "tmp").iterdir()) == []
     assert sp.verify(saved).valid
@@ -185,19 +196,25 @@ def test_the_cli_rescales_with_a_spark_of_its_own_that_says_nothing_on_stderr(sp
     """`sparkpoint rescale` in a process of its own starts its own local Spark (the session options a test's shared
     one never takes: the first tier, sparkpoint's log4j settings, no stage bars). Spark's announcements of its
     log4j profile and shell level, its warnings and its stage bars would break into an operator's output: stderr
-    holds nothing but what the JVM itself says of an incubator module on Spark 4."""
+    holds nothing but what the JVM itself says of an incubator module on Spark 4. The operator's own driver
+    options (their spark-defaults.conf's; here a GC log) are kept beside sparkpoint's."""
     from clitools import cli
 
     workload = RESCALE_WORKLOADS["aggregate_rocksdb"]
     workloads.add_batches(str(tmp_path / "in"), workload, range(CUT_AFTER))
     workloads.run(spark, workload, str(tmp_path / "in"), str(tmp_path / "ckpt"), FOUR)
     saved = savepoint_of(str(tmp_path / "ckpt"), "q", str(tmp_path / "savepoints"))
+    conf = tmp_path / "spark conf"
+    gc_log = tmp_path / "gc.log"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text(f"spark.driver.extraJavaOptions -Xlog:gc:file={gc_log}\n")
     code, out, err = cli(tmp_path / "home", "-o", "json", "rescale", saved.path, "--partitions", "7",
-                         str(tmp_path / "rescaled"))
+                         str(tmp_path / "rescaled"), env=dict(os.environ, SPARK_CONF_DIR=str(conf)))
     assert code == 0, err[-3000:]
     query = json.loads(out)["queries"][0]
     assert query["placed_by"] == "rocksdb-split" and query["stores"][0]["misplaced"] == 0
     assert [line for line in err.splitlines() if line.strip() and not line.startswith(JVM_INCUBATOR_WARNING)] == []
+    assert "Using " in gc_log.read_text()  # the JVM's first GC log line names its collector
 
 
 def test_a_global_aggregation_is_refused_by_name_and_nothing_is_written(spark, tmp_path):

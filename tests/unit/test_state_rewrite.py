@@ -8,7 +8,7 @@ import os
 import struct
 
 import pytest
-from checkpoints import CONFS, hdfs_checkpoint, offsets, operator_metadata, write
+from checkpoints import CONFS, commit, hdfs_checkpoint, offsets, operator_metadata, write
 
 from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, RescaleRefusedError
@@ -209,3 +209,30 @@ def test_an_operator_spark_3_5_wrote_is_rescaled_only_where_its_keys_prove_a_par
         repartition.identified(dict(unnamed, stores=["default", "other"]))
     named = dict(unnamed, name="dedupe")
     assert repartition.identified(named) is named
+
+
+def test_the_batch_a_rescale_adds_must_resume_at_the_cut_with_the_new_count_pinned(tmp_path):
+    """Each way's batch N+1 is read back before a savepoint is taken of it: the cut's input positions again, the
+    new partition count, a commit. A batch written as sparkpoint writes it passes; one that would make the
+    restarted query skip or reread input, keep the old count, or find no commit fails the rescale."""
+    from sparkpoint.errors import SparkFailureError
+    from sparkpoint.spark import repartition
+
+    root = tmp_path / "ckpt"
+    write(root / "offsets" / "3", offsets(3))
+    write(root / "commits" / "3", commit())
+    added = repartition._append_batch(str(root), 3, repartition._rescaled_offsets(str(root), 3, 5))
+    repartition.check_batch_logs(str(root), 3, added, 5)
+
+    with pytest.raises(SparkFailureError, match=r"\(batch 4\) pins 5 partitions, not 7; nothing was written"):
+        repartition.check_batch_logs(str(root), 3, added, 7)
+    write(root / "offsets" / "4", offsets(4, confs=dict(CONFS, **{"spark.sql.shuffle.partitions": "5"})))
+    with pytest.raises(SparkFailureError, match=r"its input positions differ from batch 3.s, so the restarted query"):
+        repartition.check_batch_logs(str(root), 3, 4, 5)
+    write(root / "offsets" / "4", "v1\n{not json")
+    with pytest.raises(SparkFailureError, match=r"does not read back \(.*malformed batch metadata\)"):
+        repartition.check_batch_logs(str(root), 3, 4, 5)
+    write(root / "offsets" / "4", repartition._rescaled_offsets(str(root), 3, 5))
+    (root / "commits" / "4").unlink()
+    with pytest.raises(SparkFailureError, match=r"does not read back \(.*commits/4"):
+        repartition.check_batch_logs(str(root), 3, 4, 5)

@@ -19,6 +19,7 @@ from typing import Any
 
 from sparkpoint.adapters.class_archives import driver_options, jvm_path_option
 from sparkpoint.errors import EnvironmentSetupError, SparkFailureError
+from sparkpoint.spark_versions import minor_of
 
 
 TIMERS = "timers"
@@ -28,10 +29,13 @@ TIMERS = "timers"
 # 28.9 s against 26.6 s, where C2's code pays back its compilation.
 SHORT_LIVED_JVM = ("-XX:TieredStopAtLevel=1",)
 SHORT_LIVED_STATE_BYTES = 256 * 1024 * 1024
-# py4j asks PySpark's NumPy converter about every argument it hands the JVM, and its first answer imports this
-# module, and with it pandas: 0.3 s on the session's path once the JVM is up. Imported while the JVM boots
-# (a second of Python waiting), it is off that path: a 1M-key rescale's session 2.36 s against 2.61 s (medians of 5).
+# py4j asks PySpark's NumPy converter about every argument it hands the JVM, and from PySpark 4.0 its first answer
+# imports this module, and with it pandas: 0.3 s on the session's path once the JVM is up. Imported while the JVM
+# boots (a second of Python waiting), it is off that path: a 1M-key rescale's session 2.36 s against 2.61 s
+# (medians of 5). PySpark 3.5's converter does not import it, and importing it there warns on stderr (pandas-on-
+# Spark's PYARROW_IGNORE_TIMEZONE).
 PY4J_CONVERTER_IMPORT = "pyspark.testing.utils"
+PY4J_CONVERTER_IMPORTS_FROM = (4, 0)
 # As a URI: log4j2 splits the property at commas and reads it as a URI, which a path with a comma, a '#' or a
 # '%' in it is not.
 LOG4J = Path(__file__).with_name("log4j2-local.properties").as_uri()
@@ -79,6 +83,7 @@ def spark_session(class_archive: str | None = None, state_bytes: int | None = No
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise EnvironmentSetupError("reading state rows needs Java 17: install it or set JAVA_HOME")
     try:
+        from pyspark import __version__ as pyspark_version
         from pyspark.sql import SparkSession
     except ImportError:
         raise EnvironmentSetupError("reading state rows needs pyspark: run scripts/setup.sh") from None
@@ -101,8 +106,9 @@ def spark_session(class_archive: str | None = None, state_bytes: int | None = No
         # Spark's launcher puts these before the extraJavaOptions an operator's spark-defaults.conf may hold:
         # theirs are kept, and win.
         builder = builder.config("spark.driver.defaultJavaOptions", " ".join(options))
-        threading.Thread(target=_import_quietly, args=(PY4J_CONVERTER_IMPORT,), daemon=True,
-                         name="sparkpoint-import").start()
+        if (minor_of(pyspark_version) or (0, 0)) >= PY4J_CONVERTER_IMPORTS_FROM:
+            threading.Thread(target=_import_quietly, args=(PY4J_CONVERTER_IMPORT,), daemon=True,
+                             name="sparkpoint-import").start()
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session

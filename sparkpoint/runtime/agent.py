@@ -157,13 +157,12 @@ def spark_error_line(text: str) -> str:
     lines = text.strip().splitlines()
     first = lines[0] if lines else "unknown error"
     classes = [m for m in _ERROR_CLASS.finditer(first) if m.group(1) != "STREAM_FAILED"]
+    # Spark 4.3 may wrap foreachBatch's Python error in an error class of its own, whose line ends where the
+    # traceback begins: the class says where, the raised line what.
+    raised = raised_line(lines[1:]) if first.endswith("Traceback (most recent call last):") else None
     if classes:
-        return first[classes[-1].start():]
-    if first.endswith("Traceback (most recent call last):"):
-        raised = raised_line(lines[1:])
-        if raised:
-            return raised
-    return _TERMINATED.sub("", first) or first
+        return f"{classes[-1].group(0)} {raised}" if raised else first[classes[-1].start():]
+    return raised or _TERMINATED.sub("", first) or first
 
 
 def spark_moment(timestamp: Any, after_ms: Any = None) -> str:

@@ -213,6 +213,10 @@ def test_spark_error_line_keeps_the_innermost_error_class():
               '  File "app.py", line 45, in write\n    raise RuntimeError("v2 cannot handle batch 9")\n'
               "RuntimeError: v2 cannot handle batch 9\n\n\tat py4j.Protocol.getReturnValue(Protocol.java:476)")
     assert spark_error_line(raised) == "RuntimeError: v2 cannot handle batch 9"
+    # The same as Spark 4.3 may report it (seen in CI): the error class, and the line under the traceback.
+    classed = raised.replace("py4j.Py4JException: An exception", "[FOREACH_BATCH_USER_FUNCTION_ERROR] An error "
+                             "occurred in the user provided function in foreach batch sink. Reason: An exception")
+    assert spark_error_line(classed) == "[FOREACH_BATCH_USER_FUNCTION_ERROR] RuntimeError: v2 cannot handle batch 9"
 
 
 def started_agent(registry, job, active: list):

@@ -37,10 +37,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkpoint import json_input
-from sparkpoint.errors import NotACheckpointError, RescaleRefusedError, SparkFailureError, SparkpointError
+from sparkpoint.adapters.storage import storage_for
+from sparkpoint.errors import NotACheckpointError, RescaleRefusedError, SparkFailureError, SparkpointError, StorageError
 from sparkpoint.spark import hdfs_store, rocksdb_split
+from sparkpoint.spark.checkpoint import CheckpointReader
+from sparkpoint.spark.checkpoint_files import VanishedError
 from sparkpoint.spark.state_layout import SHUFFLE_PARTITIONS_CONF, state_chain
-from sparkpoint.spark.logs import parse_commit, parse_log, parse_offsets
+from sparkpoint.spark.logs import parse_log
 from sparkpoint.spark.placement import KeyHasher
 from sparkpoint.spark.state_files import parse_state_file
 from sparkpoint.spark.state_rows import read_options, state_frame, store_label
@@ -290,15 +293,11 @@ def check_batch_logs(checkpoint: str, batch_id: int, new_batch_id: int, partitio
     """The batch each way added, its logs read back as the restarted query reads them: the cut's input positions
     again (the rescale read nothing, so the query must resume where the cut left it), ``partitions`` pinned, and
     a commit; otherwise the rescale fails before a savepoint is taken of it."""
-    def raw(log: str, batch: int) -> bytes:
-        with open(os.path.join(checkpoint, log, str(batch)), "rb") as handle:
-            return handle.read()
-
+    reader = CheckpointReader(storage_for(checkpoint)[0], checkpoint)
     try:
-        cut, added = (parse_offsets(raw("offsets", batch), batch, f"{checkpoint}/offsets/{batch}")
-                      for batch in (batch_id, new_batch_id))
-        parse_commit(raw("commits", new_batch_id), f"{checkpoint}/commits/{new_batch_id}")
-    except (OSError, NotACheckpointError) as exc:
+        cut, added = reader.offsets(batch_id), reader.offsets(new_batch_id)
+        reader.commit(new_batch_id)
+    except (VanishedError, StorageError, NotACheckpointError) as exc:
         raise SparkFailureError(f"the batch the rescale added to {checkpoint} does not read back ({exc}); "
                                 "nothing was written") from None
     pinned = added.confs.get(SHUFFLE_PARTITIONS_CONF)

@@ -140,7 +140,10 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
             refuse_running(registry, restored, saved.path)
             restorability.require_input(saved, settings.kafka, request.allow_data_loss, warn,
                                         storage_options=settings.storage_options)
-            if not request.rollback_sink:
+            if request.rollback_sink:  # planned now: a rollback refused (exit 18) must start no driver
+                roll_back_sinks(settings, saved, dry_run=True, compact_interval=log_interval(request.confs),
+                                writers_checked=True)
+            else:
                 kept_sinks = refuse_sinks_ahead(settings, saved, request.fork, request.keep_sink_output, warn)
     if request.rollback_to:
         way_back = replace(way_back_to(settings, registry, request.rollback_to, saved),

@@ -20,7 +20,7 @@ from sparkpoint.jobs.registry import ACTIVE_STATES, Registry, state_of
 from sparkpoint.results import Result
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.spark import sink_rollback
-from sparkpoint.spark.delta_log import DELTA_SINK, LOG_DIR, DeltaLog, SinkCut, sink_cut
+from sparkpoint.spark.delta_log import DELTA_SINK, LOG_DIR, DeltaLog, SinkCut, missing_files, sink_cut
 from sparkpoint.spark.file_sink import METADATA_DIR, parse_interval
 from sparkpoint.spark.sinks import FILE_SINK, WITH_OUTPUT, batch_write_records, sink_record
 
@@ -228,6 +228,14 @@ def _table_plan(storage, table: str, saved: dict[str, Any], written: dict[str, A
             f"{table}: {foreign[0].describe()} was committed by another writer after the cut"
             + (f" ({len(foreign)} such commits)" if len(foreign) > 1 else "")
             + f": restoring version {cut.target} would drop its rows too; nothing was changed")
+    gone = missing_files(storage, table, cut.restore_needs())
+    if gone:
+        named = ", ".join(gone[:3]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
+        raise SinkRollbackRefusedError(
+            f"{table}: restoring version {cut.target} needs {len(gone)} data file{'s' if len(gone) > 1 else ''} "
+            f"that later commits took out of the table and that are gone from storage ({named}): VACUUM deleted "
+            "them (past delta.deletedFileRetentionDuration), so the table cannot be taken back to the cut; "
+            "nothing was changed")
     return cut
 
 

@@ -13,13 +13,14 @@ with ``dataChange: false``) change no row. Delta deletes commit files older than
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from sparkpoint import json_input
-from sparkpoint.adapters.storage import Storage, join, translate_errors
-from sparkpoint.errors import NotACheckpointError
+from sparkpoint.adapters.storage import Storage, basename, join, parent, translate_errors
+from sparkpoint.errors import NotACheckpointError, NotFoundError
 
 LOG_DIR = "_delta_log"
 COMMIT_FILE = re.compile(r"(\d{20})\.json", re.ASCII)
@@ -41,6 +42,10 @@ class Commit:
     engine: str | None
     changes_data: bool  # a file added or removed with dataChange, or the schema or protocol changed
     added: list[tuple[str, int]] = field(default_factory=list, compare=False)  # data files added: (path, size)
+    # The paths of every remove and every add, with dataChange or not (OPTIMIZE's too): the table's files change
+    # by them.
+    removed: list[str] = field(default_factory=list, compare=False)
+    placed: list[str] = field(default_factory=list, compare=False)
 
     def by(self, app_id: str) -> int | None:
         """The batch this commit wrote for the query ``app_id``; None when it is not that query's."""
@@ -58,6 +63,8 @@ def parse_commit(raw: bytes, version: int, where: str) -> Commit:
     operation = engine = None
     changes = False
     added: list[tuple[str, int]] = []
+    removed: list[str] = []
+    placed: list[str] = []
     for number, line in enumerate(raw.decode("utf-8", "replace").split("\n"), 1):
         if not line.strip():
             continue
@@ -80,12 +87,14 @@ def parse_commit(raw: bytes, version: int, where: str) -> Commit:
             engine = _text(body.get("engineInfo"))
         elif kind in ("add", "remove"):
             changes = changes or body.get("dataChange", True) is not False
+            if isinstance(body.get("path"), str):
+                (placed if kind == "add" else removed).append(body["path"])
             if kind == "add" and body.get("dataChange", True) is not False and isinstance(body.get("path"), str):
                 size = body.get("size")
                 added.append((body["path"], size if isinstance(size, int) else -1))
         elif kind in ("metaData", "protocol"):
             changes = True
-    return Commit(version, transactions, operation, engine, changes, added)
+    return Commit(version, transactions, operation, engine, changes, added, removed, placed)
 
 
 def _text(value: Any) -> str | None:
@@ -182,6 +191,22 @@ class SinkCut:
                     streams.setdefault(app_id, set()).add(batch)
         return {app_id: sorted(batches) for app_id, batches in sorted(streams.items())}
 
+    def restore_needs(self) -> list[str]:
+        """The data files of version ``target`` that later commits took out of the table, as their actions name
+        them: a restore adds them back, so they must still be on storage (VACUUM deletes a file taken out more
+        than delta.deletedFileRetentionDuration ago). A file removed before any later commit added it was in the
+        table at ``target``; one added first was written after it (or only re-added, as with a stats update: not
+        taken for the target's, so that a restore is never refused for a file it does not need)."""
+        target = self.target
+        if target is None:
+            return []
+        seen: set[str] = set()
+        needed: list[str] = []
+        for commit in sorted((c for c in self.ahead if c.version > target), key=lambda c: c.version):
+            needed += [path for path in dict.fromkeys(commit.removed) if path not in seen]
+            seen.update(commit.removed, commit.placed)
+        return needed
+
     def foreign(self) -> list[Commit]:
         """The commits after ``target`` that are not the query's and change rows, oldest first: a rollback to
         the cut would undo them too."""
@@ -223,8 +248,8 @@ def source_gone(log: DeltaLog, version: int, snapshot: bool) -> str | None:
     if snapshot and not (any(c <= version for c in log.checkpoints) or all(v in held for v in range(version + 1))):
         return f"the table's version {version}, whose snapshot it reads, can no longer be read: no checkpoint at or " \
                "below it, and commits before it are gone"
-    gone = [path for v in range(first, latest + 1) for path, _size in log.commit(v).added
-            if not log.storage.exists(data_file(log.table, path))]
+    gone = missing_files(log.storage, log.table, [path for v in range(first, latest + 1)
+                                                  for path, _size in log.commit(v).added])
     if gone:
         return (f"{len(gone)} data files that the commits it reads add are gone (VACUUM after "
                 f"delta.deletedFileRetentionDuration), {gone[0]} the first")
@@ -237,3 +262,21 @@ def data_file(table: str, path: str) -> str:
     if split.scheme:
         return path if split.scheme not in ("file", "") else unquote(split.path)
     return join(table, unquote(path))
+
+
+def missing_files(storage: Storage, table: str, paths: Iterable[str]) -> list[str]:
+    """Those of ``paths`` (data files as a table's actions name them) that are not on storage: each directory
+    holding them listed once (a table's thousands of files would be as many requests to an object store)."""
+    by_directory: dict[str, list[tuple[str, str]]] = {}
+    for path in dict.fromkeys(paths):
+        location = data_file(table, path)
+        by_directory.setdefault(parent(location), []).append((basename(location), path))
+    gone = []
+    for directory, files in by_directory.items():
+        try:
+            with translate_errors(directory):
+                there = {entry.name for entry in storage.list(directory, foreign=True) if not entry.is_dir}
+        except NotFoundError:
+            there = set()
+        gone += [path for name, path in files if name not in there]
+    return gone

@@ -505,6 +505,37 @@ def test_check_with_rollback_sink_asks_whether_the_rollback_would_go_through_and
     assert main(["check", "-s", savepoint.path, "--rollback-sink", "--keep-sink-output", absent]) == 2
 
 
+def test_a_rollback_whose_version_s_files_vacuum_deleted_is_refused_before_anything_starts(
+        capsys, nine_batches, tmp_path):
+    """OPTIMIZE after the cut takes the files of every batch out of the table (kept on disk: a rollback brings them
+    back), then VACUUM with no retention deletes them: version 3 can no longer be restored. The dry run, `check
+    --rollback-sink`, `rollback-sink` and `run -s --rollback-sink` refuse it alike (exit 18), naming the files and
+    VACUUM, before any driver starts; the table is left as it is."""
+    from sparkpoint.cli.main import main
+    from sparkpoint.jobs.registry import Registry
+
+    settings, savepoint, table = nine_batches
+    rewrite_query(savepoint.path, sink=at_cut(sink_record(f"DeltaSink[file:{table}]"), QUERY, 3))
+    needed = sorted(path for version in range(4) for path in DeltaLog(LOCAL, str(table)).commit(version).placed)
+    deltalake.DeltaTable(str(table)).optimize.compact()  # version 9: the nine files out, one in
+    assert main(["rollback-sink", savepoint.path, "--dry-run"]) == 0  # their files still there: it would go through
+    capsys.readouterr()
+    deltalake.DeltaTable(str(table)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    version = deltalake.DeltaTable(str(table)).version()
+    app = tmp_path / "app.py"
+    app.write_text("raise SystemExit('started')\n")
+    for command in (["rollback-sink", savepoint.path, "--dry-run"], ["rollback-sink", savepoint.path],
+                    ["check", "-s", savepoint.path, "--rollback-sink", str(app)],
+                    ["run", "-s", savepoint.path, "--rollback-sink", str(app)]):
+        assert main(command) == 18, command
+        err = capsys.readouterr().err
+        assert ("restoring version 3 needs 4 data files that later commits took out of the table and that are "
+                "gone from storage (" in err and "VACUUM deleted them" in err), err
+        assert sum(path in err for path in needed) == 3 and "and 1 more" in err, err
+    assert deltalake.DeltaTable(str(table)).version() == version  # nothing changed
+    assert Registry(settings.home).all() == []  # no job, no driver
+
+
 def test_commits_a_coordinator_staged_beyond_the_log_are_not_taken_for_the_table_s_end(nine_batches):
     """Coordinated (catalog-managed) commits: the newest commits wait in _delta_log/_staged_commits until the
     coordinator backfills them. The log alone would say nothing is after the cut: not checked, said; a rollback

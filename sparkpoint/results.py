@@ -5,6 +5,7 @@ checker, not in an operator's script at 3 a.m."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -55,3 +56,19 @@ def finite_number(value: Any) -> float | None:
     except OverflowError:  # an integer of hundreds of digits, from a record edited by hand
         return None
     return number if math.isfinite(number) else None
+
+
+# What a terminal would act on, or a page reorder, instead of showing: C0 and C1 controls (ESC starts
+# every escape sequence, \r overwrites the line), DEL, line and paragraph separators, the bidi controls
+# (overrides, embeddings and isolates reorder what follows; the marks, invisible, change where neutral
+# characters go), and the lone surrogates an undecodable file name becomes (unprintable).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def literal(value: Any) -> str:
+    r"""``value`` as text that shows exactly as it is, on a terminal (the CLI) and on the page: every character
+    a terminal would act on or a browser would reorder by is written as its escape (``\x1b``, ``\n``,
+    ``\u202e``), so names, paths and messages read from manifests, job records, agents or the command line can
+    neither move the cursor, forge a line nor reverse what follows them. Escaping rather than dropping keeps
+    'a\nb' distinct from 'ab'."""
+    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape", "backslashreplace").decode("ascii"), str(value))

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from sparkpoint.config import Settings, load_settings
+from sparkpoint.results import literal
 
 
 @dataclass
@@ -69,20 +70,6 @@ def emit(output: str, data: Any, render: Callable[[Any], None]) -> None:
         click.echo(json.dumps(as_json(data), indent=2, sort_keys=False))
     else:
         render(data)
-
-
-# What a terminal would act on instead of showing: C0 and C1 controls (ESC starts every escape
-# sequence, \r overwrites the line), DEL, line and paragraph separators, bidi overrides (which
-# reorder what follows), and the lone surrogates an undecodable file name becomes (unprintable).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-
-
-def literal(value: Any) -> str:
-    """``value`` as text that shows on a terminal exactly as it is: every character a terminal would
-    act on is written as its escape (``\x1b``, ``\n``), so names, paths and messages read from
-    manifests, job records, agents or the command line can neither move the cursor nor forge a line.
-    Escaping rather than dropping keeps 'a\nb' distinct from 'ab'."""
-    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape", "backslashreplace").decode("ascii"), str(value))
 
 
 def echo(line: Any = "", err: bool = False) -> None:

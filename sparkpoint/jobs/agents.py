@@ -8,7 +8,9 @@ from typing import Any
 
 from sparkpoint.adapters.agent_client import AgentClient
 from sparkpoint.errors import JobNotRunningError
-from sparkpoint.jobs.registry import Job, Registry, state_of
+from sparkpoint.jobs.job_record import Job
+from sparkpoint.jobs.job_state import state_of
+from sparkpoint.jobs.registry import Registry
 from sparkpoint.times import answers_within
 
 AGENT_MARGIN = 0.25  # past an agent's own timeout, its report is no longer waited for (reported_statuses)

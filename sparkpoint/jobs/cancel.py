@@ -13,7 +13,8 @@ from sparkpoint.errors import JobNotRunningError, SparkpointError
 from sparkpoint.jobs.agents import client_for
 from sparkpoint.jobs.drivers import end_driver, end_once_application_ended
 from sparkpoint.jobs.job_view import JobView, describe_job
-from sparkpoint.jobs.registry import Registry, state_of
+from sparkpoint.jobs.job_state import state_of
+from sparkpoint.jobs.registry import Registry
 
 # A cancelled application's time to end by itself once its queries are being stopped, and then its JVM's to exit
 # (each), before the driver is ended.

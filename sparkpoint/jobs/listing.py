@@ -14,7 +14,9 @@ from sparkpoint.errors import SparkpointError
 from sparkpoint.jobs.live import LiveQuery
 from sparkpoint.jobs.agents import reported_statuses
 from sparkpoint.jobs.job_view import JobView, describe_job
-from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, state_of
+from sparkpoint.jobs.job_record import Job
+from sparkpoint.jobs.job_state import ACTIVE_STATES, state_of
+from sparkpoint.jobs.registry import Registry
 from sparkpoint.results import WHEN_SET, Result
 from sparkpoint.times import answers_within
 

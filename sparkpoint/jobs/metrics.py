@@ -27,7 +27,9 @@ from sparkpoint.jobs.live import LiveQuery
 from sparkpoint.results import finite_number
 from sparkpoint.jobs.agents import reported_statuses
 from sparkpoint.jobs.job_view import JobView, describe_job
-from sparkpoint.jobs.registry import Job, Registry, state_of
+from sparkpoint.jobs.job_record import Job
+from sparkpoint.jobs.job_state import state_of
+from sparkpoint.jobs.registry import Registry
 from sparkpoint.savepoints import catalog, horizon
 from sparkpoint.savepoints.restorability import RESTORABLE, UNKNOWN, check_reads
 from sparkpoint.times import parse_iso

@@ -18,7 +18,8 @@ from typing import Any
 from sparkpoint.adapters.transfer import NullProgress, Progress
 from sparkpoint.errors import QueriesRunningError
 from sparkpoint.jobs.agents import reported_statuses
-from sparkpoint.jobs.registry import ACTIVE_STATES, LAUNCH_LOCK, Registry, state_of
+from sparkpoint.jobs.job_state import ACTIVE_STATES, state_of
+from sparkpoint.jobs.registry import LAUNCH_LOCK, Registry
 
 AGENT_SECONDS = 2.0
 

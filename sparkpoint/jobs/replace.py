@@ -12,7 +12,9 @@ from sparkpoint.jobs.drivers import await_end, cluster_driver_failure, driver_ru
 from sparkpoint.jobs.protocol import answer_handover, handover_waiting
 from sparkpoint.jobs.job_view import describe_job
 from sparkpoint.jobs.query_owners import restored_ids
-from sparkpoint.jobs.registry import Job, Registry, state_of
+from sparkpoint.jobs.job_record import Job
+from sparkpoint.jobs.job_state import state_of
+from sparkpoint.jobs.registry import Registry
 from sparkpoint.jobs.sinks import refuse_sinks_ahead
 from sparkpoint.jobs.stop import Stopped, record_stopped, stop_with_savepoint
 from sparkpoint.savepoints import savepoint

@@ -22,7 +22,9 @@ from sparkpoint.results import json_number
 from sparkpoint.jobs.agents import client_for
 from sparkpoint.jobs.drivers import end_driver, end_interrupted
 from sparkpoint.jobs.job_view import JobView, describe_job
-from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, state_of
+from sparkpoint.jobs.job_record import Job
+from sparkpoint.jobs.job_state import ACTIVE_STATES, state_of
+from sparkpoint.jobs.registry import Registry
 from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.times import iso, poll_until

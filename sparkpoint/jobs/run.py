@@ -47,7 +47,8 @@ from sparkpoint.jobs.drivers import (await_cluster_driver, await_end, await_star
                                      end_interrupted, end_launched)
 from sparkpoint.jobs.agents import client_for
 from sparkpoint.jobs.job_view import JobView, describe_job
-from sparkpoint.jobs.registry import Job, Registry, is_job_name
+from sparkpoint.jobs.job_record import Job
+from sparkpoint.jobs.registry import Registry, is_job_name
 from sparkpoint.jobs.query_owners import claiming, refuse_running, restored_ids
 from sparkpoint.jobs.rollback import (Probation, Relaunch, WayBack, app_digest, check_restartable, on_probation,
                                      parse_condition, roll_back, way_back_to)

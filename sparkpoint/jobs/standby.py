@@ -29,7 +29,8 @@ from sparkpoint.adapters.processes import pid_alive, process_start, terminate_gr
 from sparkpoint.errors import BadArgumentError, JobFailedError
 from sparkpoint.jobs.protocol import (JOB_FILE, STANDBY_FILE, TOKEN_FILE, claim_standby, read_agent_file,
                                       remove_standby, standby_claim, standby_ready, write_adoption)
-from sparkpoint.jobs.registry import CHECKPOINTS_DIR, Job, Registry
+from sparkpoint.jobs.job_record import CHECKPOINTS_DIR, Job
+from sparkpoint.jobs.registry import Registry
 from sparkpoint.lookup import by_id, the_one
 from sparkpoint.paths import spark_uri
 from sparkpoint.times import iso, poll_until

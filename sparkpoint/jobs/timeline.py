@@ -16,7 +16,8 @@ from typing import Any
 
 from sparkpoint.adapters.local_files import MalformedRecord, read_json_record
 from sparkpoint.config import Settings
-from sparkpoint.jobs.registry import Job, Registry
+from sparkpoint.jobs.job_record import Job
+from sparkpoint.jobs.registry import Registry
 from sparkpoint.jobs.triggers import TRIGGERS_DIR
 from sparkpoint.results import Result
 from sparkpoint.savepoints import catalog

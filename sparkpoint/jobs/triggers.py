@@ -17,7 +17,8 @@ from sparkpoint.adapters.processes import is_pid, pid_alive, process_start
 from sparkpoint.config import Settings, load_settings
 from sparkpoint.errors import BadArgumentError, CorruptRecordError, NotFoundError, SparkpointError
 from sparkpoint.jobs.agents import client_for
-from sparkpoint.jobs.registry import Job, RecordTypes, Registry, record_problems
+from sparkpoint.jobs.job_record import Job, RecordTypes, record_problems
+from sparkpoint.jobs.registry import Registry
 from sparkpoint.jobs.savepoint import savepoint_job
 from sparkpoint.results import WHEN_SET, Result
 from sparkpoint.savepoints.create import Created

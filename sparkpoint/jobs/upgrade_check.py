@@ -24,7 +24,9 @@ from sparkpoint.adapters.spark_submit import Spark
 from sparkpoint.jobs.check import CheckRequest, Launch, await_in_driver, check_upgrade, migration_to
 from sparkpoint.jobs.drivers import end_driver
 from sparkpoint.jobs.protocol import START_CHECK_DIR, handover_waiting, held_start, read_agent_file
-from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, state_of
+from sparkpoint.jobs.job_record import Job
+from sparkpoint.jobs.job_state import ACTIVE_STATES, state_of
+from sparkpoint.jobs.registry import Registry
 from sparkpoint.jobs.savepoint import savepoint_job
 from sparkpoint.savepoints import compat
 from sparkpoint.savepoints.migration import SparkMove

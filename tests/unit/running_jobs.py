@@ -13,7 +13,8 @@ from checkpoints import hdfs_checkpoint
 
 from sparkpoint.adapters.processes import process_start
 from sparkpoint.jobs.protocol import read_agent_file
-from sparkpoint.jobs.registry import Job, Registry
+from sparkpoint.jobs.job_record import Job
+from sparkpoint.jobs.registry import Registry
 from sparkpoint.times import poll_until
 
 

@@ -21,7 +21,8 @@ from sparkpoint.errors import InterruptedBetweenVersionsError
 from sparkpoint.jobs import replace as replace_module
 from sparkpoint.jobs import rollback as rollback_module
 from sparkpoint.jobs.protocol import HANDOVER_FILE, HANDOVER_WAITING
-from sparkpoint.jobs.registry import Registry, state_of
+from sparkpoint.jobs.job_state import state_of
+from sparkpoint.jobs.registry import Registry
 from sparkpoint.jobs.rollback import Probation, WayBack, roll_back
 from sparkpoint.jobs.stop import Stopped
 

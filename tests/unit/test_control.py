@@ -18,7 +18,8 @@ from clitools import wait_for
 
 from sparkpoint.config import Settings
 from sparkpoint.jobs import cancel, drivers, rollback, run, stop
-from sparkpoint.jobs.registry import Registry, state_of
+from sparkpoint.jobs.job_state import state_of
+from sparkpoint.jobs.registry import Registry
 from sparkpoint.jobs.protocol import answer_handover, await_handover, handover_waiting, write_agent_file
 from sparkpoint.adapters.processes import pid_alive, process_start, signal_group
 from sparkpoint.errors import (
@@ -337,6 +338,37 @@ def test_a_driver_that_dies_during_the_stop_says_where_its_checkpoints_are(tmp_p
     with pytest.raises(JobFailedError, match="ended before its queries reached a batch boundary") as raised:
         stop._await_boundary(StopReports(waiting(1), gone_after=2), job, 60, Shown(), sleep, clock)
     assert job.checkpoint_root in str(raised.value) and "savepoint --from-checkpoint" in str(raised.value)
+
+
+@pytest.mark.parametrize("broken", ["unnamed", "target"])
+def test_a_stop_whose_savepoint_fails_after_its_queries_ended_says_the_job_stopped_and_how_to_save_it(
+        tmp_path, monkeypatch, broken):
+    from checkpoints import hdfs_checkpoint
+    from sparkpoint.errors import StoppedWithoutSavepointError
+    from sparkpoint.jobs.job_view import describe_job
+
+    registry = Registry(str(tmp_path / "home"))
+    job = stop_job_for_test(tmp_path / "home")
+    hdfs_checkpoint(Path(job.checkpoint_root) / "counts", committed=3)
+    ended = {"done": True, "seconds": 0.4, "queries": [
+        {"id": "5c1e", "name": None if broken == "unnamed" else "counts", "state": "stopped", "at_boundary": True,
+         "checkpoint": f"file://{job.checkpoint_root}/counts"}]}
+    write_agent_file(job.directory, {"state": "finished", "ended_at": "2026-12-07T22:00:00.000Z"})
+    monkeypatch.setattr(stop, "client_for", lambda registry, job: StopReports(ended))
+    target = tmp_path / "not-a-directory"
+    target.write_text("a file where the savepoint's directory should be")
+    clock, sleep = fake_time()
+    with pytest.raises(StoppedWithoutSavepointError) as raised:
+        stop.stop_with_savepoint(Settings(home=str(tmp_path / "home")), registry, job, str(target), 60, Shown(),
+                                 sleep, clock)
+    said = str(raised.value)
+    assert raised.value.exit_code == 24 and "\n" not in said
+    assert said.startswith(f"job {job.id} was stopped, but the savepoint of its stop failed: ")
+    assert said.endswith(f"its checkpoints stay under {job.checkpoint_root}, and `sparkpoint savepoint "
+                         f"--from-checkpoint {job.checkpoint_root} --job counts` takes the savepoint of them")
+    recorded = registry.load(job.id)
+    assert recorded.ended["state"] == "finished" and describe_job(recorded).error == said  # list and the page
+    assert recorded.savepoints.failed == 1  # the metrics' failed savepoints
 
 
 def test_ctrl_c_during_the_wait_says_the_stop_goes_on_without_a_savepoint(tmp_path):

@@ -17,7 +17,9 @@ from sparkpoint.adapters.cluster_managers import manager_for
 from sparkpoint.errors import JobFailedError
 from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.jobs.job_view import JobView, describe_job
-from sparkpoint.jobs.registry import ACTIVE_STATES, Job, Registry, driver_start, state_of
+from sparkpoint.jobs.job_record import Job
+from sparkpoint.jobs.job_state import ACTIVE_STATES, driver_start, state_of
+from sparkpoint.jobs.registry import Registry
 from sparkpoint.times import poll_until
 
 # A stopped job's application's time to end once its queries have ended at the boundary, and then its JVM's to

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from sparkpoint.jobs import startup
 from sparkpoint.jobs.live import LiveQuery
-from sparkpoint.jobs.registry import Job, spark_version_of, state_of
+from sparkpoint.jobs.job_record import Job
+from sparkpoint.jobs.job_state import spark_version_of, state_of
 from sparkpoint.results import WHEN_SET, Result
 
 if TYPE_CHECKING:  # a stop's result names the job it stopped: the type only, not a cycle at import

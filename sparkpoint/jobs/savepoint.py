@@ -12,7 +12,9 @@ from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, JobNotRunningError, SparkpointError
 from sparkpoint.paths import local_path
 from sparkpoint.jobs.agents import client_for
-from sparkpoint.jobs.registry import Job, Registry, spark_version_of
+from sparkpoint.jobs.job_record import Job
+from sparkpoint.jobs.job_state import spark_version_of
+from sparkpoint.jobs.registry import Registry
 from sparkpoint.savepoints import savepoint
 from sparkpoint.savepoints.create import Created, QuerySource, take
 from sparkpoint.spark import sinks

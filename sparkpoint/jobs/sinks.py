@@ -16,7 +16,8 @@ from sparkpoint.config import Settings
 from sparkpoint.errors import (BadArgumentError, NotACheckpointError, SinkAheadError, SinkRollbackRefusedError,
                                SparkpointError)
 from sparkpoint.jobs.agents import client_for
-from sparkpoint.jobs.registry import ACTIVE_STATES, Registry, state_of
+from sparkpoint.jobs.job_state import ACTIVE_STATES, state_of
+from sparkpoint.jobs.registry import Registry
 from sparkpoint.results import Result
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.spark import sink_rollback

@@ -28,8 +28,8 @@ def _deltalake():
     try:
         import deltalake
     except ImportError:
-        raise EnvironmentSetupError("rolling a Delta table back needs the deltalake package: "
-                                    "pip install 'sparkpoint[delta]'") from None
+        raise EnvironmentSetupError("rolling a Delta table back, or reading its checkpoint, needs the deltalake "
+                                    "package: pip install 'sparkpoint[delta]'") from None
     return deltalake
 
 
@@ -41,17 +41,17 @@ def _uri(table: str) -> str:
     return local_path(table)
 
 
-def transaction_version(table: str, app_id: str) -> int | None:
-    """The table's txn version for ``app_id`` as Delta reads it (through its checkpoint, when its log cleanup
-    removed the commits): None when the query never wrote it, the deltalake package is missing, or the table
-    cannot be read here."""
+def transaction_version(table: str, app_id: str, version: int | None = None) -> int | None:
+    """The table's txn version for ``app_id`` at ``version`` (its newest without), as Delta reads it: through
+    the checkpoint, where its log cleanup removed the commits. None when the query had not written it; refused
+    (EnvironmentSetupError, SinkRollbackRefusedError, StorageError) when it cannot be read here."""
+    deltalake = _deltalake()
+    uri = _uri(table)
     try:
-        deltalake = _deltalake()
-        return deltalake.DeltaTable(_uri(table)).transaction_version(app_id)
-    except (EnvironmentSetupError, SinkRollbackRefusedError):
-        return None
-    except Exception:  # noqa: BLE001 - delta-rs's own errors (a table it cannot load): not known
-        return None
+        return deltalake.DeltaTable(uri, version=version).transaction_version(app_id)
+    except Exception as exc:  # noqa: BLE001 - delta-rs's own errors (a table or version it cannot load)
+        raise StorageError(f"{table}: Delta could not read the table's transactions"
+                           + (f" at version {version}" if version is not None else "") + f": {exc}") from None
 
 
 def restore(table: str, version: int, expected: int, app_id: str, batch: int) -> Restored:

@@ -363,22 +363,24 @@ def refuse_sinks_ahead(settings: Settings, savepoint: Savepoint, fork: bool, kee
         if written["kind"] == FILE_SINK:
             _refuse_stateful_file_skip(settings, saved, written)
             continue
-        batches, cut = _batches_ahead(settings, saved, written, warn)
+        batches, cut, short = _batches_ahead(settings, saved, written, warn)
         own = "app_id" in written
         if fork and own:
             said.extend(_refuse_fork_beside_the_job(saved, written, keep, warn))
         elif fork and not batches and cut is not None and cut.other_streams():
             said.extend(_refuse_fork_over_a_fork(saved, written, cut, keep, warn))
         if batches:
-            said.extend(_refuse_batches_ahead(saved, written, batches, fork, keep or handover, handover, warn))
+            said.extend(_refuse_batches_ahead(saved, written, batches, short, fork, keep or handover, handover, warn))
     return said
 
 
-def _refuse_batches_ahead(saved: dict[str, Any], written: dict[str, Any], batches: list[int], fork: bool,
-                          keep: bool, handover: bool, warn: Callable[[str], None]) -> list[str]:
+def _refuse_batches_ahead(saved: dict[str, Any], written: dict[str, Any], batches: list[int], short: str | None,
+                          fork: bool, keep: bool, handover: bool, warn: Callable[[str], None]) -> list[str]:
+    """``short``: why ``batches`` may be only some of them."""
     own = "app_id" in written
-    held = (f"Delta table {written['path']} holds {len(batches)} batch{'es' if len(batches) > 1 else ''} of query "
-            f"{saved['name']} after the savepoint's batch {sink_batch(saved, written)} ({batches[0]}..{batches[-1]})"
+    held = (f"Delta table {written['path']} holds {'at least ' if short else ''}{len(batches)} "
+            f"batch{'es' if len(batches) > 1 else ''} of query {saved['name']} after the savepoint's batch "
+            f"{sink_batch(saved, written)} ({batches[0]}..{batches[-1]}{f'; {short}' if short else ''})"
             + (f", written by its foreachBatch under txnAppId {written['app_id']}" if own else "")
             + (", committed by the old version in the batch its stop cut short" if handover else ""))
     doubled = fork and not own
@@ -439,39 +441,57 @@ def _refuse_fork_over_a_fork(saved: dict[str, Any], written: dict[str, Any], cut
 
 
 def _batches_ahead(settings: Settings, saved: dict[str, Any], written: dict[str, Any],
-                   warn: Callable[[str], None]) -> tuple[list[int], SinkCut | None]:
-    """The batches after the cut a Delta table holds of the query (under its app id), and the cut read from its
-    log: refused (SinkAheadError) when an earlier rollback took it past the cut; no batches and perhaps no cut,
-    with a warning, when that cannot be told."""
+                   warn: Callable[[str], None]) -> tuple[list[int], SinkCut | None, str | None]:
+    """The batches after the cut a Delta table holds of the query (under its app id), the cut read from its log,
+    and why those may be only some of them (None: they are all): refused (SinkAheadError) when an earlier
+    rollback took it past the cut; no batches and perhaps no cut, with a warning, when that cannot be told."""
     location, batch, app_id = written["path"], sink_batch(saved, written), app_id_of(saved, written)
     unchecked = (f"whether Delta table {location} holds batches of query {saved['name']} after the savepoint's cut "
                  "was not checked")
     if written.get("follows_batches") is False:
         warn(f"{unchecked}: its foreachBatch writes it with txnVersion values that are not its batch ids")
-        return [], None
+        return [], None, None
     try:
         storage, path = storage_for(location, settings.storage_options)
         log = DeltaLog(storage, path)
         if not log.present:
-            return [], None  # gone: the restored query makes it again
+            return [], None, None  # gone: the restored query makes it again
         if log.unread():
             raise NotACheckpointError(log.unread())
         cut = sink_cut(log, app_id, batch)
     except SparkpointError as exc:
         warn(f"{unchecked}: {exc}")
-        return [], None
+        return [], None, None
     behind = _behind(cut, saved, written)
     if behind:
         raise SinkAheadError(f"Delta table {location}: {behind}")
-    if cut.later_batches or cut.complete or cut.table_version is not None:
-        return cut.later_batches, cut
-    # Delta's log cleanup took the query's commits; its checkpoint keeps the query's transaction.
-    newest = delta_tables.transaction_version(path, app_id)
-    if newest is None:
-        warn(f"{unchecked}: Delta's log cleanup removed its commits (the deltalake package reads the checkpoint "
-             "that keeps them)")
-        return [], cut
-    return list(range(batch + 1, newest + 1)), cut
+    if cut.complete:
+        return cut.later_batches, cut, None
+    batches, short = _past_log_cleanup(path, log, cut)
+    if short and not batches:
+        warn(f"{unchecked}: {short}")
+        return [], cut, None
+    return batches, cut, short
+
+
+def _past_log_cleanup(path: str, log: DeltaLog, cut: SinkCut) -> tuple[list[int], str | None]:
+    """The query's batches after the cut where Delta's log cleanup took the commits from the cut on, and why they
+    may be only some of them (None: they are all). A checkpoint the walk reached keeps the query's txn at its
+    version, the newest batch written by then (Delta commits every batch, an empty one too); the commits after it
+    say the rest."""
+    newest = log.latest if log.versions else max(log.checkpoints, default=-1)
+    walked = min(c.version for c in cut.ahead) if cut.ahead else newest + 1
+    covering = [v for v in log.checkpoints if walked - 1 <= v <= newest]
+    cleaned = f"Delta's log cleanup removed the commits before version {walked}"
+    if not covering:
+        return cut.later_batches, f"{cleaned}, and no checkpoint after them says which batches they held"
+    try:
+        at = delta_tables.transaction_version(path, cut.app_id, covering[-1])
+    except SparkpointError as exc:
+        return cut.later_batches, f"{cleaned}, and their checkpoint cannot be read: {exc}"
+    after = {b for c in cut.ahead if c.version > covering[-1] and (b := c.by(cut.app_id)) is not None
+             and b > cut.batch}
+    return sorted(after.union(range(cut.batch + 1, (cut.batch if at is None else at) + 1))), None
 
 
 def _refuse_stateful_file_skip(settings: Settings, saved: dict[str, Any], sink: dict[str, Any]) -> None:

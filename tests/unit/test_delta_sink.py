@@ -337,6 +337,45 @@ def test_review_cases_log_cleanup_a_stray_link_and_a_number_too_long(nine_batche
     assert "was not checked" in heard[0]
 
 
+def test_after_log_cleanup_the_batches_ahead_are_the_checkpoint_s_and_those_of_the_commits_after_it(
+        nine_batches, tmp_path):
+    """A foreachBatch writes table payouts under txnAppId payouts, batches 0..8; the savepoint's cut is batch 3.
+    Delta's log cleanup leaves a checkpoint and the commits from it on: the batches after the cut are those the
+    checkpoint's txn says were written by its version, and those of the commits after it (the count was the
+    commits' alone: "1 batch (8..8)"). Where no checkpoint says, the line says "at least", and why."""
+    from sparkpoint.jobs.sinks import refuse_sinks_ahead
+    from sparkpoint.spark.sinks import batch_write_records
+
+    settings, savepoint, _ = nine_batches
+    query = savepoint.queries[0]
+    query["sink"] = sink_record("ForeachBatchSink")
+
+    def cleaned(name: str, checkpoint: int | None, below: int) -> None:
+        table = tmp_path / name
+        for number in range(9):
+            batch(table, number, query="payouts")
+        (record,) = batch_write_records([{"path": f"file:{table}", "app_id": "payouts", "txn_version": 8,
+                                          "batch_id": 8}])
+        query["delta_writes"] = [at_cut(record, QUERY, 3)]
+        if checkpoint is not None:
+            deltalake.DeltaTable(str(table), version=checkpoint).create_checkpoint()
+        for version in range(below):
+            (table / "_delta_log" / f"{version:020d}.json").unlink()
+
+    cleaned("at-the-end", 8, 8)  # the checkpoint at the newest version, its commit the one left
+    with pytest.raises(SinkAheadError, match=r"holds 5 batches of query ck after the savepoint's batch 3 \(4\.\.8\), "
+                                             "written by its foreachBatch under txnAppId payouts"):
+        refuse_sinks_ahead(settings, savepoint, False, False, print)
+    cleaned("within", 6, 6)  # batches 4..6 in the checkpoint's txn, 7 and 8 in the commits after it
+    with pytest.raises(SinkAheadError, match=r"holds 5 batches .* \(4\.\.8\), written"):
+        refuse_sinks_ahead(settings, savepoint, False, False, print)
+    cleaned("no-checkpoint", None, 6)  # not Delta's own cleanup: nothing says what versions 0..5 held
+    with pytest.raises(SinkAheadError, match=r"holds at least 3 batches .* \(6\.\.8; Delta's log cleanup removed the "
+                                             "commits before version 6, and no checkpoint after them says which "
+                                             r"batches they held\), written"):
+        refuse_sinks_ahead(settings, savepoint, False, False, print)
+
+
 def test_a_foreach_batch_write_with_a_transaction_of_its_own_is_cut_refused_and_rolled_back(nine_batches, tmp_path):
     """A foreachBatch that writes a table with txnAppId/txnVersion: Delta skips what the table holds for that app
     id, a fork's writes too (the app id is the application's); the rollback sets that app id's txn back."""

@@ -33,6 +33,7 @@ from sparkpoint.adapters.storage import Storage, join, translate_errors
 from sparkpoint.errors import CutUnavailableError, NotACheckpointError, NotFoundError
 from sparkpoint.spark.checkpoint_files import CheckpointFiles, FileRef, VanishedError, companion_names
 from sparkpoint.spark.logs import (
+    CheckpointCut,
     OffsetEntry,
     SourceFile,
     batch_ids,
@@ -45,21 +46,6 @@ from sparkpoint.spark.logs import (
 from sparkpoint.spark.relocate import is_incomplete_restore
 from sparkpoint.spark.state_files import is_temp
 from sparkpoint.spark.state_layout import Operator, StateLayout
-
-
-@dataclass
-class CheckpointCut:
-    """A consistent point of the checkpoint: batch ``batch_id`` committed, state at ``batch_id + 1``."""
-
-    batch_id: int
-    planned_batch_id: int | None
-    offsets: OffsetEntry
-    planned_offsets: OffsetEntry | None
-    commit: dict[str, Any]
-
-    @property
-    def state_version(self) -> int:
-        return self.batch_id + 1
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Spark's metadata logs: ``offsets/N`` (batch metadata, pinned confs, one line per source) and
-``commits/N`` (v1, or v2 with the state stores' unique ids of checkpoint format v2)."""
+``commits/N`` (v1, or v2 with the state stores' unique ids of checkpoint format v2), and the cut a committed batch
+makes of them."""
 
 from __future__ import annotations
 
@@ -30,6 +31,21 @@ class OffsetEntry:
     @property
     def confs(self) -> dict[str, str]:
         return dict(self.metadata.get("conf") or {})
+
+
+@dataclass
+class CheckpointCut:
+    """A consistent point of the checkpoint: batch ``batch_id`` committed, state at ``batch_id + 1``."""
+
+    batch_id: int
+    planned_batch_id: int | None
+    offsets: OffsetEntry
+    planned_offsets: OffsetEntry | None
+    commit: dict[str, Any]
+
+    @property
+    def state_version(self) -> int:
+        return self.batch_id + 1
 
 
 def json_line(lines: list[str], where: str, what: str) -> dict[str, Any]:

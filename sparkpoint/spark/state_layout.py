@@ -5,12 +5,12 @@ lineage), with the operator metadata and schema files Spark validates a restored
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sparkpoint.adapters.storage import Entry
 from sparkpoint.spark.checkpoint_files import CheckpointFiles, FileRef, VanishedError
 from sparkpoint.spark.fields import checked_file_name, is_number, json_array, json_object, required_field
-from sparkpoint.spark.logs import json_line, parse_log
+from sparkpoint.spark.logs import CheckpointCut, json_line, parse_log
 from sparkpoint.spark.state_files import (
     changelog_lineage,
     is_temp,
@@ -18,9 +18,6 @@ from sparkpoint.spark.state_files import (
     parse_state_file,
     read_zip_member,
 )
-
-if TYPE_CHECKING:
-    from sparkpoint.spark.checkpoint import CheckpointCut
 
 PROVIDER_CLASS_CONF = "spark.sql.streaming.stateStore.providerClass"
 SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"

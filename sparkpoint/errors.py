@@ -170,6 +170,13 @@ class StopRefusedError(SparkpointError):
     exit_code = 21
 
 
+class StoppedWithoutSavepointError(SparkpointError):
+    """A stop whose queries ended at their boundary, and whose savepoint then failed: the job is stopped (its
+    record says so), its checkpoints are kept, and the line says how to take the savepoint from them."""
+
+    exit_code = 24
+
+
 class StopInterruptedError(SparkpointError):
     """Ctrl-C during a stop: the driver goes on ending its queries, but no savepoint is taken; says
     where their checkpoints stay."""

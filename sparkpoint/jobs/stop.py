@@ -4,9 +4,9 @@ Waiting is done with the ``sleep`` and ``clock`` given, so tests need not wait f
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
+import contextlib
 import time
+from dataclasses import dataclass, replace
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,7 +14,7 @@ from sparkpoint.adapters.processes import pid_alive
 from sparkpoint.adapters.transfer import NullProgress, Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import (JobFailedError, JobNotRunningError, SparkpointError, StopInterruptedError,
-                               StopRefusedError)
+                               StoppedWithoutSavepointError, StopRefusedError)
 from sparkpoint.jobs.drivers import ApplicationEnd
 from sparkpoint.results import json_number
 from sparkpoint.jobs.protocol import read_agent_file
@@ -40,15 +40,18 @@ def stop_job(settings: Settings, reference: str, target_dir: str | None = None, 
     shutting Spark down: see drivers.end_once_application_ended)."""
     registry = Registry(settings.home_url())
     job = registry.resolve(reference)
-    result, ending = stop_with_savepoint(settings, registry, job, target_dir, timeout, progress, sleep, clock)
+    result, ending = stop_with_savepoint(settings, registry, job, target_dir, timeout, progress, sleep, clock,
+                                         cancelled)
     return replace(result, job=record_stopped(registry, job, cancelled, ending, result,
                                               f"stopped with savepoint {result.path}"))
 
 
 def stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target_dir: str | None, timeout: float,
-                         progress: Progress | None, sleep, clock) -> tuple[Stopped, ApplicationEnd]:
+                         progress: Progress | None, sleep, clock,
+                         cancelled: bool = False) -> tuple[Stopped, ApplicationEnd]:
     """The savepoint at the boundary, and the application's end, already under way (the savepoint reads only
-    the stopped queries' checkpoints, so the two overlap)."""
+    the stopped queries' checkpoints, so the two overlap). A savepoint that fails once the queries ended is
+    StoppedWithoutSavepointError, recorded as the job's end."""
     started = clock()
     try:
         stopped = _await_boundary(client_for(registry, job), job, timeout, progress or NullProgress(), sleep, clock)
@@ -61,7 +64,15 @@ def stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target
         raise
     boundary = clock()
     ending = ApplicationEnd(registry, job, sleep, clock)
-    created = create_savepoint(settings, job, job_sources(stopped), target_dir, progress, taken="stop")
+    try:
+        try:
+            sources = job_sources(stopped)
+        except SparkpointError as exc:  # (create_savepoint records its own failures)
+            registry.savepoint_failed(job, exc)
+            raise
+        created = create_savepoint(settings, job, sources, target_dir, progress, taken="stop")
+    except SparkpointError as exc:
+        raise _stopped_without_savepoint(registry, job, cancelled, ending, exc) from None
     outcome = {q["name"]: q for q in stopped}
     queries = [StoppedQuery(**vars(q), at_boundary=_at_boundary(q, outcome[q.name]),
                             replayed_batch_id=_replayed(q, outcome[q.name]), how=_how(outcome[q.name].get("how")))
@@ -69,6 +80,25 @@ def stop_with_savepoint(settings: Settings, registry: Registry, job: Job, target
     phases = {"boundary": round(boundary - started, 3), "savepoint": round(clock() - boundary, 3)}
     return Stopped(path=created.path, id=created.id, job=created.job, created_at=created.created_at,
                    bytes=created.bytes, file_count=created.file_count, queries=queries, phases=phases), ending
+
+
+def _stopped_without_savepoint(registry: Registry, job: Job, cancelled: bool, ending: ApplicationEnd,
+                               failure: SparkpointError) -> StoppedWithoutSavepointError:
+    """The queries ended, and their savepoint failed: once the application has ended, the job's end is recorded
+    with the line that says so (list and the page show it), where the checkpoints stay and how to take the
+    savepoint from them."""
+    line = (f"job {job.id} was stopped, but the savepoint of its stop failed: {failure}; its checkpoints stay "
+            f"under {job.checkpoint_root}, and `sparkpoint savepoint --from-checkpoint {job.checkpoint_root} "
+            f"--job {job.name}` takes the savepoint of them")
+    with contextlib.suppress(SparkpointError, OSError):  # a record that cannot be written must not hide the line
+        ending.wait()
+        job = registry.load(job.id)
+        if job.ended:
+            job.note("savepoint_failed", line)
+        else:
+            job.end("cancelled" if cancelled else "finished", error=line)
+        registry.save(job)
+    return StoppedWithoutSavepointError(line)
 
 
 @dataclass(frozen=True)

@@ -65,8 +65,8 @@ class QuerySource:
     delta_writes: list[dict[str, Any]] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        # The name becomes a directory of the savepoint, and comes from the application (its queryName):
-        # checked before anything is written, so `../../x` can neither write nor delete outside the savepoint.
+        # The name comes from the application (its queryName), and names a directory of the savepoint, escaped
+        # (manifest.query_directory): checked before anything is written.
         mf.check_query_name(self.name)
 
 
@@ -79,17 +79,28 @@ def discover_queries(storage: Storage, location: str, name: str | None = None) -
         return [QuerySource(name or basename(location), location)]
     if not storage.is_dir(location):
         raise NotACheckpointError(f"{location} is a file, not a checkpoint directory")
-    found = [
-        QuerySource(entry.name, join(location, entry.name))
-        for entry in sorted(storage.list(location), key=lambda e: e.name)
-        if entry.is_dir and is_checkpoint(storage, join(location, entry.name))
-    ]
+    found = [QuerySource(name, join(location, name)) for name in _named_checkpoints(storage, location)]
     if not found:
         raise NotACheckpointError(
             f"{location} is not a Structured Streaming checkpoint, nor a root of named query checkpoints"
         )
     if name is not None:
         raise BadArgumentError(f"{location} holds {len(found)} query checkpoints; --name applies to a single one")
+    return found
+
+
+def _named_checkpoints(storage: Storage, root: str, below: str = "", depth: int = 4) -> list[str]:
+    """The checkpoints below ``root``, by their path relative to it: the names of the queries Spark keeps there
+    (a name with '/' is kept directories deep: spark.query_location), to ``depth`` directories down."""
+    found = []
+    for entry in sorted(storage.list(join(root, below) if below else root), key=lambda e: e.name):
+        name = f"{below}/{entry.name}" if below else entry.name
+        if not entry.is_dir:
+            continue
+        if is_checkpoint(storage, join(root, name)):
+            found.append(name)
+        elif depth > 1:
+            found += _named_checkpoints(storage, root, name, depth - 1)
     return found
 
 
@@ -307,7 +318,7 @@ def _copy_query(
     progress: transfer.Progress,
     dir_mode: int,
 ) -> tuple[CopyPlan, list[transfer.Result]]:
-    query_dir = join(path, mf.QUERIES_DIR, source.name)
+    query_dir = join(path, mf.QUERIES_DIR, mf.query_directory(source.name))
     for attempt in range(attempts):
         if attempt:
             plan = _plan(storage, source, None, attempts - attempt)
@@ -330,7 +341,7 @@ def _copy_query(
 
 def _query_entry(source: QuerySource, plan: CopyPlan, results: list[transfer.Result],
                  storage_options: dict | None) -> dict[str, Any]:
-    prefix = f"{mf.QUERIES_DIR}/{source.name}/"
+    prefix = mf.query_prefix(source.name)
     cut = plan.cut
     entry = {
         "name": source.name,

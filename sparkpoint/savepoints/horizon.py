@@ -269,7 +269,7 @@ def _load_savepoint(entry: catalog.Entry, storage_options: dict | None, warnings
     manifest = savepoint.manifest
     needs = []
     for query in savepoint.queries:
-        reader = CheckpointReader(storage, join(path, mf.QUERIES_DIR, query["name"]))
+        reader = CheckpointReader(storage, join(path, mf.QUERIES_DIR, mf.query_directory(query["name"])))
         try:
             reads = query.get("inputs") or []
             needs += _query_needs(manifest["id"], query["name"], query["offsets"], reader, warnings,

@@ -8,6 +8,7 @@ own, so that ``prune`` may clean it up after a crash and nothing else ever is.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 import re
@@ -25,19 +26,48 @@ FORMAT = "sparkpoint-savepoint"
 FORMAT_VERSION = 1
 QUERIES_DIR = "queries"
 
-# Spark accepts any query name; a savepoint stores it as one directory level, so it must be one.
-_QUERY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}")
+# A query name as a savepoint stores it, as it is where it is one plain directory name (every savepoint before
+# any other name was accepted); Spark accepts any name, so every other is escaped (query_directory).
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}")
+_KEPT = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+# Spark takes a name as long as a driver holds; a manifest's is bounded, as every field read from another process.
+MAX_QUERY_NAME = 4096
+_MAX_DIRECTORY = 200  # of the 255 bytes a directory name may have on the file systems and object stores in use
 # Bigger than any manifest sparkpoint writes for ~400,000 files: parsing a file of this size costs ~10x in memory.
 MAX_BYTES = 64 << 20
 
 
 def check_query_name(name: Any) -> str:
-    if not isinstance(name, str) or not _QUERY_NAME.fullmatch(name) or name in (".", ".."):
+    if not isinstance(name, str) or not name or len(name) > MAX_QUERY_NAME:
         raise SavepointInvalidError(
-            f"query name {name!r} cannot name a savepoint directory: use letters, digits, '_', '.', '-' "
-            "(set it with .queryName(...) or --name)"
+            f"query name {name!r} is not one a savepoint holds: a non-empty string of at most "
+            f"{MAX_QUERY_NAME} characters (set it with .queryName(...))"
         )
     return name
+
+
+def query_directory(name: str) -> str:
+    """The directory of ``queries/`` that holds query ``name``'s files: the name itself where it is a plain one
+    (letters, digits, '_', '.', '-', starting with a letter or digit), else its UTF-8 bytes with every other byte
+    (and a leading '.', '_' or '-') as %XX, so that two names never share a directory and none leads out of
+    the savepoint; past a directory name's length, cut and followed by '~' and a digest of the whole name ('~'
+    is escaped everywhere else)."""
+    if _PLAIN_NAME.fullmatch(name):
+        return name
+    raw = name.encode("utf-8", "surrogatepass")
+    escaped = "".join(chr(byte) if byte in _KEPT and (i or chr(byte).isalnum()) else f"%{byte:02X}"
+                      for i, byte in enumerate(raw))
+    if len(escaped) <= _MAX_DIRECTORY:
+        return escaped
+    digest = hashlib.sha256(raw).hexdigest()[:32]
+    cut = escaped[:_MAX_DIRECTORY - len(digest) - 1]
+    cut = cut[:cut.rindex("%")] if "%" in cut[-2:] else cut  # no %XX cut in half
+    return f"{cut}~{digest}"
+
+
+def query_prefix(name: str) -> str:
+    """Where query ``name``'s files lie in a savepoint: the start of each of its manifest paths."""
+    return f"{QUERIES_DIR}/{query_directory(name)}/"
 
 
 def check_relative_path(path: str, where: str) -> str:
@@ -148,7 +178,7 @@ def validate(data: Any, where: str) -> dict[str, Any]:
             raise SavepointInvalidError(f"{where}: query {name!r} has a malformed 'confs'")
         if not query["files"]:
             raise SavepointInvalidError(f"{where}: query {name!r} lists no files")
-        prefix = f"{QUERIES_DIR}/{name}/"
+        prefix = query_prefix(name)
         paths = set()
         for entry in query["files"]:
             path = check_relative_path(_check_fields(entry, _FILE_FIELDS, f"{where}: a file of query {name!r}")["path"],

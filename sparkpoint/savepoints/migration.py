@@ -145,7 +145,7 @@ def _log_versions(savepoint: Savepoint, query: dict[str, Any]) -> tuple[int, int
     """The version lines of the cut's ``offsets/N`` and ``commits/N`` in the savepoint."""
     versions = []
     for log in ("offsets", "commits"):
-        path = join(savepoint.path, f"{mf.QUERIES_DIR}/{query['name']}/{log}/{query['batch_id']}")
+        path = join(savepoint.path, f"{mf.query_prefix(query['name'])}{log}/{query['batch_id']}")
         try:
             version, _lines = parse_log(savepoint.storage.read_bytes(path), path)
         except (OSError, SparkpointError):  # `verify` names a missing or damaged file; here it tells nothing

@@ -27,6 +27,7 @@ from sparkpoint.paths import spark_uri
 from sparkpoint.errors import BadArgumentError, NotFoundError, SavepointInvalidError, TargetNotEmptyError
 from sparkpoint.results import Result
 from sparkpoint.savepoints import manifest as mf
+from sparkpoint.spark.query_location import relative_location
 from sparkpoint.savepoints.savepoint import Savepoint, dispose
 from sparkpoint.spark.relocate import (
     INCOMPLETE_RESTORE,
@@ -67,7 +68,8 @@ def restore(
     target = target.rstrip("/") or target
     _check_target(savepoint, target_storage, target)
     chosen = [savepoint.query(query)] if query else savepoint.queries
-    destinations = {q["name"]: (target if query else join(target, q["name"])) for q in chosen}
+    destinations = {q["name"]: (target if query else join(target, _below_root(savepoint, q["name"])))
+                    for q in chosen}
     query_ids = {q["name"]: str(uuid.uuid4()) if fork else q["query_id"] for q in chosen}
     resolved = _transfer_mode(mode, savepoint, target_storage, target)
     with translate_errors(savepoint.path):
@@ -110,6 +112,19 @@ def restore(
         # point leaves the savepoint as it was.
         dispose(savepoint.path, storage_options)
     return _restored(savepoint, mode, resolved, chosen, destinations, query_ids)
+
+
+def _below_root(savepoint: Savepoint, name: str) -> str:
+    """Where the application's Spark will look for query ``name`` below a checkpoint root: refused, before
+    anything is placed, where that is not below the root (a name such as '..' or 'x:y')."""
+    where = relative_location(name)
+    if where is None:
+        raise BadArgumentError(
+            f"query {name!r} of savepoint {savepoint.path} cannot be restored below a checkpoint root: Spark would "
+            "keep a query of that name outside it (or refuse to start it); restore it alone to a checkpoint "
+            "directory of its own (`sparkpoint restore SAVEPOINT TARGET --query NAME`), which a query that sets "
+            "its own checkpointLocation reads")
+    return where
 
 
 def _check_target(savepoint: Savepoint, target_storage: Storage, target: str) -> None:
@@ -231,7 +246,8 @@ class _Placement:
                         raise _another_restore(dest) from None
             return
         inside = dest if self.existing else parent(dest)
-        self.staging = join(inside, f"{STAGING_PREFIX}{basename(dest)}-{secrets.token_hex(4)}")
+        # (A name cut short: the staging directory's must fit in a directory name wherever the checkpoint's does.)
+        self.staging = join(inside, f"{STAGING_PREFIX}{basename(dest)[:100]}-{secrets.token_hex(4)}")
         self.made = _missing_ancestors(inside) if storage.local else []
         with translate_errors(inside):
             storage.makedirs(inside, dir_mode)
@@ -346,7 +362,7 @@ def _restore_items(
     items = []
     relocations = []
     for q in chosen:
-        prefix = f"{mf.QUERIES_DIR}/{q['name']}/"
+        prefix = mf.query_prefix(q["name"])
         dest = destinations[q["name"]]
         new_id = new_query_ids[q["name"]] if new_query_ids else None
         forked = {prefix + QUERY_METADATA} if new_id else set()

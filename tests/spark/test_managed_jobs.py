@@ -19,6 +19,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 APP = str(Path(__file__).parent / "apps" / "room_counts.py")
 ROOMS = ["kitchen", "hall", "garage"]
+# A name Spark accepts and no directory can be: Spark keeps its checkpoint two directories down ("room counts<",
+# then "v1"), the savepoint in one escaped directory, and the restore where the new version's Spark looks.
+QUERY = "room counts</v1"
 
 
 def events(batch):
@@ -58,7 +61,7 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     home, inputs = tmp_path / "home", tmp_path / "in"
     for batch in range(3):
         feed(inputs, batch)
-    job = cli_json(home, "run", "--detach", "--name", "counts", APP, str(inputs), str(tmp_path / "out1"))
+    job = cli_json(home, "run", "--detach", "--name", "counts", APP, str(inputs), str(tmp_path / "out1"), "v1", QUERY)
     assert job["state"] == "running", job
     wait_for(lambda: 2 in outputs(tmp_path / "out1"), what="batch 2 of v1")
 
@@ -66,7 +69,7 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     listed = cli_json(home, "list")
     assert [(j["id"], j["state"]) for j in listed] == [(job["id"], "running")]
     query = listed[0]["queries"][0]
-    assert query["name"] == "counts" and query["batch_id"] >= 2 and listed[0]["app_id"].startswith("local-")
+    assert query["name"] == QUERY and query["batch_id"] >= 2 and listed[0]["app_id"].startswith("local-")
 
     prom = tmp_path / "sparkpoint.prom"  # the cron line's textfile, rewritten by each command given it
     live = cli_json(home, "savepoint", job["id"], "--metrics-file", str(prom))
@@ -76,12 +79,12 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     assert found[("sparkpoint_job_agent_up", job["id"])] == 1
     assert found[("sparkpoint_job_savepoints_total", job["id"])] == 1
     assert found[("sparkpoint_job_last_savepoint_bytes", job["id"])] == live["bytes"]
-    assert found[("sparkpoint_query_state_rows", job["id"], "counts")] == 3  # kitchen, hall, garage
-    assert found[("sparkpoint_query_batch_id", job["id"], "counts")] >= live["queries"][0]["batch_id"]
+    assert found[("sparkpoint_query_state_rows", job["id"], QUERY)] == 3  # kitchen, hall, garage
+    assert found[("sparkpoint_query_batch_id", job["id"], QUERY)] >= live["queries"][0]["batch_id"]
     assert cli(home, "verify", live["path"])[0] == 0
     # Restored beside the job that runs its query, with the same query id: refused before anything starts.
-    code, _, said = cli(home, "run", "-s", live["path"], APP, str(inputs), str(tmp_path / "out-twin"))
-    assert code == 23 and f"counts already run in job {job['id']} (running)" in said, said
+    code, _, said = cli(home, "run", "-s", live["path"], APP, str(inputs), str(tmp_path / "out-twin"), "v1", QUERY)
+    assert code == 23 and f"{QUERY} already run in job {job['id']} (running)" in said, said
     assert not (tmp_path / "out-twin").exists()
 
     trigger = cli_json(home, "savepoint", "--detached", job["id"])
@@ -108,6 +111,8 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     assert {phase: found[("sparkpoint_job_last_stop_phase_seconds", job["id"], phase)]
             for phase in stopped["phases"]} == stopped["phases"]
     assert stopped["job"]["state"] == "finished"
+    assert [d.name for d in (Path(stopped["path"]) / "queries").iterdir()] == ["room%20counts%3C%2Fv1"]
+    assert [q["name"] for q in cli_json(home, "inspect", stopped["path"])["queries"]] == [QUERY]
     # How each was taken, in its manifest (the page's time line reads it there).
     assert [cli_json(home, "inspect", taken)["origin"]["taken"] for taken in (
         live["path"], polled["savepoint"]["path"], stopped["path"])] == ["live", "scheduled", "stop"]
@@ -115,7 +120,7 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     assert cli_json(home, "list") == []
 
     resumed = cli_json(home, "run", "--detach", "--name", "counts", "-s", stopped["path"],
-                       APP, str(inputs), str(tmp_path / "out2"))
+                       APP, str(inputs), str(tmp_path / "out2"), "v1", QUERY)
     assert resumed["restored_from"] == stopped["path"]
     for batch in (5, 6):
         feed(inputs, batch)
@@ -133,7 +138,7 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
     started = next(j for j in cli_json(home, "list") if j["id"] == resumed["id"])
     phases = started["start"]["phases"]
     assert list(phases)[3:] == ["queries_started", "first_batch"] and set(list(phases)[:3]) == set(said[:3]), phases
-    assert started["start"]["queries"]["counts"]["first_batch"]["batch_id"] == 5
+    assert started["start"]["queries"][QUERY]["first_batch"]["batch_id"] == 5
     labels = {"restore": "restore", "spark_submit": "spark-submit", "spark_session": "Spark session",
               "queries_started": "queries started", "first_batch": "first batch"}
     assert [e["detail"] for e in started["history"] if e["event"] == "started_up"] == [
@@ -141,12 +146,12 @@ def test_pit_stop_savepoint_stop_and_resume(tmp_path):
 
     # An upgrade whose new driver cannot start leaves the running job alone.
     code, _, err = cli(home, "run", "--replace", resumed["id"], "--no-check", "--driver-memory", "lots", APP,
-                       str(inputs), str(tmp_path / "never"))
+                       str(inputs), str(tmp_path / "never"), "v1", QUERY)
     assert code == 13 and f"take over from {resumed['id']}" in err
     assert [(j["id"], j["state"]) for j in cli_json(home, "list")] == [(resumed["id"], "running")]
 
     upgraded = cli_json(home, "run", "--detach", "--name", "counts", "--replace", resumed["id"], "--no-rollback",
-                        APP, str(inputs), str(tmp_path / "out3"))
+                        APP, str(inputs), str(tmp_path / "out3"), "v1", QUERY)
     # Checked in the new driver before the hand-over, while the old version serves: its batch runs whole.
     assert upgraded["upgrade_check"]["compatible"] is True and upgraded["upgrade_check"]["in_driver"] is True
     assert upgraded["upgrade_check"]["state_loaded"] is True

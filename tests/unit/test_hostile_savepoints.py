@@ -24,6 +24,7 @@ from sparkpoint.savepoints.create import create as create_savepoint
 from sparkpoint.savepoints.create import QuerySource
 from sparkpoint.savepoints.restore import STAGING_PREFIX, Restored, restore
 from sparkpoint.errors import (
+    BadArgumentError,
     NotFoundError,
     SavepointInvalidError,
     StorageError,
@@ -57,17 +58,50 @@ def checkpoint(tmp_path):
 # -- a query name from the driver ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["../../../victim", "a/../../victim", "q1\n", "..", "q/"])
-def test_a_query_name_from_the_driver_writes_and_deletes_nothing_outside_the_savepoint(checkpoint, tmp_path, name):
+@pytest.mark.parametrize(("name", "directory", "restored_at"), [
+    ("../../../victim", "%2E.%2F..%2F..%2Fvictim", None), ("a/../../victim", "a%2F..%2F..%2Fvictim", None),
+    ("q1\n", "q1%0A", "q1\n"), ("..", "%2E.", None), ("q/", "q%2F", "q"), ("a</b", "a%3C%2Fb", "a</b"),
+    ("x:y", "x%3Ay", None), ("€ ‮", "%E2%82%AC%20%E2%80%AE", "€ ‮"), ("q" * 250, "q" * 250, "q" * 250)])
+def test_any_query_name_from_the_driver_is_savepointed_inside_the_savepoint_and_restored_where_spark_looks(
+        checkpoint, tmp_path, name, directory, restored_at):
+    """Spark accepts any query name (issue 57): each is savepointed, in one escaped directory of the savepoint,
+    and restored where Spark keeps it below a checkpoint root, or refused where that is not below it."""
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "keep.me").write_text("mine")
-    before = everything_below(tmp_path)
     reported = [{"id": "5c1e", "name": name, "checkpoint": f"file://{checkpoint}"}]  # as an agent reports queries
-    with pytest.raises(SavepointInvalidError, match="cannot name a savepoint directory"):
-        storage, _ = storage_for(str(checkpoint))
-        create_savepoint(job_savepoint.job_sources(reported), storage, str(tmp_path / "sps"), storage, job="alarms")
-    assert everything_below(tmp_path) == before
+    storage, _ = storage_for(str(checkpoint))
+    made = create_savepoint(job_savepoint.job_sources(reported), storage, str(tmp_path / "sps"), storage,
+                            job="alarms")
+    saved = sp.load(made["path"])
+    if len(name) > 200:  # past the savepoint's directory name's length: cut, and the whole name's digest added
+        directory = mf.query_directory(name)
+        assert len(directory) <= 200 and directory.startswith("q" * 100) and "~" in directory
+    assert os.listdir(os.path.join(made["path"], mf.QUERIES_DIR)) == [directory]
+    assert [q["name"] for q in saved.queries] == [name]
+    assert (victim / "keep.me").read_text() == "mine" and os.listdir(victim) == ["keep.me"]
+    root = tmp_path / "restored"
+    if restored_at is None:
+        with pytest.raises(BadArgumentError, match="cannot be restored below a checkpoint root"):
+            restore(saved, str(root))
+        assert not root.exists() or everything_below(root) == []
+        one = restore(saved, str(tmp_path / "alone"), query=name)  # a checkpoint of its own is fine
+        at = tmp_path / "alone"
+    else:
+        one = restore(saved, str(root))
+        at = root / restored_at
+        assert [q.checkpoint for q in one.queries] == [str(at)]
+    assert one.queries[0].name == name
+    restored, original = tree(at), tree(checkpoint)
+    assert "metadata" in restored and {path: original[path] for path in restored} == restored
+
+
+def test_query_names_of_one_savepoint_never_share_a_directory():
+    names = ["a</b", "a%3C%2Fb", "a%253C%252Fb", ".a", "%2Ea", "_a", "a", "A", "q" * 200, "q" * 201,
+             "q" * 400, "q" * 401, "q" * 399 + "%", "é", "%C3%A9"]
+    directories = [mf.query_directory(name) for name in names]
+    assert len(set(directories)) == len(names)
+    assert all(len(d) <= 200 and "/" not in d and d not in (".", "..") for d in directories)
 
 
 def test_two_queries_of_one_name_are_refused_before_anything_is_written(checkpoint, tmp_path):

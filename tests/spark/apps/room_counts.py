@@ -2,7 +2,7 @@
 writes each micro-batch's updated rooms to OUTPUT/batch-<id>.json, replacing it when a batch re-runs
 (an exactly-once sink keyed by batch id).
 
-usage: room_counts.py INPUT_DIR OUTPUT_DIR [VERSION]
+usage: room_counts.py INPUT_DIR OUTPUT_DIR [VERSION [QUERY_NAME]]
 """
 
 import json
@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 
 input_dir, output_dir = sys.argv[1], sys.argv[2]
 version = sys.argv[3] if len(sys.argv) > 3 else "v1"
+query_name = sys.argv[4] if len(sys.argv) > 4 else "counts"
 spark = (
     SparkSession.builder.appName("room-counts")
     .config("spark.ui.enabled", "false")
@@ -38,6 +39,6 @@ def write(batch, batch_id):
     os.replace(tmp, os.path.join(output_dir, f"batch-{batch_id}.json"))
 
 
-query = (counts.writeStream.queryName("renamed" if version == "v1-renamed" else "counts").outputMode("update")
+query = (counts.writeStream.queryName("renamed" if version == "v1-renamed" else query_name).outputMode("update")
          .foreachBatch(write).trigger(processingTime="200 milliseconds").start())
 query.awaitTermination()

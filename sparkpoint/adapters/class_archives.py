@@ -23,12 +23,11 @@ import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sparkpoint.adapters.local_files import MalformedRecord, read_json_record
-
-if TYPE_CHECKING:
-    from sparkpoint.adapters.spark_submit import Spark
+from sparkpoint.adapters.spark_install import Spark, find_spark
+from sparkpoint.errors import SparkpointError
 
 ARCHIVE_SUFFIX = ".jsa"
 RECORD_SUFFIX = ".json"
@@ -82,6 +81,15 @@ def built_archive(directory: str, spark: Spark, environ: dict[str, str] | None =
         return None
     path = Path(directory) / f"{archive_id(spark, java)}{ARCHIVE_SUFFIX}"
     return str(path) if path.is_file() else None
+
+
+def local_class_archive(directory: str) -> str | None:
+    """The class archive (class_archives) of the Spark a local session of this Python starts: SPARK_HOME's, else
+    its own pyspark's, as find_spark picks; None when it has none, or there is no such Spark."""
+    try:
+        return built_archive(directory, find_spark())
+    except SparkpointError:
+        return None
 
 
 def conf_dir_in_the_way(spark: Spark, environ: dict[str, str] | None = None) -> str | None:

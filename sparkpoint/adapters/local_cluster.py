@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from sparkpoint.adapters.spark_submit import Spark, find_spark
+from sparkpoint.adapters.spark_install import Spark, find_spark
 from sparkpoint.adapters.cluster_managers.standalone import JWS_KEY, StandaloneMaster, read_properties
 from sparkpoint.results import Result
 from sparkpoint.times import poll_until

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sparkpoint.adapters import spark_submit
+from sparkpoint.adapters.spark_install import Spark, find_spark
 from sparkpoint.adapters.class_archives import built_archive
 from sparkpoint.adapters.local_files import MalformedRecord, read_json_record, write_json
 from sparkpoint.adapters.processes import pid_alive, process_start, terminate_group
@@ -94,7 +95,7 @@ def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, p
     if not os.path.isfile(app):
         raise NotFoundError(f"application {request.app} does not exist")
     conf_args = spark_submit.conf_arguments(request.confs)
-    spark = spark_submit.find_spark(request.spark_home)
+    spark = find_spark(request.spark_home)
     moved = migration_to(saved, spark, request.confs)
     if moved.refused:  # what that Spark cannot read is known from the savepoint: no Spark needs to start
         return compat.Checked(savepoint=saved.path, app=app, compatible=False, notes=moved.notes, queries=[],
@@ -148,7 +149,7 @@ def check_upgrade(settings: Settings, saved: Savepoint, request: CheckRequest, p
                    launch_confs=moved.launch_confs)
 
 
-def migration_to(saved: Savepoint, spark: spark_submit.Spark, confs: list[str]) -> migration.SparkMove:
+def migration_to(saved: Savepoint, spark: Spark, confs: list[str]) -> migration.SparkMove:
     """What running ``saved`` on ``spark`` changes, read from the savepoint: the confs the driver needs, what
     that Spark cannot read."""
     return migration.move(saved, spark.version, dict(conf.partition("=")[::2] for conf in confs))

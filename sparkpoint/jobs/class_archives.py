@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sparkpoint.adapters import spark_submit
+from sparkpoint.adapters.spark_install import Spark, find_spark
 from sparkpoint.adapters.class_archives import (ARCHIVE_SUFFIX, RECORD_SUFFIX, ClassArchive, archive_id, archives,
                                                 conf_dir_in_the_way, java_binary, jvm_path_option, partial_path,
                                                 remove_archive, stale_partials)
@@ -37,7 +38,7 @@ def build_archive(settings: Settings, spark_home: str | None, timeout: float, pr
                   ) -> ClassArchive:
     """The archive of the Spark ``spark_home`` (as `run --spark-home` picks it) and this environment's java,
     built anew (one built before is replaced). One build at a time per directory."""
-    spark = spark_submit.find_spark(spark_home)
+    spark = find_spark(spark_home)
     java = java_binary()
     if java is None:
         raise EnvironmentSetupError("no java to build a class archive with: set JAVA_HOME or put java on PATH")
@@ -58,7 +59,7 @@ def build_archive(settings: Settings, spark_home: str | None, timeout: float, pr
         return _train_and_dump(settings, spark, java, java_version, directory, timeout, progress, clock, sleep)
 
 
-def _train_and_dump(settings: Settings, spark: spark_submit.Spark, java: str, java_version: str, directory: Path,
+def _train_and_dump(settings: Settings, spark: Spark, java: str, java_version: str, directory: Path,
                     timeout: float, progress: Progress, clock: Callable[[], float],
                     sleep: Callable[[float], None]) -> ClassArchive:
     archive = directory / f"{archive_id(spark, java)}{ARCHIVE_SUFFIX}"

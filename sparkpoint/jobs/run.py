@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkpoint.adapters import spark_submit
+from sparkpoint.adapters.spark_install import Spark, find_spark
 from sparkpoint.adapters.class_archives import built_archive
 from sparkpoint.adapters.processes import process_start
 from sparkpoint.adapters.cluster_managers import ClusterManager, DriverLaunch, manager_for
@@ -129,7 +130,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     manager.refuse_deploy_mode(request.deploy_mode)
     # The Spark that runs spark-submit here (a standalone master's REST submission needs none): refused before
     # anything runs.
-    spark = spark_submit.find_spark(request.spark_home) if manager.needs_spark_here(request.deploy_mode) else None
+    spark = find_spark(request.spark_home) if manager.needs_spark_here(request.deploy_mode) else None
     if request.replace:
         replaced = registry.resolve(request.replace)
         # Exit 12 now, before a driver starts, if it does not run; 21 if its stop would cut a real-time batch short.
@@ -431,7 +432,7 @@ def _default_name(app: str, replaced: Job | None, restored: Savepoint | None) ->
     return Path(app).stem.replace("_", "-")
 
 
-def _standby_for(settings: Settings, registry: Registry, request: RunRequest, spark: spark_submit.Spark | None,
+def _standby_for(settings: Settings, registry: Registry, request: RunRequest, spark: Spark | None,
                  conf_args: list[str], name: str) -> tuple[Standby | None, list[str]]:
     """A ready standby of job name ``name`` launched as this run's driver would be, claimed, and why any other of
     that name was passed over. Only a detached client-mode run adopts one: a foreground run streams its driver's
@@ -454,7 +455,7 @@ def _called_off_on_failure(standby: Standby | None):
 
 
 def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_args: list[str],
-            manager: ClusterManager, spark: spark_submit.Spark | None, saved: Savepoint | None, replacing: bool,
+            manager: ClusterManager, spark: Spark | None, saved: Savepoint | None, replacing: bool,
             checked_against: Savepoint | None, progress: Progress | None,
             start_timeout: float, standby: Standby | None = None,
             save: Callable[[Job], None] | None = None) -> subprocess.Popen | AdoptedDriver | None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkpoint.adapters import spark_submit
+from sparkpoint.adapters.spark_install import Spark, find_spark
 from sparkpoint.adapters.class_archives import built_archive
 from sparkpoint.adapters.local_files import (MalformedRecord, last_lines, raised_or_last_lines, read_json_record,
                                              write_json)
@@ -48,7 +49,7 @@ _FILE_OPTIONS = frozenset({"--jars", "--driver-class-path", "--properties-file",
                            "--archives"})
 
 
-def client_command(spark: spark_submit.Spark, master: str, job_id: str, checkpoint_root: str, conf_args: list[str],
+def client_command(spark: Spark, master: str, job_id: str, checkpoint_root: str, conf_args: list[str],
                    submit_args: list[str]) -> list[str]:
     """spark-submit of a client-mode driver, up to the bootstrap's own arguments: a cold launch's and a standby's."""
     return [spark.submit, "--master", master, "--name", job_id,
@@ -60,7 +61,7 @@ def checkpoint_root_of(directory: Path, checkpoints_under: str) -> str:
     return Job.checkpoints_of(directory.name, checkpoints_under) or str(directory / CHECKPOINTS_DIR)
 
 
-def launch_key(spark: spark_submit.Spark, name: str, master: str, conf_args: list[str], submit_args: list[str],
+def launch_key(spark: Spark, name: str, master: str, conf_args: list[str], submit_args: list[str],
                checkpoints_under: str, environment: dict[str, str], secret: str) -> dict[str, Any]:
     """What a driver's launch depends on, besides its job's id: a standby launched with the same is that driver.
     The job's name (a standby is for one job's next version); the launch's options; what the JVM reads of the
@@ -154,7 +155,7 @@ def start_standby(registry: Registry, reference: str, checkpoints_under: str, cl
     if like.submission_id:
         raise BadArgumentError(f"job {like.id} runs in cluster mode, where its cluster manager starts each driver: "
                                "a standby is a client-mode driver")
-    spark = spark_submit.find_spark(like.spark_home)
+    spark = find_spark(like.spark_home)
     conf_args = spark_submit.conf_arguments(like.confs)
     directory = registry.reserve(like.name)
     launched_as = launch_key(spark, like.name, like.master, conf_args, list(like.submit_args), checkpoints_under,
@@ -224,7 +225,7 @@ def _standby_id(standby: Standby) -> str:
     return standby.id
 
 
-def claim_for(registry: Registry, spark: spark_submit.Spark, name: str, master: str, conf_args: list[str],
+def claim_for(registry: Registry, spark: Spark, name: str, master: str, conf_args: list[str],
               submit_args: list[str], checkpoints_under: str) -> tuple[Standby | None, list[str]]:
     """The newest ready standby of job name ``name`` launched as this launch would be, claimed (no other `run`
     will have it); else None. And why each other standby of that name was passed over."""

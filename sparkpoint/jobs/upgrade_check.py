@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from sparkpoint.adapters.transfer import NullProgress, Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import IncompatibleUpgradeError, SparkFailureError
-from sparkpoint.adapters.spark_submit import Spark
+from sparkpoint.adapters.spark_install import Spark
 from sparkpoint.jobs.check import CheckRequest, Launch, await_in_driver, check_upgrade, migration_to
 from sparkpoint.jobs.drivers import end_driver
 from sparkpoint.jobs.protocol import START_CHECK_DIR, handover_waiting, held_start, read_agent_file

@@ -13,7 +13,8 @@ import pytest
 
 from sparkpoint.adapters import class_archives
 from sparkpoint.adapters.class_archives import archive_id, archives, java_binary, built_archive
-from sparkpoint.adapters.spark_submit import Spark, driver_environment
+from sparkpoint.adapters.spark_install import Spark
+from sparkpoint.adapters.spark_submit import driver_environment
 from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, ConfigError, EnvironmentSetupError, JobFailedError, NotFoundError
 from sparkpoint.jobs import class_archives as jobs_archives

@@ -13,7 +13,7 @@ import pytest
 from clitools import spark_home
 
 from sparkpoint.adapters import local_cluster
-from sparkpoint.adapters.spark_submit import find_spark
+from sparkpoint.adapters.spark_install import find_spark
 from sparkpoint.adapters.cluster_managers.standalone import StandaloneMaster, read_properties
 from sparkpoint.errors import EnvironmentSetupError
 from sparkpoint.adapters.processes import pid_alive, process_start

@@ -39,7 +39,8 @@ def test_confs_are_checked_and_the_checkpoint_location_is_reserved():
 
 
 def test_the_spark_is_spark_home_option_then_the_environment_then_this_pythons_pyspark(tmp_path):
-    from sparkpoint.adapters.spark_submit import driver_environment, find_spark
+    from sparkpoint.adapters.spark_install import find_spark
+    from sparkpoint.adapters.spark_submit import driver_environment
 
     option, env_home = spark_home(tmp_path / "option", "3.5.7"), spark_home(tmp_path / "env", "4.1.4")
     chosen = find_spark(str(option), {"SPARK_HOME": str(env_home)})
@@ -57,7 +58,8 @@ def test_a_driver_jvm_writes_its_crash_report_into_the_job_directory_unless_the_
     """Spark's launcher splits SPARK_SUBMIT_OPTS as a shell would (CommandBuilderUtils.parseOptionString): a job
     directory with a space or a quote stays one option, and the user's own options follow it (the last
     -XX:ErrorFile wins)."""
-    from sparkpoint.adapters.spark_submit import driver_environment, find_spark
+    from sparkpoint.adapters.spark_install import find_spark
+    from sparkpoint.adapters.spark_submit import driver_environment
 
     spark = find_spark(str(spark_home(tmp_path / "spark", "4.3.0")), {})
     job_dir = tmp_path / 'a "home" with spaces' / "jobs" / "keyed-1a2b"
@@ -79,7 +81,7 @@ def test_a_driver_jvm_writes_its_crash_report_into_the_job_directory_unless_the_
     ({"version": None, "release": "Spark 4.2.1 built for Hadoop 3.4.1\nBuild flags: -B\n"}, "4.2.1"),  # no jars/
 ])
 def test_a_spark_says_its_version_in_its_core_jar_or_its_release_file(tmp_path, layout, version):
-    from sparkpoint.adapters.spark_submit import find_spark
+    from sparkpoint.adapters.spark_install import find_spark
 
     assert find_spark(str(spark_home(tmp_path / "spark", **layout)), {}).version == version
 
@@ -91,7 +93,7 @@ def test_a_spark_says_its_version_in_its_core_jar_or_its_release_file(tmp_path, 
 ])
 def test_a_spark_outside_the_range_or_of_no_known_version_is_refused_by_name(tmp_path, layout, error, words):
     from sparkpoint import errors
-    from sparkpoint.adapters.spark_submit import find_spark
+    from sparkpoint.adapters.spark_install import find_spark
 
     with pytest.raises(getattr(errors, error), match=words) as raised:
         find_spark(str(spark_home(tmp_path / "spark", **layout)), {})
@@ -102,7 +104,7 @@ def test_a_spark_outside_the_range_or_of_no_known_version_is_refused_by_name(tmp
 def test_no_spark_at_all_says_how_to_get_one(tmp_path, monkeypatch):
     import importlib.util
 
-    from sparkpoint.adapters.spark_submit import find_spark
+    from sparkpoint.adapters.spark_install import find_spark
     from sparkpoint.errors import EnvironmentSetupError
 
     with pytest.raises(EnvironmentSetupError, match="has no bin/spark-submit"):

@@ -13,7 +13,7 @@ import pytest
 
 from sparkpoint.adapters.local_files import write_json
 from sparkpoint.adapters.processes import pid_alive, process_start
-from sparkpoint.adapters.spark_submit import Spark
+from sparkpoint.adapters.spark_install import Spark
 from sparkpoint.errors import BadArgumentError, NotFoundError
 from sparkpoint.adapters.spark_submit import driver_environment
 from sparkpoint.jobs.protocol import (STANDBY_FILE, await_adoption, claim_standby, mark_standby_ready, remove_standby,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sparkpoint.adapters.spark_submit import Spark
+from sparkpoint.adapters.spark_install import Spark
 from sparkpoint.errors import BadArgumentError
 
 # A driver's state as sparkpoint's job states name it (sparkpoint.jobs.registry): what a manager's

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.adapters import transfer
-from sparkpoint.adapters.spark_submit import local_class_archive
+from sparkpoint.adapters.class_archives import local_class_archive
 from sparkpoint.adapters.storage import is_inside, storage_for
 from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, RescaleRefusedError, SparkFailureError

@@ -19,7 +19,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from sparkpoint.adapters.spark_submit import local_class_archive
+from sparkpoint.adapters.class_archives import local_class_archive
 from sparkpoint.config import Settings
 from sparkpoint.errors import NotFoundError, SparkpointError
 from sparkpoint.jobs import startup, timeline

@@ -170,7 +170,7 @@ def _render_verified(report: Verification) -> None:
 @pass_app
 def inspect_cmd(app, loaded, with_state, limit, output):
     """Show a savepoint: its cut, source offsets, operators and sizes, optionally the state rows."""
-    from sparkpoint.adapters.spark_submit import local_class_archive
+    from sparkpoint.adapters.class_archives import local_class_archive
     from sparkpoint.savepoints.inspect import inspect
 
     archive = local_class_archive(app.settings.class_archives_dir()) if with_state else None

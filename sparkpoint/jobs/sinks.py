@@ -384,12 +384,16 @@ def _refuse_batches_ahead(saved: dict[str, Any], written: dict[str, Any], batche
             + (f", written by its foreachBatch under txnAppId {written['app_id']}" if own else "")
             + (", committed by the old version in the batch its stop cut short" if handover else ""))
     doubled = fork and not own
-    if keep and not doubled and saved["operators"]:
+    # Each refusal offers only what is then accepted: a stateful query's skip never is (Spark writes no state for
+    # a batch Delta skips), a fork's writes to another table are (under another txnAppId for a foreachBatch's).
+    elsewhere = ("as a fork whose foreachBatch writes another table under another txnAppId" if own
+                 else "as a fork into another table") + " (--fork --keep-sink-output)"
+    if keep and not fork and saved["operators"]:
         raise SinkAheadError(
             f"{held}: {'' if handover else '--keep-sink-output cannot keep them for this query: '}it keeps state, "
             "and Delta skips a batch's write before its plan runs, so Spark writes no state for it and the restored "
             "query would fail at its first batch after them (a state file missing); restore with --rollback-sink"
-            + ("" if handover else ", or with --fork into another table"))
+            + ("" if handover else f", or {elsewhere}"))
     if not keep:
         if doubled:
             raise SinkAheadError(
@@ -399,12 +403,17 @@ def _refuse_batches_ahead(saved: dict[str, Any], written: dict[str, Any], batche
         skips = ("Delta skips a write whose txnVersion the table holds for its txnAppId" if own
                  else "Delta's sink takes them as done")
         raise SinkAheadError(
-            f"{held}: the restored version would skip them ({skips}) and keep the old version's rows; restore with "
-            "--rollback-sink to take the table back to the cut with the state, or pass --keep-sink-output to accept "
-            "the skip")
-    kept = (f"{held}: the new version skips them (the old version's own batch)" if handover
-            else f"{held}, kept as they are (--keep-sink-output)"
-            + (": the fork writes them again" if doubled else ": the restored version skips them"))
+            f"{held}: the restored version would skip them ({skips}) and keep the old version's rows; "
+            + ("the query keeps state, so the skip cannot be kept (Spark writes no state for a skipped batch): "
+               if saved["operators"] else "")
+            + "restore with --rollback-sink to take the table back to the cut with the state, or "
+            + (elsewhere if saved["operators"] else "pass --keep-sink-output to accept the skip"))
+    if handover:
+        kept = f"{held}: the new version skips them (the old version's own batch)"
+    else:
+        kept = f"{held}, kept as they are (--keep-sink-output): " + (
+            "the fork writes them again" if doubled else "the fork writes another table under another txnAppId"
+            if fork else "the restored version skips them")
     warn(kept)
     return [kept]
 

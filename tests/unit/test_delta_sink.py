@@ -432,6 +432,62 @@ def test_a_foreach_batch_write_with_a_transaction_of_its_own_is_cut_refused_and_
         validate(savepoint.manifest, "the manifest")
 
 
+def test_each_refusal_offers_only_ways_that_are_then_accepted(nine_batches, tmp_path):
+    """Every refusal of a restore into a table written past the cut (exit 22), for a query that keeps state or
+    not, Delta's sink or a foreachBatch's own txnAppId, a fork or not: each way out it offers (--keep-sink-output,
+    --fork --keep-sink-output, --rollback-sink) is accepted when taken. A stateful query was offered
+    --keep-sink-output to accept the skip, then refused it."""
+    from sparkpoint.jobs.sinks import refuse_sinks_ahead, roll_back_sinks
+    from sparkpoint.spark.sinks import batch_write_records
+
+    settings, savepoint, table = nine_batches
+    query = savepoint.queries[0]
+    stateful = query["operators"]
+    assert stateful
+    totals = tmp_path / "totals"
+    for number in range(9):
+        batch(totals, number, query="totals")
+    (record,) = batch_write_records([{"path": f"file:{totals}", "app_id": "totals", "txn_version": 8,
+                                      "batch_id": 8}])
+    writes = {"sink": {"sink": at_cut(sink_record(f"DeltaSink[file:{table}]"), QUERY, 3)},
+              "txnAppId": {"sink": sink_record("ForeachBatchSink"), "delta_writes": [at_cut(record, QUERY, 3)]}}
+
+    def offered(message: str, fork: bool) -> list[tuple[bool, bool] | str]:
+        message = message.replace("--keep-sink-output cannot keep them", "")  # the flag refused, not offered
+        ways: list[tuple[bool, bool] | str] = ["rollback"] if "--rollback-sink" in message else []
+        if "--fork --keep-sink-output" in message:
+            ways.append((True, True))
+            message = message.replace("--fork --keep-sink-output", "")
+        if "--keep-sink-output" in message:
+            ways.append((fork, True))
+        return ways
+
+    for operators in (stateful, []):
+        for kind, written in writes.items():
+            query.pop("delta_writes", None)
+            query.update(written, operators=operators)
+            for fork, keep in ((False, False), (True, False), (False, True), (True, True)):
+                try:
+                    refuse_sinks_ahead(settings, savepoint, fork, keep, lambda line: None)
+                except SinkAheadError as exc:
+                    refused = exc
+                else:
+                    assert keep  # refused without a choice, always: the table holds batches after the cut
+                    continue
+                ways = offered(str(refused), fork)
+                assert ways, refused
+                for way in ways:
+                    if way == "rollback":
+                        assert roll_back_sinks(settings, savepoint, dry_run=True)[0].batches == [4, 5, 6, 7, 8]
+                        continue
+                    try:
+                        refuse_sinks_ahead(settings, savepoint, *way, lambda line: None)
+                    except SinkAheadError as again:
+                        raise AssertionError(f"{kind}, {'stateful' if operators else 'stateless'}, fork {fork}, "
+                                             f"keep {keep}: offered {way} in: {refused}\n  then refused: {again}"
+                                             ) from None
+
+
 def test_a_hand_over_whose_stop_left_a_batch_in_the_table_is_refused_before_the_restore(
         capsys, home, tmp_path, monkeypatch, request):
     """`run --replace` whose stop was cut short: the old version's sink committed the batch in flight, which the

@@ -26,7 +26,8 @@ from sparkpoint.adapters.transfer import NullProgress, Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import BadArgumentError, NotFoundError, SparkFailureError, SparkpointError
 from sparkpoint.jobs.protocol import CHECK_REPORT, CHECK_REQUEST, START_CHECK_DIR, answer_outcome, read_outcome
-from sparkpoint.jobs.sinks import refuse_sinks_ahead, roll_back_sinks
+from sparkpoint.jobs.sinks import roll_back_sinks
+from sparkpoint.jobs.sinks_ahead import refuse_sinks_ahead
 from sparkpoint.savepoints import compat, migration, restorability
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.times import poll_until

@@ -15,7 +15,7 @@ from sparkpoint.jobs.query_owners import restored_ids
 from sparkpoint.jobs.job_record import Job
 from sparkpoint.jobs.job_state import state_of
 from sparkpoint.jobs.registry import Registry
-from sparkpoint.jobs.sinks import refuse_sinks_ahead
+from sparkpoint.jobs.sinks_ahead import refuse_sinks_ahead
 from sparkpoint.jobs.stop import Stopped, record_stopped, stop_with_savepoint
 from sparkpoint.savepoints import savepoint
 from sparkpoint.savepoints.restore import restore

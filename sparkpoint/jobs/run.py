@@ -61,14 +61,8 @@ from sparkpoint.savepoints import catalog, restorability
 from sparkpoint.savepoints.migration import SparkMove
 from sparkpoint.savepoints.rescale import needs_rescale, rescale
 from sparkpoint.savepoints.restore import restore
-from sparkpoint.jobs.sinks import (
-    SinkRolledBack,
-    TableRolledBack,
-    log_interval,
-    pending,
-    refuse_sinks_ahead,
-    roll_back_sinks,
-)
+from sparkpoint.jobs.sinks import SinkRolledBack, TableRolledBack, log_interval, roll_back_sinks
+from sparkpoint.jobs.sinks_ahead import pending, refuse_sinks_ahead
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.savepoints.savepoint import load as load_savepoint
 from sparkpoint.times import iso

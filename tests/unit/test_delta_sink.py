@@ -185,7 +185,7 @@ def test_two_rollbacks_of_one_table_at_once_one_wins_and_nothing_is_lost(capsys,
 
 def test_a_restore_into_a_table_written_past_the_cut_is_refused_unless_chosen(capsys, home, tmp_path):
     from sparkpoint.config import load_settings
-    from sparkpoint.jobs.sinks import refuse_sinks_ahead
+    from sparkpoint.jobs.sinks_ahead import refuse_sinks_ahead
     from sparkpoint.savepoints import catalog
 
     saved = savepoint_of_checkpoint(capsys, tmp_path)
@@ -282,7 +282,8 @@ def nine_batches(capsys, home, tmp_path):
 
 
 def test_review_cases_a_rescaled_cut_a_table_behind_the_cut_and_one_made_after_it(nine_batches, tmp_path):
-    from sparkpoint.jobs.sinks import refuse_sinks_ahead, roll_back_sinks
+    from sparkpoint.jobs.sinks import roll_back_sinks
+    from sparkpoint.jobs.sinks_ahead import refuse_sinks_ahead
 
     settings, savepoint, table = nine_batches
     query = savepoint.queries[0]
@@ -314,7 +315,7 @@ def test_review_cases_a_rescaled_cut_a_table_behind_the_cut_and_one_made_after_i
 
 
 def test_review_cases_log_cleanup_a_stray_link_and_a_number_too_long(nine_batches, tmp_path):
-    from sparkpoint.jobs.sinks import refuse_sinks_ahead
+    from sparkpoint.jobs.sinks_ahead import refuse_sinks_ahead
 
     settings, savepoint, table = nine_batches
     for _ in range(3):
@@ -343,7 +344,7 @@ def test_after_log_cleanup_the_batches_ahead_are_the_checkpoint_s_and_those_of_t
     Delta's log cleanup leaves a checkpoint and the commits from it on: the batches after the cut are those the
     checkpoint's txn says were written by its version, and those of the commits after it (the count was the
     commits' alone: "1 batch (8..8)"). Where no checkpoint says, the line says "at least", and why."""
-    from sparkpoint.jobs.sinks import refuse_sinks_ahead
+    from sparkpoint.jobs.sinks_ahead import refuse_sinks_ahead
     from sparkpoint.spark.sinks import batch_write_records
 
     settings, savepoint, _ = nine_batches
@@ -379,7 +380,8 @@ def test_after_log_cleanup_the_batches_ahead_are_the_checkpoint_s_and_those_of_t
 def test_a_foreach_batch_write_with_a_transaction_of_its_own_is_cut_refused_and_rolled_back(nine_batches, tmp_path):
     """A foreachBatch that writes a table with txnAppId/txnVersion: Delta skips what the table holds for that app
     id, a fork's writes too (the app id is the application's); the rollback sets that app id's txn back."""
-    from sparkpoint.jobs.sinks import refuse_sinks_ahead, roll_back_sinks
+    from sparkpoint.jobs.sinks import roll_back_sinks
+    from sparkpoint.jobs.sinks_ahead import refuse_sinks_ahead
     from sparkpoint.savepoints.manifest import validate
     from sparkpoint.spark.sinks import batch_write_records
 
@@ -437,7 +439,8 @@ def test_each_refusal_offers_only_ways_that_are_then_accepted(nine_batches, tmp_
     not, Delta's sink or a foreachBatch's own txnAppId, a fork or not: each way out it offers (--keep-sink-output,
     --fork --keep-sink-output, --rollback-sink) is accepted when taken. A stateful query was offered
     --keep-sink-output to accept the skip, then refused it."""
-    from sparkpoint.jobs.sinks import refuse_sinks_ahead, roll_back_sinks
+    from sparkpoint.jobs.sinks import roll_back_sinks
+    from sparkpoint.jobs.sinks_ahead import refuse_sinks_ahead
     from sparkpoint.spark.sinks import batch_write_records
 
     settings, savepoint, table = nine_batches
@@ -553,7 +556,7 @@ def test_a_second_fork_into_the_table_an_earlier_fork_wrote_past_the_cut_is_refu
     """The first fork of a savepoint wrote its batches from the cut on under a query id of its own; a second fork
     into that table would write the same batches beside them (the savepoint's own query wrote nothing after it)."""
     from sparkpoint.config import load_settings
-    from sparkpoint.jobs.sinks import refuse_sinks_ahead
+    from sparkpoint.jobs.sinks_ahead import refuse_sinks_ahead
     from sparkpoint.savepoints import catalog
 
     saved = savepoint_of_checkpoint(capsys, tmp_path)
@@ -635,7 +638,8 @@ def test_commits_a_coordinator_staged_beyond_the_log_are_not_taken_for_the_table
     """Coordinated (catalog-managed) commits: the newest commits wait in _delta_log/_staged_commits until the
     coordinator backfills them. The log alone would say nothing is after the cut: not checked, said; a rollback
     is refused; a savepoint records its cut unknown."""
-    from sparkpoint.jobs.sinks import refuse_sinks_ahead, roll_back_sinks
+    from sparkpoint.jobs.sinks import roll_back_sinks
+    from sparkpoint.jobs.sinks_ahead import refuse_sinks_ahead
 
     settings, savepoint, table = nine_batches
     record = sink_record(f"DeltaSink[file:{table}]")

@@ -399,7 +399,7 @@ def test_a_stateful_query_restored_into_a_file_sink_past_its_cut_is_refused_and_
     from sparkpoint.cli.main import main
     from sparkpoint.config import load_settings
     from sparkpoint.errors import SinkAheadError
-    from sparkpoint.jobs.sinks import pending, refuse_sinks_ahead
+    from sparkpoint.jobs.sinks_ahead import pending, refuse_sinks_ahead
     from sparkpoint.savepoints import catalog
     from sparkpoint.spark.sinks import at_cut
 

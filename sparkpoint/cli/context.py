@@ -77,13 +77,6 @@ def echo(line: Any = "", err: bool = False) -> None:
     click.echo(literal(line), err=err)
 
 
-def text(value: Any, style: str = ""):
-    """A rich cell or line holding ``value`` literally: never parsed as markup, escaped by :func:`literal`."""
-    from rich.text import Text
-
-    return Text(literal(value), style=style)
-
-
 # Anything given on the command line that becomes a directory name (a job or query name, a job id, a
 # trigger id) must be one plain path component: no '/', no '..', nothing a terminal acts on.
 _PATH_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}")

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 import click
 
 from sparkpoint.cli.metrics_cmds import metrics_file_option
-from sparkpoint.cli.context import PATH_PART, SAVEPOINT, Seconds, echo, emit, output_option, pass_app, text
+from sparkpoint.cli.context import PATH_PART, SAVEPOINT, Seconds, echo, emit, output_option, pass_app
+from sparkpoint.cli.rich_text import text
 from sparkpoint.cli.context import console as make_console
 
 if TYPE_CHECKING:  # the core is imported inside each command, so that --help stays fast

@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 from rich.status import Status
 
-from sparkpoint.cli.context import literal, text
+from sparkpoint.cli.rich_text import text
+from sparkpoint.results import literal
 
 
 class RichProgress:

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import click
 
 from sparkpoint.results import human_bytes
-from sparkpoint.cli.context import (PATH_PART, echo, emit, output_option, partition_offsets, pass_app,
-                                    text)
+from sparkpoint.cli.context import PATH_PART, echo, emit, output_option, partition_offsets, pass_app
+from sparkpoint.cli.rich_text import text
 from sparkpoint.cli.context import console as make_console
 from sparkpoint.times import iso
 

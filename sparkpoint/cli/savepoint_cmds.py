@@ -9,7 +9,8 @@ import click
 from sparkpoint.cli.metrics_cmds import metrics_file_option
 from sparkpoint.results import human_bytes
 from sparkpoint.cli.context import (PATH_PART, SAVEPOINT, echo, emit, output_option, partition_offsets,
-                                    pass_app, text)
+                                    pass_app)
+from sparkpoint.cli.rich_text import text
 from sparkpoint.cli.context import console as make_console
 from sparkpoint.errors import BadArgumentError, RecordedFailureError, SavepointInvalidError
 

@@ -21,7 +21,8 @@ from sparkpoint.adapters import spark_submit
 from sparkpoint.adapters.spark_install import Spark, find_spark
 from sparkpoint.adapters.class_archives import built_archive
 from sparkpoint.adapters.processes import process_start
-from sparkpoint.adapters.cluster_managers import ClusterManager, DriverLaunch, manager_for
+from sparkpoint.adapters.cluster_managers import manager_for
+from sparkpoint.adapters.cluster_managers.manager import ClusterManager, DriverLaunch
 from sparkpoint.adapters.transfer import Progress
 from sparkpoint.config import Settings
 from sparkpoint.errors import (

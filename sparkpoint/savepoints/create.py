@@ -206,10 +206,12 @@ def savepoint_checkpoint(settings: Settings, checkpoint: str, target_dir: str | 
                          name: str | None = None, job: str | None = None, batch_id: int | None = None,
                          keep_last: int | None = None, progress: transfer.Progress | None = None) -> Created:
     """`savepoint --from-checkpoint`: a savepoint of a query's checkpoint (live or stopped) or of a root of
-    named query checkpoints, below the job label ``job`` (by default the query's name or the directory's)."""
+    named query checkpoints, below the job label ``job`` (by default the query's name where it is a plain one,
+    else the directory's: the label names a directory of the catalog)."""
     source_storage, location = storage_for(checkpoint, settings.storage_options)
     sources = discover_queries(source_storage, location, name)
-    return take(settings, job or name or basename(location), sources, source_storage, target_dir,
+    label = job or (name if name and mf.is_plain_name(name) else basename(location))
+    return take(settings, label, sources, source_storage, target_dir,
                 origin={"kind": "checkpoint", "location": location}, batch_id=batch_id, keep_last=keep_last,
                 progress=progress)
 

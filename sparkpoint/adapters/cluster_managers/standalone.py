@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sparkpoint.adapters import http
-from sparkpoint.adapters.cluster_managers import ClusterManager, DriverLaunch
+from sparkpoint.adapters.cluster_managers.manager import ClusterManager, DriverLaunch
 from sparkpoint.adapters.local_files import read_configuration
 from sparkpoint.adapters.spark_submit import VALUELESS_OPTIONS
 from sparkpoint.errors import BadArgumentError, ConfigError, EnvironmentSetupError, SparkFailureError, UnreachableError

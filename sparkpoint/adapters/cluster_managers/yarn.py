@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import quote
 
 from sparkpoint.adapters import http
-from sparkpoint.adapters.cluster_managers import ClusterManager, DriverLaunch
+from sparkpoint.adapters.cluster_managers.manager import ClusterManager, DriverLaunch
 from sparkpoint.adapters.hadoop_conf import client_address, conf_dirs, read_site
 from sparkpoint.adapters.spark_submit import driver_environment
 from sparkpoint.errors import (

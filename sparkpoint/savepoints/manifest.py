@@ -46,13 +46,19 @@ def check_query_name(name: Any) -> str:
     return name
 
 
+def is_plain_name(name: str) -> bool:
+    """Whether ``name`` is one plain directory name, as it is: letters, digits, '_', '.', '-', starting with a
+    letter or digit, at most 200 characters."""
+    return bool(_PLAIN_NAME.fullmatch(name))
+
+
 def query_directory(name: str) -> str:
     """The directory of ``queries/`` that holds query ``name``'s files: the name itself where it is a plain one
     (letters, digits, '_', '.', '-', starting with a letter or digit), else its UTF-8 bytes with every other byte
     (and a leading '.', '_' or '-') as %XX, so that two names never share a directory and none leads out of
     the savepoint; past a directory name's length, cut and followed by '~' and a digest of the whole name ('~'
     is escaped everywhere else)."""
-    if _PLAIN_NAME.fullmatch(name):
+    if is_plain_name(name):
         return name
     raw = name.encode("utf-8", "surrogatepass")
     escaped = "".join(chr(byte) if byte in _KEPT and (i or chr(byte).isalnum()) else f"%{byte:02X}"

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from clitools import closed_port
@@ -88,7 +89,7 @@ def test_human_output_goes_to_stdout_and_names_the_cut(capsys, home, checkpoint)
         (["savepoint", "--from-checkpoint", "{tmp}/alarms", "--dispose", "x"], 2, "not both"),
         (["savepoint", "no-such-job"], 4, "no job 'no-such-job'"),
         (["savepoint", "--from-checkpoint", "{tmp}/alarms", "--batch", "-1"], 2, "Invalid value"),
-        (["savepoint", "--from-checkpoint", "{tmp}/alarms", "--name", "bad/name"], 2, "Invalid value for '--name'"),
+        (["savepoint", "--from-checkpoint", "{tmp}/alarms", "--job", "bad/name"], 2, "Invalid value for '--job'"),
         (["savepoint", "--dispose", "{tmp}/plain"], 6, "not a sparkpoint savepoint"),
         (["restore", "{tmp}/plain", "{tmp}/out"], 6, "not a savepoint"),
         (["restore", "savepoint-unknown", "{tmp}/out"], 4, "no savepoint 'savepoint-unknown'"),
@@ -377,16 +378,22 @@ def test_error_lines_are_literal_and_one_line(capsys, home, tmp_path):
 
 
 def test_names_that_would_become_path_parts_are_one_plain_component(capsys, home, checkpoint, tmp_path):
-    for option in ("--job", "--name"):
-        for bad in ("../../outside/x", "q1\n", "a\nb", ".", "..", "", "-x"):
-            before = sorted(os.walk(tmp_path))
-            code, out, err = run(capsys, "savepoint", "--from-checkpoint", str(checkpoint), option, bad)
-            assert (code, out) == (2, ""), (option, bad, err)
-            assert err.startswith(f"sparkpoint: error: Invalid value for '{option}'") and err.count("\n") == 1
-            assert sorted(os.walk(tmp_path)) == before
+    for bad in ("../../outside/x", "q1\n", "a\nb", ".", "..", "", "-x"):
+        before = sorted(os.walk(tmp_path))
+        code, out, err = run(capsys, "savepoint", "--from-checkpoint", str(checkpoint), "--job", bad)
+        assert (code, out) == (2, ""), (bad, err)
+        assert err.startswith("sparkpoint: error: Invalid value for '--job'") and err.count("\n") == 1
+        assert sorted(os.walk(tmp_path)) == before
+    # A query name is not a path part: any name Spark accepts is savepointed, in one directory of the savepoint.
+    for name in ("../../outside/x", "q1\n", "..", "-x"):
+        before = sorted(os.walk(checkpoint))
+        made = run_json(capsys, "savepoint", "--from-checkpoint", str(checkpoint), "--name", name)
+        assert [q["name"] for q in made["queries"]] == [name]
+        assert Path(made["path"]).parent == home / "savepoints" / "alarms"  # the label: the directory's name
+        assert [entry.name for entry in (Path(made["path"]) / "queries").iterdir()] == [mf.query_directory(name)]
+        assert sorted(os.walk(checkpoint)) == before and sorted(os.listdir(tmp_path)) == ["alarms", "home"]
     for args in (["stop", "../x"], ["cancel", "a/b"], ["savepoint", "../../x"], ["savepoint", "--status", "j", "../t"],
                  ["run", "--name", "a\nb", "app.py"], ["run", "--replace", "../j", "app.py"],
-                 ["restore", "sp", str(tmp_path / "out"), "--query", "../q"],
                  ["prune", "--keep-last", "1", "--job", "../j"]):
         code, _, err = run(capsys, *args)
         assert code == 2 and "use letters, digits" in err, (args, err)

@@ -4,16 +4,13 @@ reports, its history and where its start went."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sparkpoint.jobs import startup
 from sparkpoint.jobs.live import LiveQuery
 from sparkpoint.jobs.job_record import Job
 from sparkpoint.jobs.job_state import spark_version_of, state_of
 from sparkpoint.results import WHEN_SET, Result
-
-if TYPE_CHECKING:  # a stop's result names the job it stopped: the type only, not a cycle at import
-    from sparkpoint.jobs.stop import Stopped
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +38,9 @@ class JobView(Result):
     history: list[dict[str, Any]]  # {at, event, detail}, oldest first: see docs/howto/upgrade.md, "History"
     upgrade_check: dict[str, Any] | None = field(default=None, metadata=WHEN_SET)  # run -s, run --replace
     rollback: dict[str, Any] | None = field(default=None, metadata=WHEN_SET)  # rolled_back_to, or rollback_of
-    replaced: Stopped | None = field(default=None, metadata=WHEN_SET)  # run --replace: the old job's stop
+    # run --replace: the old job's stop, a jobs.stop.Stopped (which names this view's type: stop imports this
+    # module, and this one imports nothing of the stop's)
+    replaced: Result | None = field(default=None, metadata=WHEN_SET)
     rolled_back: JobView | None = field(default=None, metadata=WHEN_SET)  # the old version, started again
     sink_rollbacks: list[Any] | None = field(default=None, metadata=WHEN_SET)  # run -s --rollback-sink
     # Where its start went (jobs.startup): at, phases (seconds so far), queries (each one's milestones)

@@ -14,7 +14,8 @@ from sparkpoint.times import iso
 
 if TYPE_CHECKING:  # the core is imported inside each command, so that --help stays fast
     from sparkpoint.savepoints.catalog import Entry, Node, Pruned
-    from sparkpoint.savepoints.horizon import Horizon, SourceHorizon
+    from sparkpoint.savepoints.horizon import Horizon
+    from sparkpoint.savepoints.source_horizons import SourceHorizon
     from sparkpoint.savepoints.restorability import InputCheck
 
 @click.command("savepoints")

@@ -30,7 +30,7 @@ from sparkpoint.jobs.job_view import JobView, describe_job
 from sparkpoint.jobs.job_record import Job
 from sparkpoint.jobs.job_state import state_of
 from sparkpoint.jobs.registry import Registry
-from sparkpoint.savepoints import catalog, horizon
+from sparkpoint.savepoints import catalog, horizon, source_horizons
 from sparkpoint.savepoints.restorability import RESTORABLE, UNKNOWN, check_reads
 from sparkpoint.times import parse_iso
 
@@ -297,12 +297,12 @@ def _catalog_name(entry: catalog.Entry, directory: str) -> str:
     return "" if parent == directory.rstrip("/") else parent.rsplit("/", 1)[-1]
 
 
-def _horizon_ms(source: horizon.SourceHorizon) -> float | None:
-    if isinstance(source, horizon.FileSourceHorizon) and source.oldest_file is not None:
+def _horizon_ms(source: source_horizons.SourceHorizon) -> float | None:
+    if isinstance(source, source_horizons.FileSourceHorizon) and source.oldest_file is not None:
         stamp = source.oldest_file.timestamp_ms
-    elif isinstance(source, horizon.CountingHorizon):
+    elif isinstance(source, source_horizons.CountingHorizon):
         stamp = source.timestamp_ms
-    elif isinstance(source, horizon.KafkaHorizon):  # the topic's oldest needed record, over its partitions
+    elif isinstance(source, source_horizons.KafkaHorizon):  # the topic's oldest needed record, over its partitions
         stamp = min((p.timestamp_ms for p in source.partitions if p.timestamp_ms is not None), default=None)
     else:
         return None

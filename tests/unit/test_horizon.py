@@ -21,6 +21,9 @@ from sparkpoint.jobs.registry import Registry
 from sparkpoint.savepoints import horizon
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints.create import QuerySource, create
+from sparkpoint.savepoints.holders import Holder
+from sparkpoint.savepoints.source_horizons import (CountingHorizon, FileSourceHorizon, HeldOffset, KafkaHorizon,
+                                                   NeededFile, OtherHorizon, PartitionOffset)
 from sparkpoint.times import iso
 
 NOW = 1_800_000_000.0
@@ -78,7 +81,7 @@ def url(inputs: Path, *indexes: int) -> list[str]:
     return [f"file://{inputs}/f {index}.json" for index in indexes]
 
 
-def file_source(result: horizon.Horizon) -> horizon.FileSourceHorizon:
+def file_source(result: horizon.Horizon) -> FileSourceHorizon:
     (source,) = [s for s in result.sources if s.kind == "file"]
     return source
 
@@ -100,17 +103,17 @@ def test_the_oldest_file_still_needed_and_the_files_every_savepoint_has_read(tmp
         f"file://{inputs}", ["posts"], [ids[1], ids[3], ids[5]], True)
     # The savepoint at batch 1 has read f0 and f1 (its log copy is 2.compact: f2 is its planned batch's).
     assert source.archivable == url(inputs, 0, 1)
-    assert source.oldest_file == horizon.NeededFile(url(inputs, 2)[0], 1_795_000_002_000, ids[1])
+    assert source.oldest_file == NeededFile(url(inputs, 2)[0], 1_795_000_002_000, ids[1])
 
     # The retention policy: the savepoints prune would keep.
     kept = file_source(of_catalog(tmp_path, keep_last=2))
     assert kept.holders == [ids[3], ids[5]] and kept.archivable == url(inputs, 0, 1, 2, 3)
-    assert kept.oldest_file == horizon.NeededFile(url(inputs, 4)[0], 1_795_000_004_000, ids[3])
+    assert kept.oldest_file == NeededFile(url(inputs, 4)[0], 1_795_000_004_000, ids[3])
     assert file_source(of_catalog(tmp_path, max_age=15 * 86400)).holders == [ids[5]]
     # Batch 5's savepoint planned f6; f7 and f8 it has never seen: it reads them too.
     newest = file_source(of_catalog(tmp_path, keep_last=1))
     assert newest.archivable == url(inputs, *range(6))
-    assert newest.oldest_file == horizon.NeededFile(url(inputs, 6)[0], 1_795_000_006_000, ids[5])
+    assert newest.oldest_file == NeededFile(url(inputs, 6)[0], 1_795_000_006_000, ids[5])
     assert of_catalog(tmp_path, keep_last=1).warnings == []
 
 
@@ -123,7 +126,7 @@ def test_a_running_job_holds_its_checkpoint_s_planned_batch(tmp_path, posts):
     source = file_source(result)
     # Batch 8 is planned: f8 is logged but not read, and read again when the query resumes.
     assert source.archivable == url(inputs, *range(8))
-    assert source.oldest_file == horizon.NeededFile(url(inputs, 8)[0], 1_795_000_008_000, "posts-1a2b")
+    assert source.oldest_file == NeededFile(url(inputs, 8)[0], 1_795_000_008_000, "posts-1a2b")
     # Jobs that are not running hold nothing; --job keeps only its own.
     assert of_catalog(tmp_path, jobs=[live_job(root.parent, state="cancelled")]).holders == []
     assert of_catalog(tmp_path, jobs=[job], job="other").holders == []
@@ -153,7 +156,7 @@ def test_a_compaction_larger_than_any_other_spark_entry_is_read(tmp_path):
     assert (root / "sources" / "0" / "1.compact").stat().st_size > 8 << 20
     result = of_catalog(tmp_path, jobs=[live_job(root.parent)])
     source = file_source(result)
-    assert source.oldest_file == horizon.NeededFile(url(inputs, 100_000)[0], 1_795_100_000_000, "posts-1a2b")
+    assert source.oldest_file == NeededFile(url(inputs, 100_000)[0], 1_795_100_000_000, "posts-1a2b")
     assert result.warnings == [f"posts-1a2b still reads 1 file(s) of file://{inputs} that are gone (the oldest: "
                                f"{url(inputs, 100_000)[0]}): its restore would fail"]
 
@@ -369,19 +372,18 @@ def test_an_empty_catalog_has_no_horizon(capsys, home):
 
 
 
-HOLDERS = [horizon.Holder("savepoint", "sp-1", "posts", "2026-11-22T10:15:00.000Z", "/h/savepoints/posts/sp-1",
-                          [{"name": "posts", "batch_id": 4}]),
-           horizon.Holder("checkpoint", "posts-1a2b", "posts", None, "/h/jobs/posts-1a2b/checkpoints",
-                          [{"name": "posts", "batch_id": 9}])]
+HOLDERS = [Holder("savepoint", "sp-1", "posts", "2026-11-22T10:15:00.000Z", "/h/savepoints/posts/sp-1",
+                  [{"name": "posts", "batch_id": 4}]),
+           Holder("checkpoint", "posts-1a2b", "posts", None, "/h/jobs/posts-1a2b/checkpoints",
+                  [{"name": "posts", "batch_id": 9}])]
 SHOWN = horizon.Horizon(directory="/h/savepoints", job=None, holders=HOLDERS, warnings=["a warning"], sources=[
-    horizon.FileSourceHorizon("file", "file:///in", ["posts"], ["sp-1", "posts-1a2b"],
-                              horizon.NeededFile("file:///in/f5.json", 1_795_000_005_000, "sp-1"),
-                              ["file:///in/f0.json"], False),
-    horizon.KafkaHorizon("kafka", "clicks", ["enrich"], ["sp-1"], [horizon.PartitionOffset("clicks", 0, 110, "sp-1"),
-                                                                   horizon.PartitionOffset("clicks", 1, 0, "sp-1")]),
-    horizon.CountingHorizon("rate", "ticks[0]", ["ticks"], ["sp-1"], 30, "sp-1"),
-    horizon.OtherHorizon("other", "ticks[1]", ["ticks"], ["sp-1", "posts-1a2b"],
-                         [horizon.HeldOffset("sp-1", "ticks", "8"), horizon.HeldOffset("posts-1a2b", "ticks", "10")])])
+    FileSourceHorizon("file", "file:///in", ["posts"], ["sp-1", "posts-1a2b"],
+                      NeededFile("file:///in/f5.json", 1_795_000_005_000, "sp-1"), ["file:///in/f0.json"], False),
+    KafkaHorizon("kafka", "clicks", ["enrich"], ["sp-1"], [PartitionOffset("clicks", 0, 110, "sp-1"),
+                                                           PartitionOffset("clicks", 1, 0, "sp-1")]),
+    CountingHorizon("rate", "ticks[0]", ["ticks"], ["sp-1"], 30, "sp-1"),
+    OtherHorizon("other", "ticks[1]", ["ticks"], ["sp-1", "posts-1a2b"],
+                 [HeldOffset("sp-1", "ticks", "8"), HeldOffset("posts-1a2b", "ticks", "10")])])
 
 
 def test_the_renderings(capsys, monkeypatch):
@@ -410,9 +412,8 @@ def test_the_renderings(capsys, monkeypatch):
     assert err == "Held by 1 savepoint(s) and 1 running job(s).\nwarning: a warning\n"
 
     after = horizon.Horizon(directory="/h/savepoints", job=None, holders=HOLDERS[1:], warnings=[], sources=[
-        horizon.FileSourceHorizon("file", "file:///in", ["posts"], ["posts-1a2b"], None, [], True),
-        horizon.OtherHorizon("other", "ticks[1]", ["ticks"], ["posts-1a2b"],
-                             [horizon.HeldOffset("posts-1a2b", "ticks", "10")])])
+        FileSourceHorizon("file", "file:///in", ["posts"], ["posts-1a2b"], None, [], True),
+        OtherHorizon("other", "ticks[1]", ["ticks"], ["posts-1a2b"], [HeldOffset("posts-1a2b", "ticks", "10")])])
     _render_pruned(horizon.PrunePreview(
         directory="/h/savepoints", dry_run=True, deleted=[Entry(path="/h/savepoints/posts/sp-1", status="complete",
                                                                 id="sp-1", bytes=2048)],

@@ -341,7 +341,8 @@ def rollback_sink_cmd(app, loaded, output_dir, query, dry_run, compact_interval,
     first commit after the cut, in one commit that also sets the query's transaction back to the cut's batch:
     Delta's sink then writes the later batches again. The files taken out stay on disk, reachable by Delta's
     time travel until VACUUM. Refused (exit 18, nothing changed) when another writer committed after the cut
-    (the commit is named: the restore would drop its rows), or a commit landed while it planned.
+    (the commit is named: the restore would drop its rows), VACUUM deleted files of the version to restore (they
+    are named; the dry run says so too), or a commit landed while it planned.
     """
     from sparkpoint.jobs.sinks import roll_back_sinks
 

@@ -47,6 +47,7 @@ from sparkpoint.savepoints.savepoint import discard
 from sparkpoint.spark import sinks
 from sparkpoint.spark.checkpoint import CheckpointReader, CopyPlan, is_checkpoint
 from sparkpoint.spark.checkpoint_files import VanishedError
+from sparkpoint.spark.query_location import named_checkpoints
 from sparkpoint.times import iso
 
 
@@ -79,28 +80,13 @@ def discover_queries(storage: Storage, location: str, name: str | None = None) -
         return [QuerySource(name or basename(location), location)]
     if not storage.is_dir(location):
         raise NotACheckpointError(f"{location} is a file, not a checkpoint directory")
-    found = [QuerySource(name, join(location, name)) for name in _named_checkpoints(storage, location)]
+    found = [QuerySource(name, join(location, name)) for name in named_checkpoints(storage, location)]
     if not found:
         raise NotACheckpointError(
             f"{location} is not a Structured Streaming checkpoint, nor a root of named query checkpoints"
         )
     if name is not None:
         raise BadArgumentError(f"{location} holds {len(found)} query checkpoints; --name applies to a single one")
-    return found
-
-
-def _named_checkpoints(storage: Storage, root: str, below: str = "", depth: int = 4) -> list[str]:
-    """The checkpoints below ``root``, by their path relative to it: the names of the queries Spark keeps there
-    (a name with '/' is kept directories deep: spark.query_location), to ``depth`` directories down."""
-    found = []
-    for entry in sorted(storage.list(join(root, below) if below else root), key=lambda e: e.name):
-        name = f"{below}/{entry.name}" if below else entry.name
-        if not entry.is_dir:
-            continue
-        if is_checkpoint(storage, join(root, name)):
-            found.append(name)
-        elif depth > 1:
-            found += _named_checkpoints(storage, root, name, depth - 1)
     return found
 
 

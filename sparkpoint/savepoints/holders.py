@@ -18,7 +18,8 @@ from sparkpoint.results import Result
 from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints import savepoint as sp
-from sparkpoint.spark.checkpoint import CheckpointReader, is_checkpoint
+from sparkpoint.spark.checkpoint import CheckpointReader
+from sparkpoint.spark.query_location import named_checkpoints
 from sparkpoint.spark.checkpoint_files import VanishedError
 from sparkpoint.spark.sources import (
     DELTA,
@@ -155,9 +156,7 @@ def _job_checkpoints(job: Any, storage_options: dict | None) -> dict[str, str]:
     storage, root = storage_for(job.checkpoint_root, storage_options)
     found = {}
     with contextlib.suppress(NotFoundError), translate_errors(root):
-        for entry in sorted(storage.list(root), key=lambda e: e.name):
-            if entry.is_dir and is_checkpoint(storage, join(root, entry.name)):
-                found[entry.name] = join(root, entry.name)
+        found = {name: join(root, name) for name in named_checkpoints(storage, root)}
     for query in job.queries:  # a query that sets its own checkpointLocation
         if query.name and query.checkpoint:
             found.setdefault(query.name, query.checkpoint)

@@ -11,6 +11,13 @@ from __future__ import annotations
 
 import posixpath
 
+from sparkpoint.adapters.storage import Storage, join
+from sparkpoint.spark.checkpoint import is_checkpoint
+
+# How deep below a root the named checkpoints are looked for: a name with more '/' than this is not found there
+# (its running job's agent still reports where it is), and a root that is not one (a bucket of data) is not walked.
+NAME_DEPTH = 4
+
 
 def relative_location(name: str) -> str | None:
     """Where Spark keeps query ``name``'s checkpoint, relative to the checkpoint root, as Hadoop resolves
@@ -24,3 +31,18 @@ def relative_location(name: str) -> str | None:
     if resolved in (".", "..") or resolved.startswith("../"):
         return None
     return resolved
+
+
+def named_checkpoints(storage: Storage, root: str, below: str = "", depth: int = NAME_DEPTH) -> list[str]:
+    """The checkpoints below ``root``, each by its path relative to it: the names of the queries Spark keeps
+    there, directories deep for a name with '/'. Not below a checkpoint: no checkpoint holds another."""
+    found = []
+    for entry in sorted(storage.list(join(root, below) if below else root), key=lambda e: e.name):
+        name = f"{below}/{entry.name}" if below else entry.name
+        if not entry.is_dir:
+            continue
+        if is_checkpoint(storage, join(root, name)):
+            found.append(name)
+        elif depth > 1:
+            found += named_checkpoints(storage, root, name, depth - 1)
+    return found

@@ -96,6 +96,19 @@ def test_any_query_name_from_the_driver_is_savepointed_inside_the_savepoint_and_
     assert "metadata" in restored and {path: original[path] for path in restored} == restored
 
 
+def test_a_root_s_checkpoints_are_found_where_spark_keeps_names_with_slashes(tmp_path):
+    from sparkpoint.savepoints.create import discover_queries
+
+    root = tmp_path / "root"
+    for name in ("alarms", "room counts</v1", "a/b/c/d"):  # Spark keeps 'a/b/c/d' four directories down
+        hdfs_checkpoint(root / name, committed=1)
+    (root / "data" / "part").mkdir(parents=True)  # not a checkpoint: passed over
+    storage, path = storage_for(str(root))
+    found = discover_queries(storage, path)
+    assert [(q.name, q.location) for q in found] == [(name, str(root / name))
+                                                     for name in ("a/b/c/d", "alarms", "room counts</v1")]
+
+
 def test_query_names_of_one_savepoint_never_share_a_directory():
     names = ["a</b", "a%3C%2Fb", "a%253C%252Fb", ".a", "%2Ea", "_a", "a", "A", "q" * 200, "q" * 201,
              "q" * 400, "q" * 401, "q" * 399 + "%", "é", "%C3%A9"]

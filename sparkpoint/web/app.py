@@ -1,6 +1,7 @@
 """The operator's page: jobs, the savepoint catalog, a savepoint's contents and the diff of two, each route one call
 to the library functions the CLI uses (jobs.listing, savepoints.catalog, savepoints.inspect, savepoints.diff)
-rendered by a Jinja2 template. Templates escape every value (autoescape, no ``|safe``), and the pages load no
+rendered by a Jinja2 template. Templates escape every value (autoescape, no ``|safe``), its control and bidi
+characters first written as their escapes as the CLI writes them (``results.literal``), and the pages load no
 script, style or font from elsewhere: they work on a host with no internet, under a CSP of 'self'."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -23,7 +25,7 @@ from sparkpoint.adapters.class_archives import local_class_archive
 from sparkpoint.config import Settings
 from sparkpoint.errors import NotFoundError, SparkpointError
 from sparkpoint.jobs import startup, timeline
-from sparkpoint.results import as_json, human_bytes
+from sparkpoint.results import as_json, human_bytes, literal
 from sparkpoint.times import parse_iso
 from sparkpoint.web import actions, draw
 from sparkpoint.web.auth import TokenGate
@@ -35,7 +37,8 @@ PAGE_ROWS = 50  # state rows per store and page
 def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float = 5.0,
              allow_actions: bool = False) -> TokenGate:
     """The page for ``settings``' home, behind ``token``; ``allow_actions``: savepoint, stop and dispose from it."""
-    templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined)
+    templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined,
+                            finalize=_shown)
     templates.filters.update(bytes=human_bytes, age=_age, rate=_rate, phases=startup.said)
     forms = actions.Forms(secrets.token_bytes(32))
     state_reads = threading.Lock()
@@ -105,6 +108,8 @@ def make_app(settings: Settings, token: str, cookie: str, refresh_seconds: float
         jobs = [job for job in _jobs(settings) if job.name == name]
         drawn = timeline.timeline(settings, name, keep_last=keep_last,
                                   max_age=catalog.parse_duration(max_age) if max_age else None)
+        if not jobs and not drawn.savepoints and not drawn.failures:
+            raise NotFoundError(f"no job and no savepoint of the name {name!r} in this home")
         return page("name.html", name=name, jobs=jobs, entries=[t.entry for t in drawn.savepoints], drawn=drawn,
                     keep_last=keep_last, max_age=max_age, lineage=draw.versions(jobs),
                     savepoints=draw.timeline(drawn.savepoints, drawn.failures))
@@ -193,6 +198,12 @@ def _jobs(settings: Settings) -> list:
     from sparkpoint.jobs.listing import list_jobs
 
     return list_jobs(settings, include_all=True)
+
+
+def _shown(value: Any) -> Any:
+    """What a template prints of ``value``: as the CLI shows it (``literal``). Markup is HTML made here (a
+    macro's output, ``|tojson``'s), whose values were shown so when it was made."""
+    return value if isinstance(value, Markup) else literal(value)
 
 
 def _age(iso_time: str | None) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -321,3 +322,84 @@ def test_a_token_file_must_hold_a_token_a_url_and_a_cookie_carry_as_it_is(home, 
     token.chmod(0o600)
     assert main(["--home", str(home), "ui", "--token-file", str(token)]) == 2
     assert "letters, digits and . _ ~ - only" in capsys.readouterr().err
+
+
+def test_a_name_whose_only_savepoint_failed_is_drawn_with_the_failure_in_red(home, signed_in):
+    registry = Registry(str(home))
+    job = registry.new_job("lonely", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    registry.save(job)
+    from sparkpoint.errors import UnreachableError
+
+    registry.savepoint_failed(registry.load(job.id), UnreachableError("the agent did not answer"))
+    answer = signed_in.get("/names/lonely")
+    assert answer.status_code == 200
+    (failed,) = re.findall(r'<circle class="failed"[^>]*><title>([^<]*)</title>', answer.text)
+    assert f"a savepoint of {job.id} failed at " in failed and "the agent did not answer" in failed
+    assert "No savepoint of this name in the catalog." in answer.text
+
+
+def test_a_name_nothing_is_known_by_is_not_found(home, signed_in, two_savepoints, capsys):
+    # (The test client decodes a path twice: the double-encoded '/names/..%252f..' is the browser test's.)
+    for unknown in ("x%00", "nobody", "%E2%80%AEalarms", "alarms%20"):
+        answer = signed_in.get(f"/names/{unknown}")
+        assert answer.status_code == 404 and "no job and no savepoint" in answer.text, unknown
+    assert signed_in.get("/names/alarms").status_code == 200  # its savepoints, with no job of that name
+    registry = Registry(str(home))
+    registry.save(registry.new_job("planned", app="app.py", app_args=[], master="local[2]", submit_args=[]))
+    assert signed_in.get("/names/planned").status_code == 200  # a job, no savepoint yet
+
+
+BIDI = "\u202eexe.2026-report\u202c \u2067rtl\u2069 \u200f\u061c\x1b[2J"
+
+
+def test_bidi_and_other_controls_in_names_and_errors_show_as_the_cli_escapes_them(home, signed_in, two_savepoints):
+    from sparkpoint.errors import UnreachableError
+    from sparkpoint.results import literal
+
+    registry = Registry(str(home))
+    job = registry.new_job("alarms", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    job.end("failed", error=f"it failed {BIDI}")
+    registry.save(job)
+    registry.savepoint_failed(registry.load(job.id), UnreachableError(f"no answer {BIDI}"))
+    hostile = registry.new_job("plain", app="app.py", app_args=[], master="local[2]", submit_args=[])
+    registry.save(hostile)
+    record = json.loads((registry.root / hostile.id / "job.json").read_text())
+    record["name"] = f"night{BIDI}shift"
+    (registry.root / hostile.id / "job.json").write_text(json.dumps(record))
+    manifest = Path(two_savepoints[1]["path"]) / "manifest.json"
+    written = json.loads(manifest.read_text())
+    written["queries"][0]["sink"] = {"kind": "other", "path": None, "description": f"ForeachBatchSink{BIDI}"}
+    manifest.write_text(json.dumps(written))
+    shown = literal(BIDI)
+    assert shown.count("\\u202e") == 1 and shown.count("\\u200f") == 1 and "\\x1b[2J" in shown
+    for path in ("/", "/fragments/jobs", "/names/alarms", f"/savepoints/{two_savepoints[1]['id']}"):
+        html = signed_in.get(path).text
+        assert not any(control in html for control in BIDI if unicodedata.category(control) in ("Cf", "Cc")), path
+        assert shown in html, path
+    assert f"night{shown}shift" in signed_in.get("/").text
+
+
+def test_a_foreach_batch_sink_is_named_with_the_tables_it_writes(signed_in, two_savepoints):
+    from sparkpoint.spark.sinks import batch_write_records, sink_record
+
+    manifest = Path(two_savepoints[1]["path"]) / "manifest.json"
+    written = json.loads(manifest.read_text())
+    written["queries"][0]["sink"] = sink_record("ForeachBatchSink")  # as the agent records Spark's description
+    written["queries"][0]["delta_writes"] = [
+        {**record, "batch_id": 5, "cut_known": True, "table_version": 9, "cut_batch": 5}
+        for record in batch_write_records([{"path": "/tables/payouts", "app_id": "payouts-app", "txn_version": 5,
+                                            "batch_id": 5}])]
+    manifest.write_text(json.dumps(written))
+    html = signed_in.get(f"/savepoints/{two_savepoints[1]['id']}").text
+    assert "sink: other" not in html and "sink: ForeachBatchSink" in html
+    assert "writes: foreachBatch Delta write to /tables/payouts (txnAppId payouts-app)" in html
+
+
+def test_each_table_s_columns_share_its_whole_width_by_rules_the_style_sheet_has():
+    web = Path(__file__).resolve().parents[2] / "sparkpoint" / "web"
+    defined = dict(re.findall(r"col\.(w\d+) \{ width: (\d+)%; \}", (web / "static" / "style.css").read_text()))
+    for template in (web / "templates").glob("*.html"):
+        for group in re.findall(r"<colgroup>(.*?)</colgroup>", template.read_text()):
+            widths = re.findall(r'<col class="(w\d+)">', group)
+            assert all(width in defined for width in widths), template.name
+            assert sum(int(defined[width]) for width in widths) == 100, template.name

@@ -10,7 +10,13 @@
         if (answer.ok) return answer.text();
         throw new Error(String(answer.status));
       }).then(function (html) {
+        // An error the reader opened stays open across the refresh (found again by its id).
+        var opened = Array.prototype.map.call(box.querySelectorAll("details[open][id]"), function (d) { return d.id; });
         box.innerHTML = html;
+        opened.forEach(function (id) {
+          var again = document.getElementById(id);
+          if (again) again.open = true;
+        });
         box.removeAttribute("data-stale");
       }).catch(function () {
         box.setAttribute("data-stale", "true");

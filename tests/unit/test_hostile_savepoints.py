@@ -22,7 +22,8 @@ from sparkpoint.savepoints import manifest as mf
 from sparkpoint.savepoints import savepoint as sp
 from sparkpoint.savepoints.create import create as create_savepoint
 from sparkpoint.savepoints.create import QuerySource
-from sparkpoint.savepoints.restore import STAGING_PREFIX, Restored, restore
+from sparkpoint.savepoints.restore import Restored, restore
+from sparkpoint.savepoints.staging import STAGING_PREFIX
 from sparkpoint.errors import (
     BadArgumentError,
     NotFoundError,

@@ -92,6 +92,8 @@ def _render_list(entries: list[Entry]) -> None:
     for entry in entries:
         if entry.input is not None and entry.input.gaps:
             echo(f"{entry.id}: {entry.input.summary()}")
+        if entry.input is not None and entry.input.doubt():
+            echo(f"{entry.id}: {entry.input.doubt()}")
     # Why the input is unknown is the same for every savepoint the broker was asked about: said once.
     for why in dict.fromkeys(e.input.why for e in entries if e.input is not None and e.input.status == "unknown"):
         echo(f"input unknown: {why}")
@@ -113,7 +115,8 @@ def _input_said(checked: InputCheck | None):
     if checked is None:
         return text("-")
     lost = f" ({checked.lost} lost)" if checked.status == "unrestorable" and checked.lost is not None else ""
-    return text(checked.status + lost, "red" if checked.status == "unrestorable" else "")
+    unsure = " (re-made? unknown)" if checked.status == "restorable" and checked.unidentified else ""
+    return text(checked.status + lost + unsure, "red" if checked.status == "unrestorable" else "")
 
 
 @click.command("prune")

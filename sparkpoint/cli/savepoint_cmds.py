@@ -236,6 +236,8 @@ def _render_inspected(inspected: Inspected) -> None:
         for new in checked.new_partitions:
             console.print(text(f"  {new.topic}[{new.partition}] is new since: a query that subscribes to the topic "
                                f"({new.query}) reads it from offset 0"), highlight=False)
+        if checked.doubt():
+            console.print(text(f"  {checked.doubt()}"), highlight=False)
     if inspected.delta_input is not None:
         gone, unchecked = inspected.delta_input["gone"], inspected.delta_input["unchecked"]
         console.print(text("Delta input: " + ("unrestorable: " + "; ".join(gone) if gone else

@@ -101,7 +101,7 @@ class Entry:
             "spark_version": self.spark_version,
             "input": self.input.to_json() if self.input is not None else None,
             "reads": [{"query": read.query, "source": read.source, "topic": read.topic,
-                       "bootstrap_servers": read.bootstrap,
+                       "bootstrap_servers": read.bootstrap, "topic_id": read.topic_id,
                        "partitions": [{"partition": partition, "offset": offset}
                                       for partition, offset in sorted(read.partitions.items())]}
                       for read in self.reads],

@@ -16,7 +16,7 @@ import re
 import secrets
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -43,6 +43,7 @@ from sparkpoint.errors import (
 from sparkpoint.results import WHEN_SET, Result, human_bytes
 from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints import manifest as mf
+from sparkpoint.savepoints.restorability import identify_topics
 from sparkpoint.savepoints.savepoint import discard
 from sparkpoint.spark import sinks
 from sparkpoint.spark.checkpoint import CheckpointReader, CopyPlan, is_checkpoint
@@ -112,8 +113,10 @@ def create(
     progress: transfer.Progress | None = None,
     clock: Callable[[], float] = time.time,
     storage_options: dict | None = None,
+    kafka: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write a savepoint of ``sources`` below ``target_parent``; return its manifest (with ``path``)."""
+    """Write a savepoint of ``sources`` below ``target_parent``; return its manifest (with ``path``). With
+    ``kafka`` (the configuration's settings), the ids its Kafka topics have are asked and recorded."""
     progress = progress or transfer.NullProgress()
     _check_sources(sources, target_parent)
     # Plan every query before writing anything: bad input fails with nothing written.
@@ -135,6 +138,8 @@ def create(
                 dir_mode,
             )
             queries.append(_query_entry(source, plan, results, storage_options))
+        if kafka is not None:
+            queries = identify_topics(queries, kafka)
         data = _manifest(savepoint_id, job, now, clock(), origin or {}, restored_from, spark_version, queries)
         with translate_errors(path):
             target_storage.write_atomic(join(path, mf.MANIFEST), mf.dumps(mf.validate(data, path)))
@@ -205,9 +210,10 @@ def savepoint_checkpoint(settings: Settings, checkpoint: str, target_dir: str | 
 def take(settings: Settings, job: str, sources: Sequence[QuerySource], source_storage: Storage,
          target_dir: str | None, *, origin: dict[str, Any], restored_from: str | None = None,
          batch_id: int | None = None, keep_last: int | None = None, spark_version: str | None = None,
-         progress: transfer.Progress | None = None) -> Created:
+         progress: transfer.Progress | None = None, ask_topic_ids: bool = True) -> Created:
     """A savepoint as the settings ask (workers, attempts), in ``target_dir`` or by default in the catalog
-    below the job label; with ``keep_last``, the label's older savepoints pruned (``pruned``)."""
+    below the job label; with ``keep_last``, the label's older savepoints pruned (``pruned``). Not
+    ``ask_topic_ids``: the sources' records (their topics' ids) are kept as they are, not asked again."""
     target_storage, parent = storage_for(target_dir or join(settings.savepoints_dir(), job),
                                          settings.storage_options)
     result = _created_summary(create(
@@ -215,6 +221,7 @@ def take(settings: Settings, job: str, sources: Sequence[QuerySource], source_st
         restored_from=restored_from, spark_version=spark_version, workers=settings.transfer_workers,
         attempts=settings.savepoint_attempts,
         progress=progress, storage_options=settings.storage_options,
+        kafka=settings.kafka if ask_topic_ids else None,
     ))
     if keep_last is not None:
         result = replace(result, pruned=catalog.keep_newest(settings, job, keep_last))

@@ -17,7 +17,7 @@ from typing import Any
 from sparkpoint import json_input
 from sparkpoint.adapters.storage import HASH_ALGORITHMS
 from sparkpoint.errors import SavepointInvalidError
-from sparkpoint.spark.sources import as_recorded
+from sparkpoint.spark.sources import is_source_record
 
 MANIFEST = "manifest.json"
 IN_PROGRESS = "_sparkpoint_inprogress"
@@ -172,7 +172,7 @@ def validate(data: Any, where: str) -> dict[str, Any]:
                 if write["kind"] != "delta":
                     raise SavepointInvalidError(f"{what} is not a Delta table's")
         if "inputs" in query and (not isinstance(query["inputs"], list)
-                                  or any(as_recorded(read) != read for read in query["inputs"])):
+                                  or not all(is_source_record(read) for read in query["inputs"])):
             raise SavepointInvalidError(f"{where}: query {name!r} has a malformed 'inputs'")
         for operator in query["operators"]:
             _check_fields(operator, _OPERATOR_FIELDS, f"{where}: an operator of query {name!r}")

@@ -139,7 +139,8 @@ def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_di
                                "queries": sorted(chosen)},
                        # The state is still the one the job's Spark wrote (this Spark only placed it).
                        restored_from=savepoint.path, spark_version=savepoint.manifest.get("spark_version"),
-                       progress=progress)
+                       # Its topics' ids are the source's: asked now, they would be a re-made topic's.
+                       progress=progress, ask_topic_ids=False)
         phases.done("savepoint")
     finally:
         # After the executor has let its thread go: no Spark job reads the scratch directory any more.

@@ -11,10 +11,18 @@ committed at the cut (replayed first on restore), the offset that batch ends at,
   markers where the topic has transactions);
 - ``needed > end``, or the planned batch ends past ``end``: the log is shorter than what the savepoint has read
   or planned: the topic was deleted and made again, or truncated;
+- the topic's id is not the one the savepoint recorded: the topic was deleted and made again, whatever its
+  log's length (one that has grown past the savepoint's offsets shows nothing else);
 - the topic, or the partition, is gone;
 - a partition the topic has now and the savepoint never read, whose log no longer starts at 0: a query that
   subscribes to the topic reads a new partition from offset 0 (Spark's rule for added partitions), and those
   records are gone. (A query that `assign`s partitions does not read it; the offsets cannot tell which.)
+
+A topic's id (Kafka's, KIP-516) is recorded when a savepoint is taken, from its broker (``identify_topics``;
+``kafka_log.topic_ids``), under its source's record (``inputs[].topic_ids``). A savepoint that has none for a
+topic (taken before sparkpoint recorded them, of a checkpoint with no broker known, or its broker did not answer
+then) cannot tell a re-created topic that has grown past its offsets from the one it read: its check says so
+(``unidentified``) rather than call it restorable without a word.
 
 The broker asked is the one ``kafka.bootstrap_servers`` names in the configuration when it is set (every
 savepoint is then taken to read that cluster); otherwise each source's own, as the savepoint recorded it from
@@ -31,13 +39,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from sparkpoint.adapters.kafka_log import BROKER_SECONDS, LogBounds, log_bounds
+from sparkpoint.adapters.kafka_log import BROKER_SECONDS, TopicLog, log_bounds, topic_ids
 from sparkpoint.adapters.storage import storage_for
 from sparkpoint.errors import InputGoneError, SparkpointError, UnreachableError
 from sparkpoint.results import WHEN_SET, Result
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.spark.delta_log import DeltaLog, source_gone
-from sparkpoint.spark.sources import delta_offset, kafka_offsets
+from sparkpoint.spark.sources import KAFKA, OTHER, TOPIC_IDS, delta_offset, kafka_offsets
 from sparkpoint.times import answers_within
 
 T = TypeVar("T")
@@ -58,6 +66,9 @@ class Gap(Result):
     end: int | None  # the offset of the log's next record now; null likewise
     lost: int | None  # offsets it has not read that are gone; null when unknown (the topic made again, or gone)
     reason: str  # retention | new_partition_trimmed | recreated | topic_gone | partition_gone
+    # When the topic's id is not the one the savepoint recorded: the id the topic has now, and that one.
+    topic_id: str | None = field(default=None, metadata=WHEN_SET)
+    recorded_topic_id: str | None = field(default=None, metadata=WHEN_SET)
 
     def line(self) -> str:
         where = f"{self.topic}[{self.partition}]"
@@ -66,6 +77,10 @@ class Gap(Result):
         if self.reason == "new_partition_trimmed":
             return (f"{where}, new since the savepoint, is read from offset 0 by a query that subscribes to the "
                     f"topic: the log starts at {self.first}, {self.lost} gone")
+        if self.reason == "recreated" and self.topic_id is not None:
+            return (f"{where} from offset {self.needed}: the topic was deleted and made again since the savepoint "
+                    f"(its id is {self.topic_id}, the savepoint read {self.recorded_topic_id}); its log ends at "
+                    f"{self.end}")
         if self.reason == "recreated":
             return (f"{where} from offset {self.needed}: the log ends at {self.end}, before what the savepoint read "
                     "or planned: the topic was deleted and made again, or truncated")
@@ -80,6 +95,17 @@ class NewPartition(Result):
 
 
 @dataclass(frozen=True)
+class Unidentified(Result):
+    """A topic whose id cannot be compared with the savepoint's: whether it was deleted and made again since, and
+    has grown past the offsets the savepoint reads, cannot be told."""
+
+    query: str
+    source: int
+    topic: str
+    recorded_topic_id: str | None  # null: the savepoint recorded none; else the broker gives none now
+
+
+@dataclass(frozen=True)
 class InputCheck(Result):
     """Whether every record a savepoint's Kafka sources still have to read is in the log."""
 
@@ -87,6 +113,7 @@ class InputCheck(Result):
     broker: str | None  # the bootstrap servers asked
     gaps: list[Gap]
     new_partitions: list[NewPartition]
+    unidentified: list[Unidentified] = field(default_factory=list)  # topics whose re-creation cannot be told
     why: str | None = field(default=None, metadata=WHEN_SET)  # why the status is unknown
 
     @property
@@ -94,6 +121,22 @@ class InputCheck(Result):
         """Offsets gone in all; None when some gap's count is unknown."""
         counts = [gap.lost for gap in self.gaps]
         return None if None in counts else sum(counts)
+
+    def doubt(self) -> str | None:
+        """One line on the topics whose re-creation cannot be told (``unidentified``); None when there are none."""
+        if not self.unidentified:
+            return None
+        topics = sorted({u.topic for u in self.unidentified})
+        unrecorded = sorted({u.topic for u in self.unidentified if u.recorded_topic_id is None})
+        unanswered = sorted({u.topic for u in self.unidentified if u.recorded_topic_id is not None})
+        why = []
+        if unrecorded:
+            why.append(f"the savepoint recorded no id for {', '.join(unrecorded)} (taken before sparkpoint recorded "
+                       "topic ids, or its broker did not answer then)")
+        if unanswered:
+            why.append(f"the broker gives no id for {', '.join(unanswered)} (Kafka before 2.8)")
+        return (f"whether {', '.join(topics)} was deleted and made again since the savepoint cannot be told: "
+                f"{'; '.join(why)}; one made again and grown past its offsets would be read from them")
 
     def summary(self) -> str:
         lost = self.lost
@@ -111,6 +154,7 @@ class KafkaRead:
     partitions: dict[int, int]  # partition → the offset read next
     planned_end: dict[int, int]  # partition → where the batch planned at the cut ends ({} when none is)
     bootstrap: str | None = None  # the source's bootstrap servers, as the savepoint recorded them
+    topic_id: str | None = None  # the topic's id when the savepoint was taken, where it recorded one
 
 
 def kafka_reads(savepoint: Savepoint) -> list[KafkaRead]:
@@ -121,10 +165,44 @@ def kafka_reads(savepoint: Savepoint) -> list[KafkaRead]:
         inputs = query.get("inputs") or []
         for index, offset in enumerate(query["offsets"]):
             ends = kafka_offsets(planned[index]) if index < len(planned) else {}
-            bootstrap = inputs[index].get("bootstrap_servers") if index < len(inputs) else None
-            reads += [KafkaRead(query["name"], index, topic, partitions, ends.get(topic, {}), bootstrap)
+            read = inputs[index] if index < len(inputs) else {}
+            ids = read.get(TOPIC_IDS) or {}
+            reads += [KafkaRead(query["name"], index, topic, partitions, ends.get(topic, {}),
+                                read.get("bootstrap_servers"), ids.get(topic))
                       for topic, partitions in kafka_offsets(offset).items()]
     return reads
+
+
+def identify_topics(queries: list[dict[str, Any]], kafka: Mapping[str, Any], ask: Callable[..., dict] = topic_ids,
+                    timeout: float = BROKER_SECONDS) -> list[dict[str, Any]]:
+    """The query entries of a savepoint being taken, each Kafka source's record given its topics' ids now
+    (``topic_ids``), asked of the broker check_reads would ask, all at once. Where the broker is not known, does
+    not answer within ``timeout`` or cannot be asked (no client), none is recorded and the savepoint is taken all
+    the same. A plain checkpoint's query, which records no sources, gets a record per source (kind ``kafka`` or
+    ``other``) to hold them. Asked after the copy: a topic made again meanwhile passes for the one read."""
+    configured, options = client_options(kafka)
+    wanted: dict[tuple[int, int], tuple[str, set[str]]] = {}  # (query, source) → (its broker, the topics it reads)
+    for place, query in enumerate(queries):
+        inputs, planned = query.get("inputs") or [], query.get("planned_offsets") or []
+        for index, offset in enumerate(query["offsets"]):
+            topics = set(kafka_offsets(offset)) | set(kafka_offsets(planned[index]) if index < len(planned) else ())
+            broker = configured or (inputs[index].get("bootstrap_servers") if index < len(inputs) else None)
+            if topics and broker:
+                wanted[(place, index)] = (broker, topics)
+    asks: dict[str, set[str]] = {}
+    for broker, topics in wanted.values():
+        asks.setdefault(broker, set()).update(topics)
+    answers, _failed = ask_brokers({broker: functools.partial(ask, broker, topics, options, timeout)
+                                    for broker, topics in asks.items()}, timeout)
+    identified = [dict(query) for query in queries]
+    for (place, index), (broker, topics) in wanted.items():
+        ids = {topic: answers[broker][topic] for topic in sorted(topics) if (answers[broker] or {}).get(topic)}
+        query = identified[place]
+        if ids and index < len(query.get("inputs") or query["offsets"]):
+            query["inputs"] = [dict(read) for read in query.get("inputs")
+                               or [{"kind": KAFKA if kafka_offsets(offset) else OTHER} for offset in query["offsets"]]]
+            query["inputs"][index][TOPIC_IDS] = ids
+    return identified
 
 
 def check_input(savepoints: Iterable[Savepoint], kafka: Mapping[str, Any],
@@ -206,33 +284,52 @@ def _unknown(broker: str | None, why: str) -> InputCheck:
     return InputCheck(status=UNKNOWN, broker=broker, gaps=[], new_partitions=[], why=why)
 
 
-def _judged(reads: list[KafkaRead], logs: dict[str, dict[str, dict[int, LogBounds] | None]],
+def _judged(reads: list[KafkaRead], logs: dict[str, dict[str, TopicLog | None]],
             broker_of: Callable[[KafkaRead], str | None]) -> InputCheck:
-    gaps, new = [], []
+    gaps, new, unidentified = [], [], []
     for read in reads:
         log = logs[broker_of(read)].get(read.topic)
+        if log is not None and read.topic_id is not None and log.id is not None and log.id != read.topic_id:
+            gaps += _recreated(read, log)
+            continue
+        if log is not None and (read.topic_id is None or log.id is None):
+            unidentified.append(Unidentified(read.query, read.source, read.topic, read.topic_id))
         for partition, needed in sorted(read.partitions.items()):
             gap = _gap(read, partition, needed, log)
             if gap is not None:
                 gaps.append(gap)
-        for partition in sorted(set(log or {}) - set(read.partitions)):
-            bounds = log[partition]
+        for partition in sorted(set(log.partitions if log else ()) - set(read.partitions)):
+            bounds = log.partitions[partition]
             if bounds.first > 0:
                 gaps.append(Gap(read.query, read.source, read.topic, partition, 0, bounds.first, bounds.end,
                                 bounds.first, "new_partition_trimmed"))
             else:
                 new.append(NewPartition(read.query, read.topic, partition))
     return InputCheck(status=UNRESTORABLE if gaps else RESTORABLE, broker=", ".join(sorted(logs)), gaps=gaps,
-                      new_partitions=new)
+                      new_partitions=new, unidentified=unidentified)
 
 
-def _gap(read: KafkaRead, partition: int, needed: int, log: dict[int, LogBounds] | None) -> Gap | None:
+def _recreated(read: KafkaRead, log: TopicLog) -> list[Gap]:
+    """Each partition a savepoint reads of a topic made again since: none of its offsets are the new topic's (a
+    partition the new topic lacks is said gone)."""
+    gaps = []
+    for partition, needed in sorted(read.partitions.items()):
+        bounds = log.partitions.get(partition)
+        if bounds is None:
+            gaps.append(Gap(read.query, read.source, read.topic, partition, needed, None, None, None, "partition_gone"))
+        else:
+            gaps.append(Gap(read.query, read.source, read.topic, partition, needed, bounds.first, bounds.end, None,
+                            "recreated", log.id, read.topic_id))
+    return gaps
+
+
+def _gap(read: KafkaRead, partition: int, needed: int, log: TopicLog | None) -> Gap | None:
     def gap(first: int | None, end: int | None, lost: int | None, reason: str) -> Gap:
         return Gap(read.query, read.source, read.topic, partition, needed, first, end, lost, reason)
 
     if log is None:
         return gap(None, None, None, "topic_gone")
-    bounds = log.get(partition)
+    bounds = log.partitions.get(partition)
     if bounds is None:
         return gap(None, None, None, "partition_gone")
     if max(needed, read.planned_end.get(partition, needed)) > bounds.end:
@@ -278,6 +375,8 @@ def require_input(savepoint: Savepoint, kafka: Mapping[str, Any], allow_data_los
     for partition in checked.new_partitions:
         warn(f"{partition.topic}[{partition.partition}] is new since savepoint {name}: a query that subscribes to "
              f"the topic ({partition.query}) reads it from offset 0")
+    if checked.doubt():
+        warn(f"savepoint {name}: {checked.doubt()}")
     return checked
 
 

@@ -31,6 +31,9 @@ _DELTA_OFFSET = {"reservoirId", "reservoirVersion", "index", "isStartingVersion"
 KAFKA_READS = {"kafka.bootstrap.servers": "bootstrap_servers", "subscribe": "subscribe",
                "subscribePattern": "subscribe_pattern", "assign": "assign"}
 MAX_OPTION_CHARS = 4096  # a topic list or servers list longer than this is not recorded (no reader needs it)
+# A Kafka source's record, in a savepoint: {topic: its id (Kafka's, KIP-516)} as the broker gave it when the
+# savepoint was taken; a topic deleted and made again under its name has another (restorability compares them).
+TOPIC_IDS = "topic_ids"
 
 
 def _is_int(value: Any) -> bool:
@@ -94,6 +97,18 @@ def as_recorded(report: Any) -> dict[str, str] | None:
         return None
     keys = ("kind", "path", *KAFKA_READS.values())
     return {key: report[key][:MAX_OPTION_CHARS] for key in keys if isinstance(report.get(key), str)}
+
+
+def is_source_record(read: Any) -> bool:
+    """Whether ``read`` is a source's record as a manifest holds it: as_recorded's, with a Kafka source's
+    ``topic_ids`` where the broker gave them. A driver's report never brings those (as_recorded drops them)."""
+    if not isinstance(read, dict):
+        return False
+    own = {key: value for key, value in read.items() if key != TOPIC_IDS}
+    ids = read.get(TOPIC_IDS, {})
+    return as_recorded(own) == own and isinstance(ids, dict) and all(
+        isinstance(topic, str) and isinstance(topic_id, str) and 0 < len(topic_id) <= 64
+        for topic, topic_id in ids.items())
 
 
 def topics_of(record: dict[str, Any]) -> list[str]:

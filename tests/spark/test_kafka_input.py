@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from clitools import cli, closed_port
+from topics import topic_id
 
 pytestmark = pytest.mark.spark
 
@@ -58,8 +59,8 @@ def restorable_metric(sparkpoint) -> float:
     return metric(sparkpoint, "sparkpoint_catalog_newest_savepoint_input_restorable", {"name": "clicks"})
 
 
-def drained_checkpoint(broker, root: Path) -> Path:
-    """The checkpoint of the job after it read all the topic holds (spark-submit with the connector's jars)."""
+def drained_checkpoint(broker, root: Path, topic: str = TOPIC) -> Path:
+    """The checkpoint of the job after it read all ``topic`` holds (spark-submit with the connector's jars)."""
     import local_kafka  # conftest's kafka_broker put scripts/ on the path
 
     submit = Path(sys.executable).parent / "spark-submit"
@@ -67,10 +68,18 @@ def drained_checkpoint(broker, root: Path) -> Path:
              "spark.sql.shuffle.partitions": "2"}
     done = subprocess.run([str(submit), "--master", "local[2]", "--jars", ",".join(local_kafka.connector_jars("4.3")),
                            *[arg for key, value in confs.items() for arg in ("--conf", f"{key}={value}")],
-                           str(APPS / "topic_counts.py"), "v1", broker.bootstrap, TOPIC, str(root.parent / "out")],
+                           str(APPS / "topic_counts.py"), "v1", broker.bootstrap, topic, str(root.parent / "out")],
                           capture_output=True, text=True, timeout=300, env={**os.environ, "SPARKPOINT_TEST_DRAIN": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     return root / "counts"
+
+
+def made_again(client, topic: str, partitions: int) -> None:
+    client.delete_topics([topic])
+    deadline = time.monotonic() + 30
+    while topic in client.list_topics() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    client.create_topics({topic: {"num_partitions": partitions, "replication_factor": 1}}, wait_for_metadata=True)
 
 
 def test_a_savepoint_whose_input_retention_deleted_is_refused_with_what_is_lost(kafka_broker, tmp_path):
@@ -140,11 +149,7 @@ def test_a_savepoint_whose_input_retention_deleted_is_refused_with_what_is_lost(
     assert code == 4 and "--allow-data-loss: savepoint" in err and "10 record(s)" in err
 
     # The topic deleted and made again: the savepoint's offsets lie past the new log's end.
-    client.delete_topics([TOPIC])
-    deadline = time.monotonic() + 30
-    while TOPIC in client.list_topics() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    client.create_topics({TOPIC: {"num_partitions": 2, "replication_factor": 1}}, wait_for_metadata=True)
+    made_again(client, TOPIC, 2)
     produce(kafka_broker, TOPIC, 2, partitions=2)  # a record in each of its two partitions (the third is gone)
     code, out, err = sparkpoint("inspect", savepoint, "-o", "json")
     gaps = {(gap["partition"], gap["reason"]) for gap in json.loads(out)["input"]["gaps"]}
@@ -166,4 +171,65 @@ def test_a_savepoint_whose_input_retention_deleted_is_refused_with_what_is_lost(
     code, out, err = sparkpoint("metrics", config_file=down)
     assert code == 0 and 'sparkpoint_scrape_errors{what="input"} 1.0' in out
     assert time.monotonic() - began < 40
+    client.close()
+
+
+def test_a_topic_made_again_and_grown_past_a_savepoints_offsets_is_refused_as_recreated(kafka_broker, tmp_path):
+    """Issue 57: `orders`, 3 partitions of 10 records, a savepoint that reads next 0@10 1@10 2@10; the topic deleted,
+    made again and 20 records written to each partition. Its offsets are all within the new log: only the topic's
+    id (recorded when the savepoint was taken) tells. A savepoint that recorded none says it cannot tell."""
+    topic, bootstrap = "orders", kafka_broker.bootstrap
+    client = admin(kafka_broker)
+    client.create_topics({topic: {"num_partitions": 3, "replication_factor": 1}}, wait_for_metadata=True)
+    produce(kafka_broker, topic, 30)  # 10 a partition
+    checkpoint = drained_checkpoint(kafka_broker, tmp_path / "checkpoints", topic)
+    config, unset = tmp_path / "sparkpoint.yaml", tmp_path / "unset.yaml"
+    config.write_text(json.dumps({"kafka": {"bootstrap_servers": bootstrap}}))
+    unset.write_text("{}")
+    home, app = tmp_path / "home", str(APPS / "topic_counts.py")
+
+    def sparkpoint(*args, config_file=config):
+        return cli(home, "--config", str(config_file), *args, timeout=120)
+
+    def savepoint_as(job: str, config_file: Path) -> str:
+        code, out, err = sparkpoint("savepoint", "--from-checkpoint", str(checkpoint), "--job", job, "-o", "json",
+                                    config_file=config_file)
+        assert code == 0, err
+        return json.loads(out)["path"]
+
+    # Taken with the broker known (the topic's id recorded), and as a savepoint before topic ids were (none known).
+    identified, older = savepoint_as("orders", config), savepoint_as("older", unset)
+    first_id = topic_id(bootstrap, topic)
+    code, out, err = sparkpoint("savepoints", "-o", "json")
+    assert code == 0 and {entry["job"]: entry["input"]["status"] for entry in json.loads(out)} == {
+        "orders": "restorable", "older": "restorable"}, err
+
+    made_again(client, topic, 3)
+    produce(kafka_broker, topic, 60)  # 20 a partition: past the savepoint's offsets
+    code, _, err = sparkpoint("check", "-s", identified, app)
+    assert code == 20 and err.count("\n") == 1, err
+    assert "orders[0] from offset 10: the topic was deleted and made again since the savepoint" in err
+
+    (query,) = json.loads(sparkpoint("inspect", identified, "-o", "json")[1])["queries"]
+    assert query["inputs"] == [{"kind": "kafka", "topic_ids": {topic: first_id}}]
+    code, out, err = sparkpoint("savepoints", "-o", "json")
+    entries = {entry["job"]: entry for entry in json.loads(out)}
+    now_id = topic_id(bootstrap, topic)
+    assert entries["orders"]["input"]["status"] == "unrestorable" and now_id != first_id
+    assert entries["orders"]["input"]["gaps"] == [
+        {"query": "counts", "source": 0, "topic": topic, "partition": p, "needed": 10, "first": 0, "end": 20,
+         "lost": None, "reason": "recreated", "topic_id": now_id, "recorded_topic_id": first_id} for p in range(3)]
+    assert [read["topic_id"] for read in entries["orders"]["reads"]] == [first_id]
+
+    # The savepoint with no id: its offsets are within the log, and whether the topic was made again cannot be told.
+    unknown = entries["older"]["input"]
+    assert unknown["status"] == "restorable" and unknown["unidentified"] == [
+        {"query": "counts", "source": 0, "topic": topic, "recorded_topic_id": None}]
+    said = "whether orders was deleted and made again since the savepoint cannot be told"
+    code, out, err = sparkpoint("savepoints")
+    assert code == 0 and "restorable (re-made? unknown)" in out and f"{Path(older).name}: {said}" in out, out
+    code, out, err = sparkpoint("inspect", older)
+    assert code == 0 and said in out, out
+    code, _, err = sparkpoint("check", "-s", older, str(tmp_path / "none.py"))  # on to the next refusal
+    assert code == 4 and said in err and "application" in err, err
     client.close()

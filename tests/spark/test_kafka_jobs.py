@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from clitools import cli, cli_json, process_gone, wait_for
 
-from topics import APP, Producer, batches, create_topics, jars, newest, topic_counts
+from topics import APP, Producer, batches, create_topics, jars, newest, topic_counts, topic_id
 
 from sparkpoint.times import poll_until
 
@@ -50,12 +50,14 @@ def test_a_kafka_job_stops_restores_rolls_back_forks_and_rescales_exactly(kafka_
         code, table, _ = cli(home, "list")
         assert f"{TOPIC} (" in table and " behind)" in table
 
-        # A live savepoint: the offsets per partition, and the broker it reads, recorded from the running plan;
-        # with no broker configured, `inspect` asks that one whether its input is still there.
+        # A live savepoint: the offsets per partition, and the broker it reads, recorded from the running plan,
+        # with the topic's id that broker gives; with no broker configured, `inspect` asks that one whether its
+        # input is still there.
         live = cli_json(home, "savepoint", v1["id"])
         shown = cli_json(home, "inspect", live["path"])
         (query,) = shown["queries"]
-        assert query["inputs"] == [{"kind": "kafka", "bootstrap_servers": bootstrap, "subscribe": TOPIC}]
+        assert query["inputs"] == [{"kind": "kafka", "bootstrap_servers": bootstrap, "subscribe": TOPIC,
+                                    "topic_ids": {TOPIC: topic_id(bootstrap, TOPIC)}}]
         assert set(query["offsets"][0][TOPIC]) == {"0", "1", "2"}
         assert shown["input"]["status"] == "restorable" and shown["input"]["broker"] == bootstrap
 
@@ -117,6 +119,8 @@ def test_a_kafka_job_stops_restores_rolls_back_forks_and_rescales_exactly(kafka_
 
     # rescale the stop's savepoint, restore it for a plain spark-submit, which drains the topic: exact again.
     rescaled = cli_json(home, "rescale", stopped["path"], "--partitions", "3")
+    # What the stop's savepoint read, its topic's id included, is the rescaled one's: not asked again.
+    assert cli_json(home, "inspect", rescaled["savepoint"]["path"])["queries"][0]["inputs"] == query["inputs"]
     checkpoints = tmp_path / "launcher"
     cli_json(home, "restore", rescaled["savepoint"]["path"], str(checkpoints))
     drained = subprocess.run(

@@ -3,9 +3,11 @@ topic while they run, its outputs, and the connector's jars for each Spark minor
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -20,6 +22,16 @@ def create_topics(bootstrap: str, partitions: dict[str, int]) -> None:
     admin.create_topics({topic: {"num_partitions": count, "replication_factor": 1}
                          for topic, count in partitions.items()}, wait_for_metadata=True)
     admin.close()
+
+
+def topic_id(bootstrap: str, topic: str) -> str:
+    """The topic's id as the broker gives it now, in Kafka's own form (as kafka-topics.sh --describe shows it)."""
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
+    (described,) = admin.describe_topics([topic])
+    admin.close()
+    return base64.urlsafe_b64encode(uuid.UUID(described["topic_id"]).bytes).rstrip(b"=").decode()
 
 
 class Producer:

@@ -139,9 +139,10 @@ def run_cmd(app, name, from_savepoint, fork, partitions, allow_non_restored_stat
     """
     from sparkpoint.adapters.spark_submit import split_arguments
     from sparkpoint.jobs import run
+    from sparkpoint.jobs.run_request import RunRequest
 
     submit_args, application, app_args = split_arguments(list(args), RUN_OPTIONS)
-    request = run.RunRequest(
+    request = RunRequest(
         app=application, app_args=app_args, submit_args=submit_args, name=name, master=master,
         confs=list(confs), detach=detach, savepoint=from_savepoint, fork=fork, partitions=partitions,
         allow_non_restored_state=allow_non_restored_state, allow_data_loss=allow_data_loss,

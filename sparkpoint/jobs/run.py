@@ -9,44 +9,30 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from sparkpoint.adapters import spark_submit
-from sparkpoint.adapters.spark_install import Spark, find_spark
-from sparkpoint.adapters.class_archives import built_archive
-from sparkpoint.adapters.processes import process_start
+from sparkpoint.adapters.spark_install import find_spark
 from sparkpoint.adapters.cluster_managers import manager_for
-from sparkpoint.adapters.cluster_managers.manager import ClusterManager, DriverLaunch
 from sparkpoint.adapters.transfer import Progress
 from sparkpoint.config import Settings
-from sparkpoint.errors import (
-    BadArgumentError,
-    JobFailedError,
-    NotFoundError,
-    SparkpointError,
-    StopRefusedError,
-)
-from sparkpoint.jobs.check import Launch, prepare_in_driver
+from sparkpoint.errors import JobFailedError, NotFoundError, SparkpointError, StopRefusedError
 from sparkpoint.jobs.upgrade_check import (
     check_before_launch,
     check_in_driver,
     check_move,
     NotCheckableInDriver,
-    check_request,
     check_said,
     checkable_in_driver,
     savepoint_to_check,
 )
 from sparkpoint.jobs.live import LiveQuery
-from sparkpoint.jobs.protocol import answer_handover, real_time_stop_seconds
-from sparkpoint.jobs.drivers import (await_cluster_driver, await_end, await_start, driver_running, end_driver,
-                                     end_interrupted, end_launched)
+from sparkpoint.jobs.protocol import real_time_stop_seconds
+from sparkpoint.jobs.drivers import (await_cluster_driver, await_end, await_start, end_interrupted, end_launched)
 from sparkpoint.jobs.agents import client_for
 from sparkpoint.jobs.job_view import JobView, describe_job
 from sparkpoint.jobs.job_record import Job
@@ -55,42 +41,17 @@ from sparkpoint.jobs.query_owners import claiming, refuse_running, restored_ids
 from sparkpoint.jobs.rollback import (Probation, Relaunch, WayBack, app_digest, check_restartable, on_probation,
                                      parse_condition, roll_back, way_back_to)
 from sparkpoint.jobs.replace import HandoverFailedError, take_over
-from sparkpoint.jobs.standby import BOOTSTRAP, AdoptedDriver, Standby, adopt, call_off, claim_for, client_command
+from sparkpoint.jobs.driver_launch import called_off_on_failure, launch, restore_while_it_starts, standby_for
+from sparkpoint.jobs.run_request import RunRequest, refuse_what_cannot_go_together
 from sparkpoint.spark.delta_log import DELTA_SINK
-from sparkpoint.paths import spark_uri
 from sparkpoint.savepoints import catalog, restorability
 from sparkpoint.savepoints.migration import SparkMove
 from sparkpoint.savepoints.rescale import needs_rescale, rescale
-from sparkpoint.savepoints.restore import restore
 from sparkpoint.jobs.sinks import SinkRolledBack, TableRolledBack, log_interval, roll_back_sinks
 from sparkpoint.jobs.sinks_ahead import pending, refuse_sinks_ahead
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.savepoints.savepoint import load as load_savepoint
 from sparkpoint.times import iso
-
-# A cluster-mode driver waiting for its hand-over gives up after its start and the old job's stop, and this
-# much more: the stop's savepoint and its restore into the new job's checkpoints, minutes for a large state.
-HANDOVER_RESTORE_MARGIN = 900.0
-
-
-@dataclass
-class RunRequest(Launch):
-    name: str | None = None
-    detach: bool = False
-    savepoint: str | None = None
-    fork: bool = False  # with savepoint: the restored queries get new query ids
-    partitions: int | None = None  # with savepoint: rescale it to this many state partitions first
-    claim: bool = False
-    replace: str | None = None  # a running job to stop with a savepoint and continue from
-    savepoint_path: str | None = None  # with replace: where that savepoint goes
-    stop_timeout: float = 60.0  # with replace: seconds to wait for the old job's batch boundary
-    deploy_mode: str = "client"  # cluster: the cluster manager runs the driver (adapters.cluster_managers)
-    check: bool = True  # with -s or --replace: refuse an application that will not restore (sparkpoint check)
-    probation: float | None = 30.0  # with replace or rollback_to: seconds past the first batch to roll back in
-    rollback_to: str | None = None  # with -s: a savepoint of the previous version, to start it again from
-    healthy_when: list[str] = field(default_factory=list)  # conditions the new version must meet on probation
-    rollback_sink: bool = False  # with -s: roll the file sinks' outputs and Delta tables back to the cut first
-    standby: bool = True  # --detach in client mode: adopt a standby driver launched as this driver would be
 
 
 def run_job(settings: Settings, request: RunRequest, progress: Progress | None = None,
@@ -120,7 +81,7 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
     conditions = [parse_condition(text) for text in request.healthy_when]
     registry = Registry(settings.home_url())
     saved, replaced, way_back, kept_sinks, restored = None, None, None, [], {}
-    _refuse_what_cannot_go_together(request)
+    refuse_what_cannot_go_together(request)
     manager = manager_for(request.master)  # a bad master URL, or a mode it cannot run, fails before anything runs
     manager.refuse_deploy_mode(request.deploy_mode)
     # The Spark that runs spark-submit here (a standalone master's REST submission needs none): refused before
@@ -180,11 +141,11 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
         follows = (rollback_of or replaced or way_back and way_back.previous
                    or registry.taken_of(saved.manifest if saved else None))
         name = request.name or _default_name(app, replaced, None if request.fork else saved)
-        standby, passed_over = _standby_for(settings, registry, request, spark, conf_args, name)
+        standby, passed_over = standby_for(settings, registry, request, spark, conf_args, name)
         # Checked again under the registry's lock, held until the new job's record names its driver: two `run -s`
         # of one savepoint at once, the second refused by the first's record.
         with contextlib.ExitStack() as claim:
-            with _called_off_on_failure(standby):
+            with called_off_on_failure(standby):
                 claim.enter_context(claiming(registry, {} if rollback_of else restored, saved.path if saved else "",
                                              progress))
                 job = registry.new_job(
@@ -205,14 +166,14 @@ def _run_job(settings: Settings, request: RunRequest, progress: Progress | None,
                 for event, note in [*sink_notes, *(("sink_kept", line) for line in kept_sinks)]:
                     job.note(event, note)
             try:
-                with _called_off_on_failure(standby):  # the adoption is _launch's last step: nothing was handed over
-                    process = _launch(settings, job, app, request, conf_args, manager, spark, saved,
+                with called_off_on_failure(standby):  # the adoption is launch's last step: nothing was handed over
+                    process = launch(settings, job, app, request, conf_args, manager, spark, saved,
                                       replaced is not None, to_check if checked_in_driver else None, progress,
                                       start_timeout, standby, registry.save)
                 if saved is not None:
                     registry.save(job)  # its driver known (listed starting) while the savepoint is put in place
                     claim.close()
-                    _restore_while_it_starts(settings, registry, job, process, saved, request, progress)
+                    restore_while_it_starts(settings, registry, job, process, saved, request, progress)
             except BaseException as exc:
                 if isinstance(exc, KeyboardInterrupt):
                     end_launched(job, sleep, clock)  # its record is saved below, with what this run noted in it
@@ -344,32 +305,6 @@ def _refuse_short_stop(replaced: Job, status: dict[str, Any], stop_timeout: floa
                                f"output again after the restore; give --stop-timeout {needed} or more")
 
 
-def _refuse_what_cannot_go_together(request: RunRequest) -> None:
-    if request.replace and request.savepoint:
-        raise BadArgumentError("--replace restores from the savepoint it takes of that job: drop -s")
-    if (request.rollback_to or request.healthy_when) and request.probation is None:
-        raise BadArgumentError("--no-rollback leaves nothing for --rollback-to or --healthy-when to do: drop one")
-    if request.rollback_to and not request.savepoint:
-        raise BadArgumentError("--rollback-to goes with -s (with --replace, the rollback goes to the hand-over's "
-                               "savepoint by itself)")
-    if request.claim and (request.rollback_to or request.replace):
-        raise BadArgumentError("--claim-mode claim disposes of the savepoint the rollback would start the previous "
-                               "version from: drop one")
-    if request.rollback_sink and not request.savepoint:
-        raise BadArgumentError("--rollback-sink rolls the sinks back to the savepoint of -s: use it with -s")
-    if request.keep_sink_output and not request.savepoint:
-        raise BadArgumentError("--keep-sink-output keeps the sinks the savepoint of -s writes: use it with -s")
-    if request.keep_sink_output and request.rollback_sink:
-        raise BadArgumentError("--keep-sink-output keeps what --rollback-sink would undo: choose one")
-    if request.fork and not request.savepoint:
-        raise BadArgumentError("--fork gives the queries restored by -s new ids: use it with -s")
-    if request.partitions is not None and not request.savepoint:
-        raise BadArgumentError("--partitions rescales the savepoint of -s: use it with -s (to rescale a running job, "
-                               "`stop` it, then run -s with the savepoint the stop took)")
-    if request.healthy_when and not (request.replace or request.rollback_to):
-        raise BadArgumentError("--healthy-when is judged on probation: use it with --replace or --rollback-to")
-
-
 def _started(job: Job, request: RunRequest, saved: Savepoint | None, replaced: Job | None,
              rollback_of: Job | None) -> str:
     command = Path(job.app).name  # not its arguments: they may hold secrets, and the record keeps them private
@@ -378,42 +313,6 @@ def _started(job: Job, request: RunRequest, saved: Savepoint | None, replaced: J
     why = f", in place of {rollback_of.id}, which failed on probation" if rollback_of else ""
     fork = ", a fork (query ids of its own)" if saved and request.fork else ""
     return f"{command} ({request.deploy_mode} mode), {where}{fork}{why}"
-
-
-def _restore_while_it_starts(settings: Settings, registry: Registry, job: Job, process: subprocess.Popen | None,
-                             saved: Savepoint, request: RunRequest, progress: Progress | None) -> None:
-    """Put ``saved`` in the job's checkpoints while its driver starts (the JVM, the Spark session, the application
-    up to its first query start: seconds, and the restore's copies to HDFS or S3 take seconds too), then let it
-    start its queries. A restore that fails ends the driver before any query started; a driver that ended first
-    (its application failed before its first query) is not restored for, nor handed a claimed savepoint."""
-    def still_running(when: str) -> None:
-        if not driver_running(registry, job, process):
-            raise JobFailedError(f"job {job.id}'s driver ended {when}")
-
-    try:
-        still_running("before its savepoint was restored")
-        restore(saved, job.checkpoint_root, mode="claim" if request.claim else "auto",
-                workers=settings.transfer_workers, progress=progress, fork=request.fork,
-                storage_options=settings.storage_options)
-        still_running(f"while its savepoint was restored (the state is in {job.checkpoint_root})")
-    except BaseException as exc:
-        answer_handover(job.directory, {"abort": f"the restore of {saved.manifest['id']} failed: {exc}"})
-        if driver_running(registry, job, process):
-            end_driver(job, grace=0.0)
-        raise
-    job.launch = {**(job.launch or {}), "restored": iso()}
-    answer_handover(job.directory, {"expected_queries": [q["name"] for q in saved.queries]})
-
-
-def _handover_settings(cluster: bool, stop_timeout: float, start_timeout: float) -> dict[str, str]:
-    """How a driver waits for its hand-over (the restore of `run -s`, `run --replace`'s stop and restore): watching
-    this process, or, from a machine where it cannot (cluster mode), for a bounded time, so that a `run` gone for
-    good leaves no driver waiting forever: its own start, the old job's stop, and a margin for the savepoint and
-    its restore."""
-    if not cluster:
-        return {"SPARKPOINT_HANDOVER_FROM": str(os.getpid())}
-    wait = start_timeout + stop_timeout + HANDOVER_RESTORE_MARGIN
-    return {"SPARKPOINT_HANDOVER_FROM": "cluster", "SPARKPOINT_HANDOVER_WAIT": f"{wait:g}"}
 
 
 def _default_name(app: str, replaced: Job | None, restored: Savepoint | None) -> str:
@@ -427,75 +326,3 @@ def _default_name(app: str, replaced: Job | None, restored: Savepoint | None) ->
     return Path(app).stem.replace("_", "-")
 
 
-def _standby_for(settings: Settings, registry: Registry, request: RunRequest, spark: Spark | None,
-                 conf_args: list[str], name: str) -> tuple[Standby | None, list[str]]:
-    """A ready standby of job name ``name`` launched as this run's driver would be, claimed, and why any other of
-    that name was passed over. Only a detached client-mode run adopts one: a foreground run streams its driver's
-    output, which a standby writes to its log."""
-    if not (request.standby and request.detach and request.deploy_mode == "client" and spark is not None):
-        return None, []
-    return claim_for(registry, spark, name, request.master, conf_args, list(request.submit_args),
-                     settings.checkpoints)
-
-
-@contextlib.contextmanager
-def _called_off_on_failure(standby: Standby | None):
-    """A claimed standby hears that its run failed before handing it the application."""
-    try:
-        yield
-    except BaseException as exc:
-        if standby is not None:
-            call_off(standby, f"its run failed first: {str(exc) or type(exc).__name__}")
-        raise
-
-
-def _launch(settings: Settings, job: Job, app: str, request: RunRequest, conf_args: list[str],
-            manager: ClusterManager, spark: Spark | None, saved: Savepoint | None, replacing: bool,
-            checked_against: Savepoint | None, progress: Progress | None,
-            start_timeout: float, standby: Standby | None = None,
-            save: Callable[[Job], None] | None = None) -> subprocess.Popen | AdoptedDriver | None:
-    """Start the job's driver: spark-submit of the Spark chosen, here (its process), or in cluster mode through its
-    manager (None; the id the manager knows the driver by is recorded in ``job``). ``checked_against``: the
-    savepoint the driver checks the application against. A driver that restores ``saved`` or takes over a job
-    (``replacing``) holds its first query start until `run` has put the state in place and says so. ``standby``:
-    a claimed standby (jobs.standby), handed the application instead of a spark-submit launched, once ``job`` is
-    saved with its process."""
-    cluster = request.deploy_mode == "cluster"
-    check_settings = {}
-    if checked_against is not None:
-        check_settings = prepare_in_driver(settings, checked_against, job.directory, check_request(request),
-                                           None if cluster else os.getpid(), replacing, progress)
-    driver_settings = {
-        **check_settings,
-        "SPARKPOINT_RESTORE_GRACE": str(request.restore_grace),
-        "SPARKPOINT_ALLOW_NON_RESTORED_STATE": "1" if request.allow_non_restored_state else "0",
-        **(_handover_settings(cluster, request.stop_timeout, start_timeout) if replacing or saved else {}),
-    }
-    checkpoint_conf = ["--conf", f"spark.sql.streaming.checkpointLocation={spark_uri(job.checkpoint_root)}"]
-    if cluster:
-        try:
-            job.submission_id = manager.submit(DriverLaunch(
-                job_id=job.id, job_directory=job.directory, bootstrap=BOOTSTRAP,
-                arguments=[job.directory, app, *request.app_args],
-                submit_args=[*request.submit_args, *conf_args, *checkpoint_conf], environment=driver_settings,
-                spark=spark))
-        except BaseException as exc:
-            # The manager may have taken the driver before the submission failed here (YARN: the application
-            # found by its tag too late): one waiting for its hand-over must not hold its container for long.
-            if replacing or saved:
-                answer_handover(job.directory, {"abort": f"its submission failed: {exc}"})
-            raise
-        return None
-    if standby is not None:
-        driver = adopt(standby, job, save, app, request.app_args, driver_settings)
-        job.note("standby", f"adopted standby {standby.id}, launched with {standby.like}'s options")
-        return driver
-    argv = [*client_command(spark, request.master, job.id, job.checkpoint_root, conf_args, request.submit_args),
-            job.directory, app, *request.app_args]
-    environment = spark_submit.driver_environment(spark, crash_reports=job.directory,
-                                                  class_archive=built_archive(settings.class_archives_dir(), spark))
-    # Foreground: the driver's output goes to stderr, so stdout stays clean for --output json.
-    process = spark_submit.launch(argv, {**environment, **driver_settings}, job.log_path if request.detach else None,
-                                  stdout=None if request.detach else sys.stderr)
-    job.pid, job.pid_start = process.pid, process_start(process.pid)
-    return process

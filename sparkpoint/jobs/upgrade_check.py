@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sparkpoint.adapters.transfer import NullProgress, Progress
 from sparkpoint.config import Settings
@@ -27,15 +27,13 @@ from sparkpoint.jobs.protocol import START_CHECK_DIR, handover_waiting, held_sta
 from sparkpoint.jobs.job_record import Job
 from sparkpoint.jobs.job_state import ACTIVE_STATES, state_of
 from sparkpoint.jobs.registry import Registry
+from sparkpoint.jobs.run_request import RunRequest
 from sparkpoint.jobs.savepoint import savepoint_job
 from sparkpoint.savepoints import compat
 from sparkpoint.savepoints.migration import SparkMove
 from sparkpoint.savepoints.savepoint import Savepoint
 from sparkpoint.savepoints.savepoint import load as load_savepoint
 from sparkpoint.times import iso
-
-if TYPE_CHECKING:  # the request's type only: run imports this module
-    from sparkpoint.jobs.run import RunRequest
 
 
 def check_said(upgrade_check: dict[str, Any]) -> str:

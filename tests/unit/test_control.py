@@ -17,7 +17,8 @@ import pytest
 from clitools import wait_for
 
 from sparkpoint.config import Settings
-from sparkpoint.jobs import cancel, drivers, rollback, run, stop
+from sparkpoint.jobs import cancel, driver_launch, drivers, rollback, run, stop
+from sparkpoint.jobs.run_request import RunRequest
 from sparkpoint.jobs.job_state import state_of
 from sparkpoint.jobs.registry import Registry
 from sparkpoint.jobs.protocol import answer_handover, await_handover, handover_waiting, write_agent_file
@@ -198,11 +199,11 @@ def test_replace_refuses_before_anything_starts(tmp_path):
     registry.save(old)
 
     with pytest.raises(BadArgumentError, match="drop -s"):
-        run.run_job(settings, run.RunRequest(app=str(app), replace=old.id, savepoint="sp"))
+        run.run_job(settings, RunRequest(app=str(app), replace=old.id, savepoint="sp"))
     with pytest.raises(NotFoundError):
-        run.run_job(settings, run.RunRequest(app=str(app), replace="no-such-job"))
+        run.run_job(settings, RunRequest(app=str(app), replace="no-such-job"))
     with pytest.raises(JobNotRunningError):
-        run.run_job(settings, run.RunRequest(app=str(app), replace=old.id))
+        run.run_job(settings, RunRequest(app=str(app), replace=old.id))
     assert [job.id for job in registry.all()] == [old.id]  # no new job registered, no driver launched
 
 
@@ -551,7 +552,7 @@ def test_run_refuses_a_way_back_it_cannot_take_before_anything_starts(tmp_path, 
     app = tmp_path / "app.py"
     app.write_text("")
     with pytest.raises(BadArgumentError, match=words):
-        run.run_job(Settings(home=str(tmp_path / "home")), run.RunRequest(app=str(app), **options))
+        run.run_job(Settings(home=str(tmp_path / "home")), RunRequest(app=str(app), **options))
     assert not (tmp_path / "home" / "jobs").exists()
 
 
@@ -568,7 +569,7 @@ def test_rollback_to_a_savepoint_of_no_registered_job_is_refused(tmp_path):
     app.write_text("")
     with pytest.raises(BadArgumentError, match="that savepoint was not taken of a job this home runs .origin: "
                                                "checkpoint"):
-        run.run_job(settings, run.RunRequest(app=str(app), savepoint=saved, rollback_to=saved))
+        run.run_job(settings, RunRequest(app=str(app), savepoint=saved, rollback_to=saved))
     assert not (home / "jobs").exists()
 
 
@@ -646,16 +647,16 @@ def test_a_way_back_to_an_application_file_that_changed_is_refused_before_anythi
     write_agent_file(v1.directory, {"state": "running", "pid": os.getpid()})
     with pytest.raises(BadArgumentError, match=f"its job {v1.id} still runs, and a rollback would start its version "
                                                "a second time"):
-        run.run_job(settings, run.RunRequest(app=str(app), savepoint=saved, rollback_to=saved, check=False))
+        run.run_job(settings, RunRequest(app=str(app), savepoint=saved, rollback_to=saved, check=False))
     write_agent_file(v1.directory, {"state": "finished", "pid": os.getpid()})
     app.write_text("# v2, deployed over v1\n")
     with pytest.raises(BadArgumentError, match=f"{v1.id}'s application {app} has changed since it started"):
-        run.run_job(settings, run.RunRequest(app=str(app), savepoint=saved, rollback_to=saved, check=False))
+        run.run_job(settings, RunRequest(app=str(app), savepoint=saved, rollback_to=saved, check=False))
     app.unlink()
     v2 = tmp_path / "v2.py"
     v2.write_text("")
     with pytest.raises(BadArgumentError, match=f"{v1.id}'s application {app} is gone"):
-        run.run_job(settings, run.RunRequest(app=str(v2), savepoint=saved, rollback_to=saved, check=False))
+        run.run_job(settings, RunRequest(app=str(v2), savepoint=saved, rollback_to=saved, check=False))
     assert [job.id for job in registry.all()] == [v1.id]  # nothing registered, nothing launched
 
 
@@ -696,7 +697,8 @@ def test_a_restore_that_fails_while_its_driver_starts_ends_that_driver_before_an
     job.pid, job.pid_start = driver.pid, process_start(driver.pid)
     try:
         with pytest.raises(TargetNotEmptyError):
-            run._restore_while_it_starts(settings, registry, job, driver, saved, run.RunRequest(app="app.py"), None)
+            driver_launch.restore_while_it_starts(settings, registry, job, driver, saved, RunRequest(app="app.py"),
+                                                  None)
         said = json.loads((Path(job.directory) / HANDOVER_FILE).read_text())
         assert said["abort"].startswith(f"the restore of {saved.manifest['id']} failed: restore target "), said
         assert driver.wait(timeout=10) is not None
@@ -722,7 +724,7 @@ def test_a_driver_that_ended_before_its_restore_is_not_handed_a_claimed_savepoin
     driver = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"], start_new_session=True)
     driver.wait()
     with pytest.raises(JobFailedError, match=f"job {job.id}'s driver ended before its savepoint was restored"):
-        run._restore_while_it_starts(settings, registry, job, driver, saved,
-                                     run.RunRequest(app="app.py", claim=True), None)
+        driver_launch.restore_while_it_starts(settings, registry, job, driver, saved,
+                                              RunRequest(app="app.py", claim=True), None)
     assert not (Path(job.checkpoint_root) / "q").exists()
     assert savepoint.load(saved.path).manifest == saved.manifest

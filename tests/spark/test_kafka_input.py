@@ -105,6 +105,7 @@ def test_a_savepoint_whose_input_retention_deleted_is_refused_with_what_is_lost(
     (entry,) = json.loads(out)
     assert code == 0 and entry["input"]["status"] == "restorable" and entry["input"]["gaps"] == [], err
     assert entry["reads"] == [{"query": "counts", "source": 0, "topic": TOPIC, "bootstrap_servers": None,
+                               "topic_id": topic_id(kafka_broker.bootstrap, TOPIC),
                                "partitions": [{"partition": p, "offset": 100} for p in range(3)]}]
     code, out, err = sparkpoint("savepoints")
     assert code == 0 and f"{TOPIC} 0@100 1@100 2@100" in out, err

@@ -1,5 +1,6 @@
 """The docs' pictures of the operator's page: the demo's pit stop (scripts/demo.py, run here) as `sparkpoint ui`
-shows it, in Debian's Chromium (scripts/setup.sh installs it), written to docs/img/ui-*.png.
+shows it, in Debian's Chromium (scripts/setup.sh installs it), written to docs/img/ui-*.png: each page in a
+1280x800 window, and the job name's page as a phone 390 px wide shows it (ui-name-phone.png).
 
     .venv/bin/python scripts/ui_screenshots.py
 """
@@ -43,6 +44,11 @@ def main() -> None:
                 page.goto(base + path)
                 page.screenshot(path=str(images / name), full_page=True)
                 print(f"wrote docs/img/{name}")
+            phone = browser.new_page(viewport={"width": 390, "height": 844})
+            phone.goto(url)
+            phone.goto(base + "names/alarms")
+            phone.screenshot(path=str(images / "ui-name-phone.png"), full_page=True)
+            print("wrote docs/img/ui-name-phone.png")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -8,7 +8,7 @@ Two writers each record their own milestones (UTC times), and the phases are rea
 - the driver's agent, in agent.json's ``startup``: ``driver`` (its Python began: spark-submit and the JVM are
   behind it), ``session`` (the application has its SparkSession), and per query ``started`` and ``first_batch``
   (its first batch's commit, with Spark's ``durationMs`` of it: planning, state loading within ``addBatch``), at
-  the times Spark gives them (runtime.agent.spark_moment), not when the agent's listener hears of them; never
+  the times Spark gives them (runtime.query_report.spark_moment), not when the agent's listener hears of them; never
   before the milestones noted before them (runtime.agent.Agent.note_milestone).
 
 A phase is named by the milestone that ends it, and lasts from the milestone before it in time: ``restore``,

@@ -5,292 +5,37 @@ endpoint (``endpoint``) listens on loopback by default and answers only requests
 and its secret token.
 
 Spark has no graceful stop: ``query.stop()`` interrupts a running batch. A stop request here ends
-every query at its own next micro-batch boundary, in parallel (``boundary``): the batch in flight
-commits and no other starts. The request returns at once; the caller polls the stop's report, and
+every query at its own next micro-batch boundary, in parallel (``query_stop``, ``boundary``): the batch
+in flight commits and no other starts. The request returns at once; the caller polls the stop's report, and
 the agent keeps answering until that report has been read, even after the application has ended.
 The caller then reads the checkpoint to know whether a planned batch will be replayed.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hmac
-import json
 import math
 import os
-import re
 import sys
 import threading
-import time
 from typing import Any
 from collections import deque
 from collections.abc import Callable
 
 from sparkpoint.adapters.processes import process_start
-from sparkpoint.errors import raised_line
-from sparkpoint.results import finite_number
-from sparkpoint.jobs.protocol import real_time_stop_seconds, write_agent_file
-from sparkpoint.times import iso, parse_iso, poll_until
-from sparkpoint.runtime.boundary import (real_time_batch, real_time_seconds, stop_at_next_boundary, stop_when_idle,
-                                        stream_thread)
-from sparkpoint.runtime.batch_writes import seen_by
+from sparkpoint.jobs.protocol import write_agent_file
 from sparkpoint.runtime.endpoint import ControlServer
-from sparkpoint.spark.sources import kind_of, offsets_behind, source_record
+from sparkpoint.runtime.query_report import describe, is_check, spark_error_line, spark_moment
+from sparkpoint.runtime.query_stop import Stop, refusal_for
+from sparkpoint.times import iso, parse_iso, poll_until
 
 DRAIN_SECONDS = 10.0
 RECENT_BATCHES = 100  # per query, as Spark's recentProgress keeps
-# How Spark wraps a query's failure: "[STREAM_FAILED] Query [id = …, runId = …] terminated with exception: <cause>".
-_TERMINATED = re.compile(r"^\[STREAM_FAILED\] Query \[[^\]]*\] terminated with exception: ")
-# The query run.py's check tries in a sandbox before a saved query starts (runtime.gate): not the application's.
-CHECK_QUERY_SUFFIX = " (sparkpoint check)"
-_ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)*)\]")
-
-
-def _progress(query) -> dict[str, Any]:
-    progress = query.lastProgress
-    if not progress:
-        return {}
-    return json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
 
 
 def _rate(value: Any) -> float | None:
     """A rate of a progress report: Spark's NaN (no time elapsed, or no row) is JSON's null."""
     return None if value is None or math.isnan(value) else float(value)
-
-
-def describe(query) -> dict[str, Any]:
-    progress = _progress(query)
-    operators = progress.get("stateOperators") or []
-    return {
-        "name": query.name,
-        "id": str(query.id),
-        "run_id": str(query.runId),
-        "batch_id": progress.get("batchId"),
-        "input_rate": progress.get("inputRowsPerSecond"),
-        "processing_rate": progress.get("processedRowsPerSecond"),
-        "state_rows": sum(int(op.get("numRowsTotal") or 0) for op in operators),
-        "state_bytes": sum(int(op.get("memoryUsedBytes") or 0) for op in operators),
-        "trigger_active": bool(query.status.get("isTriggerActive")),
-        "checkpoint": _checkpoint(query),
-        "sink": sink_of(query),
-        "sink_log_interval": sink_log_interval(query),
-        "delta_writes": seen_by(str(query.id)),
-        "sources": sources_of(query, progress),
-        "real_time_batch_seconds": _real_time_seconds(query),
-    }
-
-
-# A query's plan and trigger do not change while it runs: each is read once per run (a run id's), not at every
-# status request (a busy scraper's).
-_PLAN_SOURCES: dict[str, list[dict[str, str]]] = {}
-_REAL_TIME_SECONDS: dict[str, float | None] = {}
-_SINKS: dict[str, str] = {}
-
-
-def _run_key(query) -> str:
-    return str(getattr(query, "runId", ""))
-
-
-def _real_time_seconds(query) -> float | None:
-    key = _run_key(query)
-    if key not in _REAL_TIME_SECONDS:
-        _REAL_TIME_SECONDS[key] = real_time_seconds(query)
-    return _REAL_TIME_SECONDS[key]
-
-
-def plan_sources(query) -> list[dict[str, str]]:
-    """What each source of the query reads (spark.sources.source_record), in the order of its offsets, from the
-    query's analyzed plan: its streaming leaves, each with the reader's options. [] when Spark's internals are
-    not as read here (then a savepoint records no sources, and a check asks the configured broker only)."""
-    key = _run_key(query)
-    if key not in _PLAN_SOURCES:
-        found = []
-        try:
-            leaves = query._jsq.streamingQuery().analyzedPlan().collectLeaves()
-            for index in range(leaves.size()):
-                leaf = leaves.apply(index)
-                kind = leaf.getClass().getSimpleName()
-                if kind == "StreamingRelationV2":
-                    found.append(source_record(str(leaf.sourceName()), leaf.extraOptions().get))
-                elif kind == "StreamingRelation":  # a source of the first API (files, Delta): a Scala map of options
-                    options = leaf.dataSource().options()
-                    record = source_record(str(leaf.sourceName()), lambda name, options=options: options.apply(name)
-                                           if options.contains(name) else None)
-                    if "path" in record:  # a Delta table, as the application named it: qualified as Delta does
-                        record["path"] = qualified(query._jsq.sparkSession(), record["path"])
-                    found.append(record)
-        except Exception:  # noqa: BLE001 - py4j's errors, from a Spark whose internals differ: nothing recorded
-            found = []
-        _PLAN_SOURCES[key] = found
-    return _PLAN_SOURCES[key]
-
-
-def sources_of(query, progress: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each source as `list` shows it: what it reads (plan_sources), Spark's description of it, and for Kafka how
-    many offsets it had yet to read when its last batch was planned."""
-    planned = plan_sources(query)
-    reported = progress.get("sources") or []
-    described = []
-    for index in range(max(len(planned), len(reported))):
-        report = reported[index] if index < len(reported) and isinstance(reported[index], dict) else {}
-        end, latest = _offset(report.get("endOffset")), _offset(report.get("latestOffset"))
-        record = planned[index] if index < len(planned) else {"kind": kind_of(end)}
-        described.append({**record, "description": str(report.get("description") or ""),
-                          "offsets_behind_latest": offsets_behind(end, latest)})
-    return described
-
-
-def _offset(value: Any) -> Any:
-    """A progress report's offset: Spark's JSON text in the Scala object, parsed already in pyspark's dict."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return None
-    return value
-
-
-def spark_error_line(text: str) -> str:
-    """The innermost Spark error class and its message, from a StreamingQueryException's text; without
-    one, the message the query ended with (after Spark's 'terminated with exception:'), and for an error
-    raised by the application's Python (foreachBatch, a UDF), the line that names it under its traceback."""
-    lines = text.strip().splitlines()
-    first = lines[0] if lines else "unknown error"
-    classes = [m for m in _ERROR_CLASS.finditer(first) if m.group(1) != "STREAM_FAILED"]
-    # Spark 4.3 may wrap foreachBatch's Python error in an error class of its own, whose line ends where the
-    # traceback begins: the class says where, the raised line what.
-    raised = raised_line(lines[1:]) if first.endswith("Traceback (most recent call last):") else None
-    if classes:
-        return f"{classes[-1].group(0)} {raised}" if raised else first[classes[-1].start():]
-    return raised or _TERMINATED.sub("", first) or first
-
-
-def spark_moment(timestamp: Any, after_ms: Any = None) -> str:
-    """When Spark says something happened: an event's ``timestamp`` (a query's start, a trigger's), plus
-    ``after_ms`` (a trigger's ``triggerExecution``: its batch committed by then), in sparkpoint's format; now when
-    Spark's is missing or malformed. Not when a listener hears of it: Python listeners hear of a batch through
-    a queue and Py4J, seconds after its commit while the JVM is busy (a restore's first batch)."""
-    moment = parse_iso(timestamp)
-    if moment is None:
-        return iso()
-    after = finite_number(after_ms) or 0.0
-    for candidate in (moment + max(after, 0.0) / 1000.0, moment):
-        try:
-            return iso(candidate)
-        except (OverflowError, ValueError, OSError):  # past what a date holds: without the duration, else now
-            continue
-    return iso()
-
-
-def _checkpoint(query) -> str:
-    return query._jsq.streamingQuery().resolvedCheckpointRoot()
-
-
-def sink_of(query) -> str:
-    """Spark's description of the query's sink: the file sink's names its qualified output path; Delta's names the
-    path as the application gave it (relative, perhaps), qualified here as Delta resolves it."""
-    key = _run_key(query)
-    if key not in _SINKS:  # a run's sink does not change: its Hadoop conf copied once, not at every status
-        said = str(query._jsq.streamingQuery().sink())  # py4j's str() is the object's toString()
-        if said.startswith("DeltaSink[") and said.endswith("]"):
-            said = f"DeltaSink[{qualified(query._jsq.sparkSession(), said[len('DeltaSink['):-1])}]"
-        _SINKS[key] = said
-    return _SINKS[key]
-
-
-def qualified(session, path: str) -> str:
-    """``path`` as the driver's Hadoop file system qualifies it for the (JVM) ``session`` (a relative path against
-    its working directory); as given when that fails."""
-    from pyspark import SparkContext
-
-    try:
-        hadoop_path = SparkContext._jvm.org.apache.hadoop.fs.Path(path)
-        fs = hadoop_path.getFileSystem(session.sessionState().newHadoopConf())
-        return str(fs.makeQualified(hadoop_path).toString())
-    except Exception:  # noqa: BLE001 - py4j gone, a scheme without a file system here: the path as the sink has it
-        return path
-
-
-SINK_LOG_INTERVAL = "spark.sql.streaming.fileSink.log.compactInterval"
-
-
-def sink_log_interval(query) -> str | None:
-    """The file sink log's compaction interval the query's session sets: no checkpoint records it, and a sink
-    rollback must name the log's files as Spark will look for them."""
-    try:
-        return str(query._jsq.sparkSession().conf().get(SINK_LOG_INTERVAL, "10"))
-    except Exception:  # noqa: BLE001 - a session without it (or py4j gone): the rollback then assumes Spark's default
-        return None
-
-
-def _refusal_for(queries: list, timeout: float) -> dict[str, Any] | None:
-    """The real-time queries whose batch in flight a stop within ``timeout`` would cut short (runtime.boundary),
-    with the timeout that lets any of their batches end; None when there is none. A refused stop stops nothing."""
-    late = [(query.name, batch) for query in queries
-            if (batch := real_time_batch(query, _progress(query))) is not None and batch.ends_within > timeout]
-    if not late:
-        return None
-    return {"queries": [{"name": name, "batch_seconds": batch.seconds, "ends_within": round(batch.ends_within, 1)}
-                        for name, batch in late],
-            "needed_seconds": max(real_time_stop_seconds(batch.seconds, batch.margin) for _, batch in late)}
-
-
-class Stop:
-    """Every query of the application ended at its own next batch boundary, each on a thread of its own."""
-
-    def __init__(self, queries: list, timeout: float, jvm, spark_version: str,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
-        self._clock, self._sleep = clock, sleep
-        self.started = clock()
-        self.deadline = self.started + timeout
-        self.delivered = threading.Event()  # the final report has been read by the caller
-        self._queries = [(query, {"name": query.name, "id": str(query.id), "checkpoint": _checkpoint(query),
-                                  "sink": sink_of(query), "sink_log_interval": sink_log_interval(query),
-                                  "delta_writes": [], "sources": plan_sources(query), "state": "waiting",
-                                  "at_boundary": None, "how": None,
-                                  "seconds": None, "real_time": _real_time_seconds(query) is not None})
-                         for query in queries]
-        self._threads = [threading.Thread(target=self._stop_one, args=(query, record, jvm, spark_version),
-                                          name=f"sparkpoint-stop-{record['name']}", daemon=True)
-                         for query, record in self._queries]
-        for thread in self._threads:
-            thread.start()
-
-    def _stop_one(self, query, record: dict[str, Any], jvm, spark_version: str) -> None:
-        try:
-            stream = stream_thread(query, jvm, spark_version)
-            # The deadline is on this stop's clock: the waits for it must be too.
-            outcome = (stop_at_next_boundary(stream, self.deadline, self._clock, self._sleep) if stream is not None
-                       else stop_when_idle(query, self.deadline, self._clock, self._sleep))
-            record.update(at_boundary=outcome.at_boundary, how=outcome.how)
-        except Exception as exc:  # noqa: BLE001 - py4j, or the JVM going away: the query must stop all the same
-            record.update(at_boundary=False, how=f"error: {type(exc).__name__}")
-            with contextlib.suppress(Exception):  # the JVM is gone, and the query with it
-                query.stop()
-        # Its writes as of its last batch, which the stop's savepoint cuts at.
-        record.update(state="stopped", seconds=round(self._clock() - self.started, 3),
-                      delta_writes=seen_by(record["id"]))
-
-    @property
-    def done(self) -> bool:
-        return not any(thread.is_alive() for thread in self._threads)
-
-    def join(self, seconds: float) -> None:
-        """Until every query's outcome is recorded, for at most ``seconds``."""
-        # Real time, not the stop's clock: a join's timeout is real seconds, and no poll (it ends as the threads do).
-        ends_by = time.monotonic() + seconds
-        for thread in self._threads:
-            thread.join(max(0.0, ends_by - time.monotonic()))
-
-    def report(self) -> dict[str, Any]:
-        done = self.done  # before the records: a done report must hold every query's outcome
-        queries = []
-        for query, record in self._queries:
-            if record["state"] == "waiting":
-                last = _progress(query).get("batchId")
-                record = {**record, "batch_id": None if last is None else last + 1}
-            queries.append(dict(record))
-        return {"done": done, "seconds": round(self._clock() - self.started, 3), "queries": queries}
 
 
 class Agent:
@@ -333,7 +78,7 @@ class Agent:
     def queries(self) -> list:
         session = self.session()
         active = list(session.streams.active) if session is not None else []
-        return [query for query in active if not _is_check(query.name)]
+        return [query for query in active if not is_check(query.name)]
 
     def status(self) -> dict[str, Any]:
         session = self.session()
@@ -391,7 +136,7 @@ class Agent:
                 session = self.session()
                 jvm = getattr(getattr(session, "sparkContext", None), "_jvm", None)
                 queries = self.queries()
-                refusal = _refusal_for(queries, timeout)
+                refusal = refusal_for(queries, timeout)
                 if refusal:
                     return {"done": True, "refused": refusal, "seconds": 0.0, "queries": []}
                 self._stop = Stop(queries, timeout, jvm, getattr(session, "version", ""))
@@ -435,7 +180,7 @@ class Agent:
 
         class Tracker(StreamingQueryListener):
             def onQueryStarted(self, event):
-                if _is_check(event.name):
+                if is_check(event.name):
                     check_runs.add(str(event.runId))  # its end is not a failure of the application's query
                     return
                 with agent._lock:
@@ -443,7 +188,7 @@ class Agent:
                 agent.note_milestone(event.name or str(event.id), "started", {"at": spark_moment(event.timestamp)})
 
             def onQueryProgress(self, event):
-                if not _is_check(event.progress.name):
+                if not is_check(event.progress.name):
                     agent.record_progress(event.progress)
                     durations = dict(event.progress.durationMs or {})
                     agent.note_milestone(event.progress.name or str(event.progress.id), "first_batch", {
@@ -552,10 +297,6 @@ class Agent:
         job = headers.get("X-Sparkpoint-Job", "")
         return hmac.compare_digest(token.encode(), self._token.encode()) and hmac.compare_digest(
             job.encode(), self.job_id.encode())
-
-
-def _is_check(name: str | None) -> bool:
-    return bool(name) and name.endswith(CHECK_QUERY_SUFFIX)
 
 
 def _instantiated_session():

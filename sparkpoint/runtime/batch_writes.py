@@ -116,7 +116,7 @@ def _record(writer, given: dict[str, Any], locate, key: str | None) -> None:
 
 
 def _path_location(writer, path: str) -> str:
-    from sparkpoint.runtime.agent import qualified
+    from sparkpoint.runtime.hadoop_paths import qualified
 
     return qualified(writer._spark._jsparkSession, path)
 

@@ -10,21 +10,35 @@ from __future__ import annotations
 
 import json
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sparkpoint import json_input
 from sparkpoint.adapters.http_server import BoundedServer, QuietHandler
-
-if TYPE_CHECKING:
-    from sparkpoint.runtime.agent import Agent
 
 MAX_BODY = 64 * 1024
 MAX_CONNECTIONS = 32  # each holds a thread: beyond this, the oldest still to send its request is closed
 REQUEST_SECONDS = 10.0  # for a connection to send its request (an idle one holds its thread until then)
 
 
+class Controlled(Protocol):
+    """What the endpoint asks of the agent it serves (runtime.agent.Agent), each request answered by one call."""
+
+    @property
+    def address(self) -> tuple[str, int]: ...
+
+    def authorized(self, headers) -> bool: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def stop_report(self) -> dict[str, Any] | None: ...
+
+    def begin_stop(self, timeout: float) -> dict[str, Any]: ...
+
+    def cancel_on_request(self) -> list[str]: ...
+
+
 class ControlServer(BoundedServer):
-    def __init__(self, address: tuple[str, int], agent: Agent):
+    def __init__(self, address: tuple[str, int], agent: Controlled):
         super().__init__(address, ControlHandler, MAX_CONNECTIONS)
         self.agent = agent
 

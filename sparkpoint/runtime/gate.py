@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from sparkpoint.jobs.protocol import CHECK_REQUEST, await_answer, write_outcome
-from sparkpoint.runtime.agent import CHECK_QUERY_SUFFIX
+from sparkpoint.runtime.query_report import CHECK_QUERY_SUFFIX
 from sparkpoint.runtime.writers import (StartCall, check_batch, intercept_starts, outcome, refuse_start, session_confs,
                                        session_of)
 

@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 from sparkpoint.jobs.protocol import await_handover
-from sparkpoint.runtime.agent import CHECK_QUERY_SUFFIX
+from sparkpoint.runtime.query_report import CHECK_QUERY_SUFFIX
 from sparkpoint.runtime.writers import StartCall, intercept_starts, refuse_start
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from sparkpoint.adapters.local_files import write_json
 from sparkpoint.jobs.protocol import CHECK_REPORT, CHECK_REQUEST
-from sparkpoint.runtime.agent import spark_error_line
+from sparkpoint.runtime.query_report import spark_error_line
 from sparkpoint.runtime.writers import StartCall, check_batch, intercept_starts, is_check_batch, outcome, session_confs
 from sparkpoint.times import poll_until
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sparkpoint.runtime.agent import spark_error_line
+from sparkpoint.runtime.query_report import spark_error_line
 from sparkpoint.spark_versions import spark_minor
 
 # Spark 4.1+ fails a foreachBatch batch whose state stores did not all commit (a function that did not run the

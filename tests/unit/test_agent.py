@@ -19,7 +19,9 @@ from sparkpoint.adapters.agent_client import AgentClient
 from sparkpoint.jobs.registry import Registry
 from sparkpoint.jobs.protocol import read_agent_file
 from sparkpoint.errors import JobNotRunningError, SparkpointError
-from sparkpoint.runtime.agent import Agent, Stop, spark_error_line, spark_moment
+from sparkpoint.runtime.agent import Agent
+from sparkpoint.runtime.query_report import spark_error_line, spark_moment
+from sparkpoint.runtime.query_stop import Stop
 from sparkpoint.times import iso, parse_iso, poll_until
 
 

@@ -117,3 +117,69 @@ def test_click_stays_in_the_cli_pyspark_in_the_driver_side_and_the_kafka_client_
             misplaced.append(f"{module}:{line} imports {imported}")
     assert misplaced == []
     assert ("sparkpoint.adapters.kafka_log", "kafka.admin") in {(m, i) for m, i, _ in imports()}  # seen, lazily
+
+
+
+def circles(edges: set[tuple[str, str]]) -> list[list[str]]:
+    """The circles of a graph of imports (importing, imported): each strongly connected component of more than
+    one module (Tarjan's algorithm, without recursion), its modules sorted."""
+    graph: dict[str, list[str]] = {}
+    for module, imported in sorted(edges):
+        graph.setdefault(module, []).append(imported)
+        graph.setdefault(imported, [])
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root, imported in graph.items():
+        if root in index:
+            continue
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        work = [(root, iter(imported))]
+        while work:
+            node, successors = work[-1]
+            for successor in successors:
+                if successor not in index:
+                    index[successor] = low[successor] = len(index)
+                    stack.append(successor)
+                    on_stack.add(successor)
+                    work.append((successor, iter(graph[successor])))
+                    break
+                if successor in on_stack:
+                    low[node] = min(low[node], index[successor])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = [stack.pop()]
+                    while component[-1] != node:
+                        component.append(stack.pop())
+                    on_stack.difference_update(component)
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return sorted(found)
+
+
+def test_the_circle_scan_finds_each_circle_and_nothing_else():
+    edges = {("a", "b"), ("b", "c"), ("c", "a"), ("c", "d"), ("d", "e"), ("e", "d"), ("e", "f"), ("g", "a")}
+    assert circles(edges) == [["a", "b", "c"], ["d", "e"]]
+    assert circles({("a", "b"), ("b", "c"), ("a", "c")}) == []
+
+
+def test_no_import_circles_among_the_modules():
+    """A circle of imports (a lazy import counts: it only hides the circle until that function runs) means
+    its modules share a piece that belongs in a lower module they all import."""
+    edges = {(module, imported) for module, imported, _ in imports()
+             if imported.startswith("sparkpoint.") and imported != module}
+    assert circles(edges) == []
+
+
+def test_no_module_is_over_450_lines():
+    """A module that long does several jobs: split it by them."""
+    long = [f"{path.relative_to(PACKAGE.parent)}: {lines} lines" for path in sorted(PACKAGE.rglob("*.py"))
+            if (lines := len(path.read_text().splitlines())) > 450]
+    assert long == []

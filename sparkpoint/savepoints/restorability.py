@@ -135,8 +135,9 @@ class InputCheck(Result):
                        "topic ids, or its broker did not answer then)")
         if unanswered:
             why.append(f"the broker gives no id for {', '.join(unanswered)} (Kafka before 2.8)")
-        return (f"whether {', '.join(topics)} was deleted and made again since the savepoint cannot be told: "
-                f"{'; '.join(why)}; one made again and grown past its offsets would be read from them")
+        return (f"whether {', '.join(topics)} {'was' if len(topics) == 1 else 'were'} deleted and made again since "
+                f"the savepoint cannot be told: {'; '.join(why)}; one made again and grown past its offsets would be "
+                "read from them")
 
     def summary(self) -> str:
         lost = self.lost

@@ -59,7 +59,7 @@ def test_the_savepoints_table(capsys):
 
 
 def test_the_savepoints_table_of_kafka_savepoints_says_where_each_reads_next(capsys):
-    from sparkpoint.savepoints.restorability import InputCheck, KafkaRead
+    from sparkpoint.savepoints.restorability import InputCheck, KafkaRead, Unidentified
 
     reads = [KafkaRead("counts", 0, "clicks", {p: 100 + p for p in range(8)}, {}), KafkaRead("counts", 1, "views",
                                                                                             {0: 7}, {})]
@@ -67,10 +67,19 @@ def test_the_savepoints_table_of_kafka_savepoints_says_where_each_reads_next(cap
                 created=parse_iso("2026-11-22T10:15:00.000Z"), bytes=2150, queries=[{"name": "counts", "batch_id": 4}],
                 spark_version="4.3.0", reads=reads, input=InputCheck("restorable", "127.0.0.1:9092", [], []))
     assert row.to_json()["reads"][1] == {"query": "counts", "source": 1, "topic": "views", "bootstrap_servers": None,
-                                         "partitions": [{"partition": 0, "offset": 7}]}
+                                         "topic_id": None, "partitions": [{"partition": 0, "offset": 7}]}
     table = shown(capsys, _render_list, [row]).splitlines()
     assert "│ restorable │ clicks 0@100 1@101 2@102 3@103 4@104 5@105 and 2 more │" in table[3]
     assert "│            │ views 0@7                                             │" in table[4]
+    # A savepoint that recorded no topic id (issue 57): restorable by the log's bounds, and it says it cannot tell.
+    unsure = InputCheck("restorable", "127.0.0.1:9092", [], [],
+                        [Unidentified("counts", 0, "clicks", None), Unidentified("counts", 1, "views", None)])
+    out = shown(capsys, _render_list, [replace(row, input=unsure)])
+    assert "│ restorable (re-made? unknown) │ clicks 0@100" in out
+    assert out.splitlines()[-1] == (
+        "savepoint-clicks-20261122-101500-1a2b3c: whether clicks, views were deleted and made again since the savepoint "
+        "cannot be told: the savepoint recorded no id for clicks, views (taken before sparkpoint recorded topic ids, "
+        "or its broker did not answer then); one made again and grown past its offsets would be read from them")
 
 
 def test_the_jobs_table(capsys):

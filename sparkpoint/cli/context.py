@@ -94,6 +94,20 @@ class PathPart(click.ParamType):
 PATH_PART = PathPart()
 
 
+class QueryName(click.ParamType):
+    """A streaming query's name, as `.queryName(...)` sets it: any text Spark accepts, which is any but empty."""
+
+    name = "NAME"
+
+    def convert(self, value, param, ctx):
+        if not value:
+            self.fail("a query's name is never empty (Spark refuses one)", param, ctx)
+        return value
+
+
+QUERY_NAME = QueryName()
+
+
 class SavepointRef(click.ParamType):
     """A savepoint named by a path or URL, or an id (or unique id prefix) in the catalog, loaded: every
     command that takes a SAVEPOINT finds it the same way."""

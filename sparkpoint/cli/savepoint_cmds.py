@@ -8,7 +8,7 @@ import click
 
 from sparkpoint.cli.metrics_cmds import metrics_file_option
 from sparkpoint.results import human_bytes
-from sparkpoint.cli.context import (PATH_PART, SAVEPOINT, echo, emit, output_option, partition_offsets,
+from sparkpoint.cli.context import (PATH_PART, QUERY_NAME, SAVEPOINT, echo, emit, output_option, partition_offsets,
                                     pass_app)
 from sparkpoint.cli.rich_text import text
 from sparkpoint.cli.context import console as make_console
@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
 @click.option("--from-checkpoint", "checkpoint", metavar="CHECKPOINT_DIR",
               help="A query's checkpoint (live or stopped), or a root of named query checkpoints.")
 @click.option("--dispose", "dispose_path", metavar="SAVEPOINT", help="Delete this savepoint (path or id).")
-@click.option("--name", metavar="NAME",
+@click.option("--name", type=QUERY_NAME,
               help="Query name (uid) for a single query's checkpoint [default: its directory name].")
 @click.option("--job", type=PATH_PART, help="Job label in the catalog [default: the checkpoint directory name].")
 @click.option("--batch", type=click.IntRange(min=0), help="Cut at this committed batch [default: the latest].")
@@ -114,7 +114,7 @@ def _render_disposed(disposed: Disposed) -> None:
 @click.option("--claim", is_flag=True, help="Hand the savepoint over: it is disposed of once the restore is verified.")
 @click.option("--mode", type=click.Choice(["auto", "copy", "link"]), default="auto", show_default=True,
               help="auto: hard links on the same local file system, copies elsewhere.")
-@click.option("--query", metavar="NAME", help="Restore only this query, into CHECKPOINT_DIR itself.")
+@click.option("--query", type=QUERY_NAME, help="Restore only this query, into CHECKPOINT_DIR itself.")
 @click.option("--fork", is_flag=True, help="Give each restored query a new query id: a variant started next to "
                                            "another from the same savepoint is a query of its own to its sinks.")
 @output_option
@@ -280,7 +280,7 @@ def _render_inspected(inspected: Inspected) -> None:
 @click.argument("target_dir", required=False)
 @click.option("--partitions", type=click.IntRange(min=1), required=True,
               help="The number of state partitions (spark.sql.shuffle.partitions) the new savepoint pins.")
-@click.option("--query", metavar="NAME", help="Rescale only this query [default: every stateful query].")
+@click.option("--query", type=QUERY_NAME, help="Rescale only this query [default: every stateful query].")
 @click.option("--replan", is_flag=True,
               help="A savepoint of a running query has its next batch planned: plan its input again after the "
                    "rescale (its sink may write that batch twice). Refused without it.")
@@ -320,7 +320,7 @@ def _render_rescaled(rescaled: Rescaled) -> None:
 @click.command("rollback-sink")
 @click.argument("loaded", metavar="SAVEPOINT", type=SAVEPOINT)
 @click.argument("output_dir", required=False)
-@click.option("--query", metavar="NAME", help="The query that writes to OUTPUT_DIR, when SAVEPOINT holds several.")
+@click.option("--query", type=QUERY_NAME, help="The query that writes to OUTPUT_DIR, when SAVEPOINT holds several.")
 @click.option("--dry-run", is_flag=True, help="List the batches and files that would move, with sizes; move nothing.")
 @click.option("--compact-interval", type=click.IntRange(min=1), metavar="N",
               help="The job's spark.sql.streaming.fileSink.log.compactInterval [default: as the savepoint recorded "

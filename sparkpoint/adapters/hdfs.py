@@ -102,6 +102,18 @@ def filesystem(url: str, options: dict[str, Any]) -> SafeWebHdfs:
 class SafeWebHdfs(WebHDFS):
     protocol = ("hdfs", "webhdfs")
 
+    @classmethod
+    def _strip_protocol(cls, path):
+        """The path of an hdfs:// or webhdfs:// URL as Hadoop reads it, '?' and '#' included (a query named 'a?b'
+        checkpoints to '<root>/a?b'); fsspec's own parses a URL and would cut it there, at another path."""
+        if isinstance(path, list):
+            return [cls._strip_protocol(each) for each in path]
+        scheme, separator, rest = path.partition("://")
+        if not separator or scheme not in cls.protocol:
+            return path
+        authority_end = rest.find("/")
+        return rest[authority_end:] if authority_end >= 0 else ""
+
     def _connect(self) -> None:
         super()._connect()
         # As sparkpoint's own HTTP (adapters.http): never through a proxy the environment names.

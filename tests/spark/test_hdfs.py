@@ -52,6 +52,10 @@ def test_hdfs_is_made_to_keep_sparkpoints_promises(hdfs):
         for _ in range(12):
             out.write(block)
     assert storage.read_bytes(f"{hdfs}/big") == block * 12
+    # A query named 'a?b#c' checkpoints to '<root>/a?b#c' (Hadoop's Path keeps them): the path, not a URL's query.
+    storage.write_atomic(f"{hdfs}/a?b#c/metadata", b"odd")
+    assert storage.read_bytes(f"{hdfs}/a?b#c/metadata") == b"odd" and not storage.exists(f"{hdfs}/a/metadata")
+    assert "a?b#c" in [e.name for e in storage.list(hdfs)]
 
 
 def _aggregate(spark, checkpoint: str, inputs: list[list[tuple[str, int]]], tmp_path) -> dict[str, tuple[int, int]]:

@@ -79,7 +79,7 @@ def _state_rows(savepoint: Savepoint, limit: int, offset: int, scratch: Callable
                 class_archive: str | None) -> list[StoreRows]:
     directory = scratch("sparkpoint-inspect-")
     try:
-        restored = restore(savepoint, os.path.join(directory, "ckpt"))
+        restored = restore(savepoint, os.path.join(directory, "ckpt"), for_spark=False)
         locations = {q.name: q.checkpoint for q in restored.queries}
         return [StoreRows(**store) for store in state_rows.read(savepoint.queries, locations, limit, offset,
                                                          class_archive)]

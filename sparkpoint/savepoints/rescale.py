@@ -109,7 +109,7 @@ def rescale(settings: Settings, savepoint: Savepoint, partitions: int, target_di
             starting = spark_side.submit(state_rows.spark_session, local_class_archive(settings.class_archives_dir()),
                                          state_bytes)
             restored = restore(savepoint, os.path.join(scratch, "checkpoints"), workers=settings.transfer_workers,
-                               storage_options=settings.storage_options)
+                               storage_options=settings.storage_options, for_spark=False)
             phases.done("restore")
             locations = {q.name: q.checkpoint for q in restored.queries}
             sinks = {q["name"]: q.get("sink") for q in savepoint.queries}
@@ -263,7 +263,7 @@ def _count_cut(settings: Settings, savepoint: Savepoint, name: str, spark) -> di
     scratch = settings.scratch_dir("rescale-count-")
     try:
         restored = restore(savepoint, os.path.join(scratch, "checkpoints"), workers=settings.transfer_workers,
-                           storage_options=settings.storage_options)
+                           storage_options=settings.storage_options, for_spark=False)
         location = next(q.checkpoint for q in restored.queries if q.name == name)
         return repartition.count_rows(spark, location, saved["batch_id"], _operators(saved))
     finally:

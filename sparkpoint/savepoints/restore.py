@@ -43,12 +43,14 @@ def restore(
     progress: transfer.Progress | None = None,
     storage_options: dict | None = None,
     fork: bool = False,
+    for_spark: bool = True,
 ) -> Restored:
     """Materialize the savepoint as checkpoints below ``target`` (``target/<query>``), or, with
     ``query``, that one query's checkpoint at ``target`` itself. The savepoint is untouched
     unless ``mode='claim'``, which disposes of it once the restored copy is verified. With ``fork``, each
     restored query gets a new query id: a second variant from the same savepoint is another query to the
-    sinks that key their idempotence on it.
+    sinks that key their idempotence on it. Not ``for_spark``: each query below ``target`` in its savepoint's
+    directory (manifest.query_directory), for a scratch restore read by its locations, whatever its name.
 
     Its length is one try block on purpose: whatever fails between the first placement and the last
     commit undoes every placement of this restore, and only those."""
@@ -60,8 +62,9 @@ def restore(
     target = target.rstrip("/") or target
     _check_target(savepoint, target_storage, target)
     chosen = [savepoint.query(query)] if query else savepoint.queries
-    destinations = {q["name"]: (target if query else join(target, _below_root(savepoint, q["name"])))
-                    for q in chosen}
+    below = (lambda name: _below_root(savepoint, name)) if for_spark else mf.query_directory
+    destinations = {q["name"]: (target if query else join(target, below(q["name"]))) for q in chosen}
+    _refuse_nested(destinations)
     query_ids = {q["name"]: str(uuid.uuid4()) if fork else q["query_id"] for q in chosen}
     resolved = _transfer_mode(mode, savepoint, target_storage, target)
     with translate_errors(savepoint.path):
@@ -117,6 +120,18 @@ def _below_root(savepoint: Savepoint, name: str) -> str:
             "directory of its own (`sparkpoint restore SAVEPOINT TARGET --query NAME`), which a query that sets "
             "its own checkpointLocation reads")
     return where
+
+
+def _refuse_nested(destinations: dict[str, str]) -> None:
+    """Two queries whose checkpoints Spark keeps one in the other ('a' and 'a/b'), or in one place ('e//f' and
+    'e/f'): each checkpoint is put in place whole, so one cannot be restored into the other."""
+    for outer, at in destinations.items():
+        for inner, inside in destinations.items():
+            if inner != outer and is_inside(inside, at):
+                raise BadArgumentError(
+                    f"queries {outer!r} and {inner!r} cannot be restored together below one root: Spark keeps the "
+                    f"checkpoint of {inner!r} {'at the same place as' if inside == at else 'inside'} that of "
+                    f"{outer!r}; restore each alone (`sparkpoint restore SAVEPOINT TARGET --query NAME`)")
 
 
 def _check_target(savepoint: Savepoint, target_storage: Storage, target: str) -> None:

@@ -62,8 +62,10 @@ class Placement:
                         raise _another_restore(dest) from None
             return
         inside = dest if self.existing else parent(dest)
-        # (A name cut short: the staging directory's must fit in a directory name wherever the checkpoint's does.)
-        self.staging = join(inside, f"{STAGING_PREFIX}{basename(dest)[:100]}-{secrets.token_hex(4)}")
+        # (A name cut short, in bytes: the staging directory's must fit in a directory name, 255 bytes, wherever
+        # the checkpoint's does.)
+        short = basename(dest).encode("utf-8", "surrogatepass")[:100].decode("utf-8", "ignore")
+        self.staging = join(inside, f"{STAGING_PREFIX}{short}-{secrets.token_hex(4)}")
         self.made = _missing_ancestors(inside) if storage.local else []
         with translate_errors(inside):
             storage.makedirs(inside, dir_mode)

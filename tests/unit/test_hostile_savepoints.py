@@ -4,6 +4,7 @@ special files, malformed manifests. Each test is one probe of issue 9, run on re
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import stat
@@ -62,7 +63,8 @@ def checkpoint(tmp_path):
 @pytest.mark.parametrize(("name", "directory", "restored_at"), [
     ("../../../victim", "%2E.%2F..%2F..%2Fvictim", None), ("a/../../victim", "a%2F..%2F..%2Fvictim", None),
     ("q1\n", "q1%0A", "q1\n"), ("..", "%2E.", None), ("q/", "q%2F", "q"), ("a</b", "a%3C%2Fb", "a</b"),
-    ("x:y", "x%3Ay", None), ("€ \u202e", "%E2%82%AC%20%E2%80%AE", "€ \u202e"), ("q" * 250, "q" * 250, "q" * 250)])
+    ("x:y", "x%3Ay", None), ("€ \u202e", "%E2%82%AC%20%E2%80%AE", "€ \u202e"), ("q" * 250, "q" * 250, "q" * 250),
+    ("a?b#c", "a%3Fb%23c", "a?b#c"), ("%41", "%2541", "%41"), ("😀" * 60, "%F0%9F%98%80" * 60, "😀" * 60)])
 def test_any_query_name_from_the_driver_is_savepointed_inside_the_savepoint_and_restored_where_spark_looks(
         checkpoint, tmp_path, name, directory, restored_at):
     """Spark accepts any query name (issue 57): each is savepointed, in one escaped directory of the savepoint,
@@ -75,10 +77,14 @@ def test_any_query_name_from_the_driver_is_savepointed_inside_the_savepoint_and_
     made = create_savepoint(job_savepoint.job_sources(reported), storage, str(tmp_path / "sps"), storage,
                             job="alarms")
     saved = sp.load(made["path"])
-    if len(name) > 200:  # past the savepoint's directory name's length: cut, and the whole name's digest added
-        directory = mf.query_directory(name)
-        assert len(directory) <= 200 and directory.startswith("q" * 100) and "~" in directory
-    assert os.listdir(os.path.join(made["path"], mf.QUERIES_DIR)) == [directory]
+    made_directory = mf.query_directory(name)
+    if len(directory) > 200:  # past the savepoint's directory name's length: cut, and the whole name's digest added
+        cut, _, digest = made_directory.partition("~")
+        assert len(made_directory) <= 200 and len(cut) >= 160 and directory.startswith(cut)
+        assert digest == hashlib.sha256(name.encode()).hexdigest()[:32]
+    else:
+        assert made_directory == directory
+    assert os.listdir(os.path.join(made["path"], mf.QUERIES_DIR)) == [made_directory]
     assert [q["name"] for q in saved.queries] == [name]
     assert (victim / "keep.me").read_text() == "mine" and os.listdir(victim) == ["keep.me"]
     root = tmp_path / "restored"
@@ -88,6 +94,9 @@ def test_any_query_name_from_the_driver_is_savepointed_inside_the_savepoint_and_
         assert not root.exists() or everything_below(root) == []
         one = restore(saved, str(tmp_path / "alone"), query=name)  # a checkpoint of its own is fine
         at = tmp_path / "alone"
+        # A scratch restore read by its locations (inspect --state, rescale) takes the savepoint's directory.
+        scratch = restore(saved, str(tmp_path / "scratch"), for_spark=False)
+        assert [q.checkpoint for q in scratch.queries] == [str(tmp_path / "scratch" / mf.query_directory(name))]
     else:
         one = restore(saved, str(root))
         at = root / restored_at
@@ -108,6 +117,20 @@ def test_a_root_s_checkpoints_are_found_where_spark_keeps_names_with_slashes(tmp
     found = discover_queries(storage, path)
     assert [(q.name, q.location) for q in found] == [(name, str(root / name))
                                                      for name in ("a/b/c/d", "alarms", "room counts</v1")]
+
+
+@pytest.mark.parametrize(("names", "said"), [(("a", "a/b"), "inside"), (("e//f/", "e/f"), "at the same place as")])
+def test_queries_spark_keeps_one_in_the_other_are_refused_before_anything_is_restored(checkpoint, tmp_path, names,
+                                                                                        said):
+    storage, path = storage_for(str(checkpoint))
+    made = create_savepoint([QuerySource(name, path) for name in names], storage, str(tmp_path / "sps"), storage,
+                            job="alarms")
+    with pytest.raises(BadArgumentError, match=f"cannot be restored together below one root: Spark keeps the "
+                                               f"checkpoint of '{names[1]}' {said}"):
+        restore(sp.load(made["path"]), str(tmp_path / "restored"))
+    assert not (tmp_path / "restored").exists()
+    for name in names:
+        restore(sp.load(made["path"]), str(tmp_path / "alone" / str(names.index(name))), query=name)
 
 
 def test_query_names_of_one_savepoint_never_share_a_directory():

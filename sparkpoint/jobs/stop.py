@@ -5,6 +5,7 @@ Waiting is done with the ``sleep`` and ``clock`` given, so tests need not wait f
 from __future__ import annotations
 
 import contextlib
+import shlex
 import time
 from dataclasses import dataclass, replace
 from collections.abc import Callable, Iterator
@@ -87,11 +88,13 @@ def _stopped_without_savepoint(registry: Registry, job: Job, cancelled: bool, en
     """The queries ended, and their savepoint failed: once the application has ended, the job's end is recorded
     with the line that says so (list and the page show it), where the checkpoints stay and how to take the
     savepoint from them."""
+    root = shlex.quote(job.checkpoint_root)
     line = (f"job {job.id} was stopped, but the savepoint of its stop failed: {failure}; its checkpoints stay "
-            f"under {job.checkpoint_root}, and `sparkpoint savepoint --from-checkpoint {job.checkpoint_root} "
-            f"--job {job.name}` takes the savepoint of them")
-    with contextlib.suppress(SparkpointError, OSError):  # a record that cannot be written must not hide the line
+            f"under {job.checkpoint_root}, and `sparkpoint savepoint --from-checkpoint {root} --job {job.name} "
+            "--topic-ids` takes the savepoint of them")
+    with contextlib.suppress(Exception):  # the record of the end is written all the same
         ending.wait()
+    with contextlib.suppress(SparkpointError, OSError):  # a record that cannot be written must not hide the line
         job = registry.load(job.id)
         if job.ended:
             job.note("savepoint_failed", line)

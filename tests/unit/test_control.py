@@ -366,7 +366,8 @@ def test_a_stop_whose_savepoint_fails_after_its_queries_ended_says_the_job_stopp
     assert raised.value.exit_code == 24 and "\n" not in said
     assert said.startswith(f"job {job.id} was stopped, but the savepoint of its stop failed: ")
     assert said.endswith(f"its checkpoints stay under {job.checkpoint_root}, and `sparkpoint savepoint "
-                         f"--from-checkpoint {job.checkpoint_root} --job counts` takes the savepoint of them")
+                         f"--from-checkpoint {job.checkpoint_root} --job counts --topic-ids` takes the savepoint "
+                         "of them")
     recorded = registry.load(job.id)
     assert recorded.ended["state"] == "finished" and describe_job(recorded).error == said  # list and the page
     assert recorded.savepoints.failed == 1  # the metrics' failed savepoints

@@ -34,11 +34,16 @@ if TYPE_CHECKING:  # the core is imported inside each command, so that --help st
 @click.option("--job", type=PATH_PART, help="Job label in the catalog [default: the checkpoint directory name].")
 @click.option("--batch", type=click.IntRange(min=0), help="Cut at this committed batch [default: the latest].")
 @click.option("--keep-last", type=click.IntRange(min=0), help="After success, prune the job's older savepoints.")
+@click.option("--topic-ids", is_flag=True,
+              help="With --from-checkpoint: record the ids its Kafka topics have now, for they are the ones it read "
+                   "(its query runs, or stopped just now); without it, whether a topic was made again since "
+                   "cannot be told.")
 @click.option("--detached", is_flag=True, help="Return a trigger id at once; poll it with --status JOB TRIGGER_ID.")
 @click.option("--status", "poll", is_flag=True, help="Report a detached savepoint: JOB TRIGGER_ID.")
 @output_option
 @pass_app
-def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_last, detached, poll, output):
+def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_last, topic_ids, detached, poll,
+                  output):
     """Take a savepoint of a running job or of a checkpoint, or dispose of one.
 
     sparkpoint savepoint JOB [TARGET_DIR]: every query of a running managed job, without pausing it.
@@ -72,6 +77,8 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
             raise RecordedFailureError(record.error or "failed", record.exit_code)
         return
     if not checkpoint:
+        if topic_ids:
+            raise BadArgumentError("--topic-ids goes with --from-checkpoint: a running job's savepoint records them")
         if not args or len(args) > 2:
             raise BadArgumentError("give a JOB (and optionally TARGET_DIR), or --from-checkpoint CHECKPOINT_DIR")
         job_ref = PATH_PART.convert(args[0], None, None)
@@ -86,7 +93,7 @@ def savepoint_cmd(app, args, checkpoint, dispose_path, name, job, batch, keep_la
     if len(args) > 1:
         raise BadArgumentError("with --from-checkpoint, the only argument is TARGET_DIR")
     result = savepoint_checkpoint(settings, checkpoint, args[0] if args else None, name=name, job=job, batch_id=batch,
-                                  keep_last=keep_last, progress=app.progress())
+                                  keep_last=keep_last, topic_ids=topic_ids, progress=app.progress())
     emit(output, result, _render_created)
 
 

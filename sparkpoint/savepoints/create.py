@@ -15,6 +15,7 @@ import os
 import re
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -43,7 +44,7 @@ from sparkpoint.errors import (
 from sparkpoint.results import WHEN_SET, Result, human_bytes
 from sparkpoint.savepoints import catalog
 from sparkpoint.savepoints import manifest as mf
-from sparkpoint.savepoints.restorability import identify_topics
+from sparkpoint.savepoints.restorability import identify_topics, topics_read
 from sparkpoint.savepoints.savepoint import discard
 from sparkpoint.spark import sinks
 from sparkpoint.spark.checkpoint import CheckpointReader, CopyPlan, is_checkpoint
@@ -130,6 +131,7 @@ def create(
             raise TargetNotEmptyError(f"{path} already exists")
         target_storage.makedirs(path, dir_mode)
         target_storage.write_atomic(join(path, mf.IN_PROGRESS), _owner_marker(now))
+    with_topic_ids = _topic_ids_asked_meanwhile(sources, plans, kafka) if kafka is not None else None
     try:
         queries = []
         for source in sources:
@@ -138,8 +140,8 @@ def create(
                 dir_mode,
             )
             queries.append(_query_entry(source, plan, results, storage_options))
-        if kafka is not None:
-            queries = identify_topics(queries, kafka)
+        if with_topic_ids is not None:
+            queries = with_topic_ids(queries)
         data = _manifest(savepoint_id, job, now, clock(), origin or {}, restored_from, spark_version, queries)
         with translate_errors(path):
             target_storage.write_atomic(join(path, mf.MANIFEST), mf.dumps(mf.validate(data, path)))
@@ -149,6 +151,31 @@ def create(
     with translate_errors(path):
         target_storage.remove_file(join(path, mf.IN_PROGRESS))
     return dict(data, path=path)
+
+
+def _topic_ids_asked_meanwhile(sources: Sequence[QuerySource], plans: dict[str, CopyPlan],
+                               kafka: Mapping[str, Any]) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
+    """The topics' ids of the planned cuts, asked on a thread of their own while the files are copied (a stop's
+    savepoint is in its downtime: it need not wait for a broker's answer, up to its timeout when it does not
+    answer); returns what gives them to the query entries once copied, asked again should the copy's cut read
+    other topics than the plan's (a copy taken again at a newer cut)."""
+    planned = [{"offsets": plans[s.name].cut.offsets.sources, "inputs": s.inputs,
+                "planned_offsets": plans[s.name].cut.planned_offsets.sources if plans[s.name].cut.planned_offsets
+                else None} for s in sources]
+    answer: dict[str, list[dict[str, Any]]] = {}
+    asking = threading.Thread(target=lambda: answer.update(identified=identify_topics(planned, kafka)),
+                              name="sparkpoint-topic-ids", daemon=True)
+    asking.start()
+
+    def given(queries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        asking.join()
+        identified = answer.get("identified")
+        if identified is None or [topics_read(q) for q in queries] != [topics_read(q) for q in planned]:
+            return identify_topics(queries, kafka)
+        return [dict(query, inputs=early["inputs"]) if early.get("inputs") is not None else query
+                for query, early in zip(queries, identified, strict=True)]
+
+    return given
 
 
 def _check_sources(sources: Sequence[QuerySource], target_parent: str) -> None:
@@ -195,16 +222,19 @@ def _manifest(savepoint_id: str, job: str, created: float, completed: float, ori
 
 def savepoint_checkpoint(settings: Settings, checkpoint: str, target_dir: str | None = None, *,
                          name: str | None = None, job: str | None = None, batch_id: int | None = None,
-                         keep_last: int | None = None, progress: transfer.Progress | None = None) -> Created:
+                         keep_last: int | None = None, topic_ids: bool = False,
+                         progress: transfer.Progress | None = None) -> Created:
     """`savepoint --from-checkpoint`: a savepoint of a query's checkpoint (live or stopped) or of a root of
     named query checkpoints, below the job label ``job`` (by default the query's name where it is a plain one,
-    else the directory's: the label names a directory of the catalog)."""
+    else the directory's: the label names a directory of the catalog). Its Kafka topics' ids are recorded only
+    with ``topic_ids``, the operator's word that the topics are still the ones it read: a checkpoint does not
+    say when it was written, and a topic made again since would pass for the one it read."""
     source_storage, location = storage_for(checkpoint, settings.storage_options)
     sources = discover_queries(source_storage, location, name)
     label = job or (name if name and mf.is_plain_name(name) else basename(location))
     return take(settings, label, sources, source_storage, target_dir,
                 origin={"kind": "checkpoint", "location": location}, batch_id=batch_id, keep_last=keep_last,
-                progress=progress)
+                progress=progress, ask_topic_ids=topic_ids)
 
 
 def take(settings: Settings, job: str, sources: Sequence[QuerySource], source_storage: Storage,

@@ -184,9 +184,8 @@ def identify_topics(queries: list[dict[str, Any]], kafka: Mapping[str, Any], ask
     configured, options = client_options(kafka)
     wanted: dict[tuple[int, int], tuple[str, set[str]]] = {}  # (query, source) → (its broker, the topics it reads)
     for place, query in enumerate(queries):
-        inputs, planned = query.get("inputs") or [], query.get("planned_offsets") or []
-        for index, offset in enumerate(query["offsets"]):
-            topics = set(kafka_offsets(offset)) | set(kafka_offsets(planned[index]) if index < len(planned) else ())
+        inputs = query.get("inputs") or []
+        for index, topics in enumerate(topics_read(query)):
             broker = configured or (inputs[index].get("bootstrap_servers") if index < len(inputs) else None)
             if topics and broker:
                 wanted[(place, index)] = (broker, topics)
@@ -204,6 +203,14 @@ def identify_topics(queries: list[dict[str, Any]], kafka: Mapping[str, Any], ask
                                or [{"kind": KAFKA if kafka_offsets(offset) else OTHER} for offset in query["offsets"]]]
             query["inputs"][index][TOPIC_IDS] = ids
     return identified
+
+
+def topics_read(query: dict[str, Any]) -> list[set[str]]:
+    """Per source of a savepoint's query entry (in the order of its offsets), the Kafka topics its cut reads: those
+    of its offsets and of the batch planned at the cut."""
+    planned = query.get("planned_offsets") or []
+    return [set(kafka_offsets(offset)) | set(kafka_offsets(planned[index]) if index < len(planned) else ())
+            for index, offset in enumerate(query["offsets"])]
 
 
 def check_input(savepoints: Iterable[Savepoint], kafka: Mapping[str, Any],

@@ -96,7 +96,8 @@ def test_a_savepoint_whose_input_retention_deleted_is_refused_with_what_is_lost(
     def sparkpoint(*args, config_file=config):
         return cli(home, "--config", str(config_file), *args, timeout=120)
 
-    code, out, err = sparkpoint("savepoint", "--from-checkpoint", str(checkpoint), "--job", "clicks", "-o", "json")
+    code, out, err = sparkpoint("savepoint", "--from-checkpoint", str(checkpoint), "--job", "clicks", "--topic-ids",
+                                "-o", "json")
     assert code == 0, err
     savepoint = json.loads(out)["path"]
     produce(kafka_broker, TOPIC, 60, start=300)  # the job's input goes on after the savepoint
@@ -194,18 +195,23 @@ def test_a_topic_made_again_and_grown_past_a_savepoints_offsets_is_refused_as_re
     def sparkpoint(*args, config_file=config):
         return cli(home, "--config", str(config_file), *args, timeout=120)
 
-    def savepoint_as(job: str, config_file: Path) -> str:
-        code, out, err = sparkpoint("savepoint", "--from-checkpoint", str(checkpoint), "--job", job, "-o", "json",
-                                    config_file=config_file)
+    def savepoint_as(job: str, config_file: Path, *topic_ids: str) -> str:
+        code, out, err = sparkpoint("savepoint", "--from-checkpoint", str(checkpoint), "--job", job, *topic_ids,
+                                    "-o", "json", config_file=config_file)
         assert code == 0, err
         return json.loads(out)["path"]
 
-    # Taken with the broker known (the topic's id recorded), and as a savepoint before topic ids were (none known).
-    identified, older = savepoint_as("orders", config), savepoint_as("older", unset)
+    # Taken with the broker known and the operator's word that the topic is the one read (its id recorded); as a
+    # savepoint before topic ids were (none known); and of the checkpoint as it is, which does not say when it
+    # was written (none asked).
+    identified, older = savepoint_as("orders", config, "--topic-ids"), savepoint_as("older", unset, "--topic-ids")
+    unasked = savepoint_as("unasked", config)
     first_id = topic_id(bootstrap, topic)
     code, out, err = sparkpoint("savepoints", "-o", "json")
     assert code == 0 and {entry["job"]: entry["input"]["status"] for entry in json.loads(out)} == {
-        "orders": "restorable", "older": "restorable"}, err
+        "orders": "restorable", "older": "restorable", "unasked": "restorable"}, err
+    (query,) = json.loads(sparkpoint("inspect", unasked, "-o", "json")[1])["queries"]
+    assert not any("topic_ids" in read for read in query.get("inputs") or [])
 
     made_again(client, topic, 3)
     produce(kafka_broker, topic, 60)  # 20 a partition: past the savepoint's offsets

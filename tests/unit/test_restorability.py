@@ -8,7 +8,7 @@ import time
 
 from sparkpoint.adapters.kafka_log import LogBounds, TopicLog
 from sparkpoint.errors import EnvironmentSetupError, UnreachableError
-from sparkpoint.savepoints.restorability import KafkaRead, check_reads, identify_topics
+from sparkpoint.savepoints.restorability import KafkaRead, check_reads, identify_topics, topics_read
 from sparkpoint.spark.sources import KAFKA, OTHER, as_recorded, is_source_record, kind_of
 
 
@@ -172,3 +172,40 @@ def test_a_manifest_holds_topic_ids_only_as_a_map_of_names_to_ids():
         assert not is_source_record(bad), bad
     # What a driver reports never carries them into a savepoint.
     assert as_recorded({"kind": "kafka", "topic_ids": {"a": "forged"}}) == {"kind": "kafka"}
+
+
+def test_a_savepoints_topic_ids_are_asked_while_its_files_are_copied_not_after(tmp_path, monkeypatch):
+    """A stop's savepoint is in the job's downtime: the broker's answer (up to its timeout) overlaps the copy."""
+    import json
+    import threading
+
+    from checkpoints import hdfs_checkpoint, write
+
+    from sparkpoint.adapters import transfer
+    from sparkpoint.adapters.storage import storage_for
+    from sparkpoint.savepoints import create as create_module
+    from sparkpoint.savepoints.create import QuerySource, create
+
+    checkpoint = hdfs_checkpoint(tmp_path / "ckpt", committed=2)
+    for batch in range(3):  # a Kafka source's offsets
+        meta = {"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {"spark.sql.shuffle.partitions": "2"}}
+        write(checkpoint / "offsets" / str(batch), "\n".join(["v1", json.dumps(meta), '{"orders":{"0":10}}']))
+    events, answered = [], threading.Event()
+
+    def identify(queries, kafka):
+        events.append(("asked", threading.current_thread().name,
+                       [sorted(topics) for query in queries for topics in topics_read(query)]))
+        answered.wait(10)  # answers only once the copy has begun
+        return [dict(q, inputs=[{"kind": "kafka", "topic_ids": {"orders": "id-orders"}}]) for q in queries]
+
+    class Copying(transfer.NullProgress):
+        def start(self, description, total_bytes):
+            events.append(("copy",))
+            answered.set()
+
+    monkeypatch.setattr(create_module, "identify_topics", identify)
+    storage, path = storage_for(str(checkpoint))
+    made = create([QuerySource("counts", path)], storage, str(tmp_path / "sps"), storage, job="counts",
+                  progress=Copying(), kafka={"bootstrap_servers": "broker:9092"})
+    assert events == [("asked", "sparkpoint-topic-ids", [["orders"]]), ("copy",)]
+    assert made["queries"][0]["inputs"] == [{"kind": "kafka", "topic_ids": {"orders": "id-orders"}}]

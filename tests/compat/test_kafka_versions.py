@@ -1,6 +1,6 @@
 """A Kafka-source job on each Spark minor, with that minor's connector (_2.12 for 3.5, _2.13 for 4.x), against the
 test broker, a producer writing throughout: a live savepoint records the broker and the topic from that Spark's
-plan, a stop lands at a boundary, and the savepoint restores on the same minor with exact counts; 3.5's then moves
+plan (and the topic's id, from the broker), a stop lands at a boundary, and the savepoint restores on the same minor with exact counts; 3.5's then moves
 to 4.3 through a second stop, exact again. A focused test per minor (Spark 4.3's whole feature table is
 tests/spark/test_kafka_jobs.py).
 
@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "tests" / "spark"))
 
 from clitools import cli, cli_json, wait_for  # noqa: E402
 from installed import spark_home  # noqa: E402
-from topics import APP, PARTITIONS, Producer, batches, create_topics, jars, newest  # noqa: E402
+from topics import APP, PARTITIONS, Producer, batches, create_topics, jars, newest, topic_id  # noqa: E402
 
 from sparkpoint.times import poll_until  # noqa: E402
 
@@ -54,8 +54,9 @@ def test_a_kafka_job_on_each_spark_stops_and_restores_exactly(kafka_broker, tmp_
             if step == 0:  # what this Spark's plan says of the source, recorded in a live savepoint
                 live = cli_json(home, "savepoint", job["id"])
                 shown = cli_json(home, "inspect", live["path"])
-                assert shown["queries"][0]["inputs"] == [
-                    {"kind": "kafka", "bootstrap_servers": bootstrap, "subscribe": topic}]
+                assert shown["queries"][0]["inputs"] == [{"kind": "kafka", "bootstrap_servers": bootstrap,
+                                                          "subscribe": topic,
+                                                          "topic_ids": {topic: topic_id(bootstrap, topic)}}]
                 assert shown["input"]["status"] == "restorable"
             if step == len(versions) - 1:
                 break  # the last one runs on, to read what came after
@@ -123,7 +124,8 @@ def test_a_real_time_query_stops_when_its_batch_ends_and_restores_exactly(kafka_
         assert query["real_time_batch_seconds"] == 6
         live = cli_json(home, "savepoint", job["id"])  # of the last batch that ended
         shown = cli_json(home, "inspect", live["path"])
-        assert shown["queries"][0]["inputs"] == [{"kind": "kafka", "bootstrap_servers": bootstrap, "subscribe": source}]
+        assert shown["queries"][0]["inputs"] == [{"kind": "kafka", "bootstrap_servers": bootstrap, "subscribe": source,
+                                                  "topic_ids": {source: topic_id(bootstrap, source)}}]
 
         # A stop shorter than the batch in flight is refused: nothing stops, the job runs on.
         code, _, err = cli(home, "stop", job["id"], "--timeout", "1")

@@ -1,8 +1,8 @@
 """A Kafka-source job on each Spark minor, with that minor's connector (_2.12 for 3.5, _2.13 for 4.x), against the
 test broker, a producer writing throughout: a live savepoint records the broker and the topic from that Spark's
-plan (and the topic's id, from the broker), a stop lands at a boundary, and the savepoint restores on the same minor with exact counts; 3.5's then moves
-to 4.3 through a second stop, exact again. A focused test per minor (Spark 4.3's whole feature table is
-tests/spark/test_kafka_jobs.py).
+plan (and the topic's id, from the broker), a stop lands at a boundary, and the savepoint restores on the same
+minor with exact counts; 3.5's then moves to 4.3 through a second stop, exact again. A focused test per minor
+(Spark 4.3's whole feature table is tests/spark/test_kafka_jobs.py).
 
 Real-time mode (4.1 and 4.3, the minors that have it; 4.1's Kafka test): a live savepoint records the source, a
 stop that would cut a batch short is refused, one that can wait ends at the batch's end, and the restore writes

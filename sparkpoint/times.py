@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -14,7 +14,9 @@ T = TypeVar("T")
 
 def iso(moment: float | None = None) -> str:
     """``moment`` (seconds since the epoch; now when None) as ``2026-11-22T05:03:54.199Z``."""
-    stamp = datetime.fromtimestamp(time.time() if moment is None else moment, UTC)
+    # timezone.utc, not datetime.UTC (3.11+): the driver-side runtime imports this module, and a cluster's driver
+    # runs the Python its cluster has: 3.9 or 3.10 with Spark 4.0 to 4.2 (tests/unit/test_layers.py).
+    stamp = datetime.fromtimestamp(time.time() if moment is None else moment, timezone.utc)  # noqa: UP017
     return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 

@@ -31,10 +31,6 @@ class StartCall:
     as_called: Callable[[], Any]
 
 
-# on_start(writer, call): what start() returns instead.
-OnStart = Callable[[Any, StartCall], Any]
-
-
 def writer_classes() -> list:
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
@@ -46,15 +42,16 @@ def writer_classes() -> list:
     return [*classes, ConnectWriter]
 
 
-def intercept_starts(on_start: OnStart, classes: list | None = None) -> None:
-    """Every streaming writer's start() and toTable() go to ``on_start``. The writer carries
+def intercept_starts(on_start: Callable[[Any, StartCall], Any], classes: list | None = None) -> None:
+    """Every streaming writer's start() and toTable() go to ``on_start(writer, call)``, whose answer the
+    application's call returns. The writer carries
     ``_sparkpoint_name``, ``_sparkpoint_checkpoint`` (a checkpointLocation option of its own) and
     ``_sparkpoint_output_mode`` when the application set them."""
     for writer_class in classes if classes is not None else writer_classes():
         _intercept(writer_class, on_start)
 
 
-def _intercept(writer_class, on_start: OnStart) -> None:
+def _intercept(writer_class, on_start: Callable[[Any, StartCall], Any]) -> None:
     original_query_name, original_start = writer_class.queryName, writer_class.start
     original_option, original_options = writer_class.option, writer_class.options
     original_output_mode, original_to_table = writer_class.outputMode, writer_class.toTable

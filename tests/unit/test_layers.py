@@ -5,9 +5,15 @@ the state data source."""
 from __future__ import annotations
 
 import ast
+import glob
 import importlib
 import importlib.util
+import os
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).parents[2] / "sparkpoint"
 
@@ -183,3 +189,37 @@ def test_no_module_is_over_450_lines():
     long = [f"{path.relative_to(PACKAGE.parent)}: {lines} lines" for path in sorted(PACKAGE.rglob("*.py"))
             if (lines := len(path.read_text().splitlines())) > 450]
     assert long == []
+
+
+# The oldest Python each supported Spark runs on (Spark 3.5: 3.8; 4.0: 3.9; 4.1 and 4.2: 3.10): a cluster's driver
+# runs the Python its cluster has, not the CLI's.
+DRIVER_PYTHONS = ("3.8", "3.9", "3.10")
+
+
+def _pythons(versions) -> dict[str, str]:
+    """Each version's interpreter on this machine: pyenv's (a pyenv shim on the PATH runs only the active ones),
+    else one on the PATH."""
+    found = {}
+    for version in versions:
+        candidates = [*sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python"))),
+                      shutil.which(f"python{version}")]
+        first = next((path for path in candidates if path), None)
+        if first:
+            found[version] = first
+    return found
+
+
+def test_the_driver_side_runtime_imports_on_the_oldest_python_of_each_supported_spark_with_the_standard_library_only():
+    """What a driver loads of sparkpoint (every module of runtime/, and all it imports) with no site-packages
+    (-I -S: no pyspark, nothing installed), on each Python a supported Spark's driver may run. It failed on
+    datetime.UTC (3.11+) and on subscripting collections.abc.Callable at import (3.9+)."""
+    pythons = _pythons(DRIVER_PYTHONS)
+    if not pythons:
+        pytest.skip(f"none of Python {', '.join(DRIVER_PYTHONS)} is on this machine")
+    # With -I -S there is no site-packages: an import of anything but the standard library and sparkpoint fails.
+    probe = ("import importlib, pkgutil, sys; sys.path.insert(0, sys.argv[1]); import sparkpoint.runtime as r; "
+             "[importlib.import_module('sparkpoint.runtime.' + m.name) for m in pkgutil.iter_modules(r.__path__)]")
+    for version, python in pythons.items():
+        done = subprocess.run([python, "-I", "-S", "-c", probe, str(PACKAGE.parent)], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, (version, done.stderr[-2000:])
